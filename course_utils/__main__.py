@@ -1,0 +1,71 @@
+"""`python -m course_utils COMMAND`: lab, test, install, doctor, build, grade, bench."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_utils", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("lab", help="install into .venv and start JupyterLab on the notebooks")
+    sub.add_parser("test", help="install into .venv (with test tools) and run the test suite")
+    p = sub.add_parser("install", help="create or refresh .venv")
+    p.add_argument("--tests", action="store_true", help="also install the test tools")
+    sub.add_parser("doctor", help="versions, GPU, a tiny kernel, and what each lesson needs")
+    p = sub.add_parser("build", help="generate exercises/, solutions/ and notebooks/ from their sources")
+    p.add_argument("--check", action="store_true", help="fail on drift, outputs or machine paths instead")
+    p = sub.add_parser("grade", help="grade exercise notebooks (files or folders)")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per notebook")
+    p.add_argument("--report", default="grades", help="write REPORT.json and REPORT.csv")
+    p = sub.add_parser("bench", help="run a lesson's GPU benchmarks and write results/")
+    p.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
+    sub.add_parser("results", help="regenerate results/README.md from results/*.json")
+    args, rest = parser.parse_known_args(argv)
+
+    if args.command in ("lab", "test", "install"):
+        from . import install
+
+        if args.command == "lab":
+            install.lab(rest)
+        if args.command == "test":
+            return install.test(rest)
+        install.install(tests=args.tests)
+        return 0
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "doctor":
+        from .doctor import doctor
+
+        return 0 if doctor() else 1
+    if args.command == "build":
+        from .build import build
+
+        problems = build(check=args.check)
+        for p in problems:
+            print(p, file=sys.stderr)
+        return 1 if problems else 0
+    if args.command == "grade":
+        from .grading.batch import main as grade_main
+
+        return grade_main(args.paths, timeout=args.timeout, report=args.report)
+    if args.command == "bench":
+        from .mode import setup
+
+        setup("gpu")
+        from . import benches
+
+        for lesson in args.lessons or benches.available():
+            benches.run(lesson)
+        return 0
+    if args.command == "results":
+        from .results_table import write
+
+        print(f"wrote {write()}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

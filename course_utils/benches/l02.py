@@ -1,0 +1,36 @@
+"""Lesson 02 on a GPU: vector add and ReLU against the copy ceiling and torch."""
+from __future__ import annotations
+
+import torch
+
+from ..bench import Table
+from ..lessons.l02_first_kernels import add, relu
+
+N = 1 << 28  # 2^28 fp32 elements: 1 GiB per tensor, far beyond any L2
+
+
+def run(table: Table) -> None:
+    x = torch.randn(N, device="cuda")
+    y = torch.randn(N, device="cuda")
+    out = torch.empty_like(x)
+    add(x, y, out)
+    torch.testing.assert_close(out, x + y)  # checked before timed
+    relu(x, out)
+    torch.testing.assert_close(out, torch.relu(x))
+
+    group = "vector add fp32 2^28"
+    bytes_add = 3 * N * 4  # read x and y, write out
+    table.time(group, "copy ceiling (x -> out)", lambda: out.copy_(x), n_bytes=2 * N * 4)
+    table.time(group, "torch x + y", lambda: torch.add(x, y, out=out), n_bytes=bytes_add)
+    for block in (1024, 4096):
+        table.time(group, f"triton (ours) BLOCK={block}", lambda b=block: add(x, y, out, BLOCK=b), n_bytes=bytes_add)
+    best = max((r for r in table.rows if r.group == group and "ours" in r.name), key=lambda r: r.gbps)
+    table.add(group, "triton (ours)", best.ms, n_bytes=bytes_add)
+    # The copy moves 2 bytes for every 3 the add moves: compare GB/s, not milliseconds.
+    table.target(group, "triton (ours)", "copy ceiling (x -> out)", 0.92, 0.97, metric="gbps")
+
+    group = "relu fp32 2^28"
+    table.time(group, "copy ceiling (x -> out)", lambda: out.copy_(x), n_bytes=2 * N * 4)
+    table.time(group, "torch.clamp_min (relu)", lambda: torch.clamp_min(x, 0, out=out), n_bytes=2 * N * 4)
+    table.time(group, "triton (ours)", lambda: relu(x, out), n_bytes=2 * N * 4)
+    table.target(group, "triton (ours)", "copy ceiling (x -> out)", 0.92, metric="gbps")

@@ -1,0 +1,194 @@
+"""Build the notebooks from their one text source each, and check that nothing drifted.
+
+Sources are py:percent files (cells start with `# %%`):
+- course_utils/lessons/lNN_name.py -> solutions/NN_name.ipynb and exercises/NN_name.ipynb.
+  A module you can import (later lessons and the benchmarks do), with three conventions:
+  `# BEGIN SOLUTION` ... `# END SOLUTION` inside a function marks what the exercise notebook replaces
+  by a stub (`pass` in a @triton.jit kernel, `raise NotImplementedError` elsewhere), and a cell whose
+  header is `# %% [check] 02.vector_add` becomes `check("02.vector_add", add)`;
+  `# %% [progress] 02` becomes the closing summary `progress("02", globals())`.
+- notebooks/src/NN_name.py -> notebooks/NN_name.ipynb, the lesson itself, as written.
+Every generated notebook carries no outputs, no execution counts and no machine paths.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSON_SOURCES = ROOT / "course_utils" / "lessons"
+NOTEBOOK_SOURCES = ROOT / "notebooks" / "src"
+KERNEL_DECORATORS = ("@triton.jit", "@triton.autotune", "@triton.heuristics")
+METADATA = {
+    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+    "language_info": {"name": "python"},
+}
+
+
+@dataclass
+class Cell:
+    kind: str  # "code", "markdown", "check" (one exercise) or "progress" (a lesson's summary)
+    text: str
+    exercise: str = ""  # the exercise id of a check cell, the lesson of a progress cell
+
+
+def parse(text: str) -> list[Cell]:
+    """Split a py:percent source into cells."""
+    cells: list[Cell] = []
+    header, lines = None, []
+
+    def flush():
+        if header is None:
+            return
+        body = "\n".join(lines).strip("\n")
+        if header.startswith("[markdown]"):
+            md = "\n".join(re.sub(r"^# ?", "", line) for line in body.splitlines())
+            cells.append(Cell("markdown", md))
+        elif header.startswith(("[check]", "[progress]")):
+            kind, arg = header[1:].split("]", 1)
+            cells.append(Cell(kind, "", arg.strip()))
+        elif body:
+            cells.append(Cell("code", body))
+
+    for line in text.splitlines():
+        if line.startswith("# %%"):
+            flush()
+            header, lines = line[4:].strip(), []
+        elif header is not None:
+            lines.append(line)
+    flush()
+    return cells
+
+
+def _enclosing_def_is_kernel(lines: list[str], index: int) -> tuple[bool, str]:
+    """Is the function around lines[index] a Triton kernel? Returns (kernel?, function name)."""
+    indent = len(lines[index]) - len(lines[index].lstrip())
+    for j in range(index - 1, -1, -1):
+        stripped = lines[j].lstrip()
+        if stripped.startswith("def ") and len(lines[j]) - len(stripped) < indent:
+            name = stripped[4:].split("(", 1)[0]
+            k = j - 1
+            while k >= 0 and lines[k].lstrip().startswith("@"):
+                if lines[k].strip().startswith(KERNEL_DECORATORS):
+                    return True, name
+                k -= 1
+            return False, name
+    raise ValueError(f"a SOLUTION region must sit inside a function (line {index + 1}: {lines[index]!r})")
+
+
+def stub(code: str) -> str:
+    """Replace every BEGIN/END SOLUTION region by the stub a student starts from."""
+    lines = code.splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == "# BEGIN SOLUTION":
+            pad = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            kernel, name = _enclosing_def_is_kernel(lines, i)
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "# END SOLUTION"), None)
+            if end is None:
+                raise ValueError(f"BEGIN SOLUTION without END SOLUTION in {name}")
+            if kernel:
+                out.append(f"{pad}pass  # YOUR CODE HERE")
+            else:
+                out.append(f"{pad}# YOUR CODE HERE")
+                out.append(f'{pad}raise NotImplementedError("{name}: not written yet")')
+            i = end + 1
+            continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
+
+
+def solve(code: str) -> str:
+    """The solution: the same code with the markers removed."""
+    return "\n".join(line for line in code.splitlines()
+                     if line.strip() not in ("# BEGIN SOLUTION", "# END SOLUTION"))
+
+
+def _func_name(exercise_id: str) -> str:
+    from .grading import load_all
+
+    return load_all()[exercise_id].func_name
+
+
+def to_notebook(cells: list[Cell], *, exercise: bool | None) -> nbformat.NotebookNode:
+    """exercise=None: a lesson (cells as written); True: stubs; False: solutions."""
+    nb = nbformat.v4.new_notebook(metadata=dict(METADATA))
+    for cell in cells:
+        if cell.kind == "markdown":
+            nb.cells.append(nbformat.v4.new_markdown_cell(cell.text))
+        elif cell.kind == "check":
+            nb.cells.append(nbformat.v4.new_code_cell(f'check("{cell.exercise}", {_func_name(cell.exercise)})'))
+        elif cell.kind == "progress":
+            nb.cells.append(nbformat.v4.new_markdown_cell("## Progress"))
+            nb.cells.append(nbformat.v4.new_code_cell(f'progress("{cell.exercise}", globals())'))
+        else:
+            text = cell.text if exercise is None else (stub(cell.text) if exercise else solve(cell.text))
+            nb.cells.append(nbformat.v4.new_code_cell(text))
+    for i, c in enumerate(nb.cells):  # stable ids keep the files identical from build to build
+        c["id"] = f"cell-{i:03d}"
+    return nb
+
+
+def render(nb: nbformat.NotebookNode) -> str:
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def targets() -> dict[Path, str]:
+    """Every generated notebook and its expected text."""
+    out = {}
+    for src in sorted(LESSON_SOURCES.glob("l[0-9][0-9]_*.py")):
+        stem = src.stem[1:]
+        cells = parse(src.read_text())
+        out[ROOT / "solutions" / f"{stem}.ipynb"] = render(to_notebook(cells, exercise=False))
+        out[ROOT / "exercises" / f"{stem}.ipynb"] = render(to_notebook(cells, exercise=True))
+    for src in sorted(NOTEBOOK_SOURCES.glob("[0-9][0-9]_*.py")):
+        out[ROOT / "notebooks" / f"{src.stem}.ipynb"] = render(to_notebook(parse(src.read_text()), exercise=None))
+    return out
+
+
+MACHINE_PATH = re.compile(r"(/home/|/Users/|/root/|/tmp/|/work/|C:\\\\Users)")
+
+
+def hygiene(path: Path) -> list[str]:
+    """Problems of one committed notebook: outputs, execution counts, machine paths, inline images."""
+    problems = []
+    text = path.read_text()
+    nb = json.loads(text)
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("outputs"):
+            problems.append(f"{path.name}: cell {i} has outputs")
+        if cell.get("execution_count") is not None:
+            problems.append(f"{path.name}: cell {i} has an execution count")
+        source = "".join(cell.get("source", ""))
+        if MACHINE_PATH.search(source):
+            problems.append(f"{path.name}: cell {i} names a machine path")
+        if "data:image" in source or cell.get("attachments"):
+            problems.append(f"{path.name}: cell {i} embeds an image (put it under notebooks/img/)")
+    return problems
+
+
+def build(check: bool = False) -> list[str]:
+    """Write every generated notebook, or with check=True report drift and hygiene problems."""
+    problems = []
+    expected = targets()
+    for path, text in expected.items():
+        if check:
+            if not path.exists():
+                problems.append(f"{path.relative_to(ROOT)} is missing: run `python -m course_utils build`")
+            elif path.read_text() != text:
+                problems.append(f"{path.relative_to(ROOT)} differs from its source: run `python -m course_utils build`")
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    for folder in ("notebooks", "exercises", "solutions"):
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            if path not in expected:
+                problems.append(f"{path.relative_to(ROOT)} has no source")
+            problems += hygiene(path)
+    return problems

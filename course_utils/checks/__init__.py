@@ -1,0 +1,1 @@
+"""Exercise definitions, one module per lesson: cases, references, tolerances and hints."""

@@ -1,0 +1,95 @@
+"""Set up the course in a local virtual environment, with nothing but Python and pip (stdlib only).
+
+- No GPU: the CPU build of torch and Triton's interpreter (`torch==2.13.0`, `triton==3.9.0`).
+- A GPU, and a Python whose torch already sees it (a lab image, a cluster module): the environment
+  sees those packages (`--system-site-packages`) and keeps them.
+- A GPU and no torch yet: pip's default torch and triton for the GPU.
+The environment is reinstalled only when pyproject.toml or the mode changed.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+CPU_PINS = ["torch==2.13.0", "triton==3.9.0"]
+CHROMIUM = "/usr/bin/chromium"
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _has_gpu() -> bool:
+    smi = shutil.which("nvidia-smi")
+    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+
+
+def _system_torch_sees_gpu() -> bool:
+    probe = "import torch, triton; raise SystemExit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+def _run(*cmd: str) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def _install_chromium() -> None:
+    """Debian's headless Chromium, for the test that renders the Netron view (root + apt only)."""
+    if Path(CHROMIUM).exists() or not shutil.which("apt-get") or os.geteuid() != 0:
+        if not Path(CHROMIUM).exists():
+            print("note: chromium not installed (needs apt-get as root); the Netron rendering test will skip")
+        return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env)
+
+
+def install(tests: bool = False) -> Path:
+    """Create or refresh .venv; returns its python."""
+    gpu = _has_gpu()
+    keep_system = gpu and _system_torch_sees_gpu()
+    mode = "gpu-system" if keep_system else ("gpu" if gpu else "cpu")
+    extras = "lab,test" if tests else "lab"
+    stamp_text = hashlib.sha256(((ROOT / "pyproject.toml").read_bytes() + f"{mode}|{extras}".encode())).hexdigest()
+    stamp = VENV / ".course-installed"
+    if tests:
+        _install_chromium()
+    if stamp.exists() and stamp.read_text() == stamp_text and venv_python().exists():
+        return venv_python()
+    print(f"setting up {VENV} ({mode}: {'keeping the torch already installed' if keep_system else ''})".rstrip(": )") + ")")
+    venv.EnvBuilder(with_pip=True, system_site_packages=keep_system, clear=stamp.exists()).create(VENV)
+    py = str(venv_python())
+    pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    if mode == "cpu":
+        _run(*pip, *CPU_PINS)
+    elif mode == "gpu":
+        _run(*pip, "torch", "triton")
+    _run(*pip, "-e", f"{ROOT}[{extras}]")
+    stamp.write_text(stamp_text)
+    return venv_python()
+
+
+def lab(args: list[str]) -> None:
+    """Install, then start JupyterLab on the course (replaces this process)."""
+    install()
+    jupyter = VENV / "bin" / "jupyter"
+    cmd = [str(jupyter), "lab", "--ip=127.0.0.1", f"--ServerApp.root_dir={ROOT}", *args]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    cmd.append(str(ROOT / "notebooks" / "00_setup.ipynb"))
+    print("+", " ".join(cmd), flush=True)
+    os.execv(cmd[0], cmd)
+
+
+def test(args: list[str]) -> int:
+    """Install with the test extras, then run pytest (extra args are passed on)."""
+    py = install(tests=True)
+    return subprocess.run([str(py), "-m", "pytest", *args], cwd=ROOT).returncode

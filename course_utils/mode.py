@@ -1,0 +1,117 @@
+"""Which way kernels run: on a CUDA GPU with real Triton, or on the CPU through Triton's interpreter.
+
+The mode is decided once, in the first cell of a notebook, before any `@triton.jit` function is
+defined: Triton reads `TRITON_INTERPRET` when a kernel is decorated, so setting it later changes nothing.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+MODES = ("gpu", "interpret")
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str  # "gpu" or "interpret"
+    device: str  # where tensors live: "cuda" or "cpu"
+    why: str
+
+    @property
+    def interpret(self) -> bool:
+        return self.name == "interpret"
+
+    @property
+    def gpu(self) -> bool:
+        return self.name == "gpu"
+
+    def __str__(self) -> str:
+        return f"{self.name} mode: tensors on {self.device} ({self.why})"
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _kernels_defined() -> list[str]:
+    """Modules already holding @triton.jit functions: too late for them to change mode."""
+    if "triton" not in sys.modules:
+        return []
+    from triton.runtime.jit import JITFunction
+
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("triton") or module is None:
+            continue
+        members = getattr(module, "__dict__", {})
+        if any(isinstance(v, JITFunction) for v in list(members.values())):
+            found.append(name)
+    return found
+
+
+def current() -> Mode:
+    """The mode in force now, read from the environment (no side effects)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return Mode("interpret", "cpu", "TRITON_INTERPRET=1")
+    return Mode("gpu", "cuda", "a CUDA GPU")
+
+
+def setup(mode: str | None = None, *, quiet: bool = False) -> Mode:
+    """Pick the mode and print it. Call it first, before defining or importing kernels.
+
+    mode: "gpu", "interpret", or None for automatic: the environment variable COURSE_MODE if set,
+    else "gpu" when torch sees a CUDA device and "interpret" otherwise.
+    """
+    requested = mode or os.environ.get("COURSE_MODE") or "auto"
+    if requested not in (*MODES, "auto"):
+        raise ValueError(f"mode must be one of {MODES} or 'auto', not {requested!r}")
+    if requested == "auto":
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            requested, why = "interpret", "TRITON_INTERPRET=1 was already set"
+        elif _cuda_available():
+            requested, why = "gpu", "a CUDA GPU is present"
+        else:
+            requested, why = "interpret", "no CUDA GPU found"
+    else:
+        why = f"asked for {requested!r}"
+    if requested == "gpu" and not _cuda_available():
+        raise RuntimeError("gpu mode asked for, but torch sees no CUDA device; use setup('interpret')")
+
+    previous = current().name
+    if requested == "interpret":
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    _sync_triton_knob(requested == "interpret")
+    if previous != requested and _kernels_defined():
+        print(
+            f"warning: kernels were defined before switching to {requested} mode "
+            f"({', '.join(_kernels_defined())}); restart the kernel so they are defined again",
+            file=sys.stderr,
+        )
+    chosen = Mode(requested, "cpu" if requested == "interpret" else "cuda", why)
+    if not quiet:
+        print(chosen)
+    return chosen
+
+
+def _sync_triton_knob(interpret: bool) -> None:
+    """Triton >= 3.4 caches environment knobs; keep the cached value in step with the variable."""
+    if "triton" not in sys.modules:
+        return
+    knobs = getattr(sys.modules["triton"], "knobs", None)
+    if knobs is not None and hasattr(knobs, "runtime") and hasattr(knobs.runtime, "interpret"):
+        knobs.runtime.interpret = interpret
+
+
+def size(gpu, cpu):
+    """The problem size for this mode: `gpu` on a GPU, the smaller `cpu` in the interpreter."""
+    return cpu if current().interpret else gpu
+
+
+def device() -> str:
+    """Where course tensors are allocated in this mode ("cuda" or "cpu")."""
+    return current().device
