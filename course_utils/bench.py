@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .lessons_index import course_root
 from .mode import current
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "results"
+RESULTS = course_root() / "results"
 
 
 def can_time() -> bool:

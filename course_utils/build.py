@@ -116,9 +116,32 @@ def _func_name(exercise_id: str) -> str:
     return load_all()[exercise_id].func_name
 
 
+def repository_url() -> str:
+    """The course's repository, named once: in pyproject.toml's [project.urls]."""
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+
+
+def bootstrap_cell() -> str:
+    """First cell of every notebook: on Colab (no course_utils yet) fetch the course; locally nothing."""
+    return f"""# Colab or a fresh machine: fetch the course package once. In a local checkout this does nothing.
+import importlib.util
+
+if importlib.util.find_spec("course_utils") is None:
+    import importlib
+    import subprocess
+    import sys
+
+    subprocess.run(["git", "clone", "-q", "--depth", "1", "{repository_url()}", "course"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "./course"], check=True)
+    importlib.invalidate_caches()"""
+
+
 def to_notebook(cells: list[Cell], *, exercise: bool | None) -> nbformat.NotebookNode:
     """exercise=None: a lesson (cells as written); True: stubs; False: solutions."""
     nb = nbformat.v4.new_notebook(metadata=dict(METADATA))
+    nb.cells.append(nbformat.v4.new_code_cell(bootstrap_cell()))
     for cell in cells:
         if cell.kind == "markdown":
             nb.cells.append(nbformat.v4.new_markdown_cell(cell.text))

@@ -1,6 +1,9 @@
 """The course map: every lesson's stem, title and what it needs from the hardware."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 LESSONS = {
     "00": "00_setup",
     "01": "01_strides_and_intensity",
@@ -34,3 +37,13 @@ NEEDS = {
     "06": ((8, 0), "bf16 needs sm_80+; fp32/fp16 run anywhere"),
     "07": ((8, 9), "FP8 dots need sm_89+ (Ada, Hopper); quantize, decode and packing run anywhere"),
 }
+
+
+def course_root() -> Path:
+    """The checkout holding results/ and notebooks/: this package's parent in a local install, else
+    $COURSE_ROOT or ./course (where the Colab bootstrap cell clones it)."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (os.environ.get("COURSE_ROOT"), here, Path.cwd() / "course", Path.cwd().parent):
+        if candidate and (Path(candidate) / "results").is_dir():
+            return Path(candidate)
+    return here

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import logging
 import math
+import time
 import urllib.parse
 import warnings
 from pathlib import Path
@@ -145,6 +146,10 @@ def stop(url_or_address: str | tuple[str, int] | None = None) -> None:
         parts = urllib.parse.urlsplit(address)
         address = (parts.hostname, parts.port)
     netron.stop(address)
+    # The server thread notices within 0.25 s; until then its socket may still accept connections.
+    deadline = time.monotonic() + 2
+    while netron.status(address) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def show(path: str | Path, port: int | None = None, height: int = 700) -> str:

@@ -1,0 +1,100 @@
+"""The one-source build: stubs, solutions, drift and notebook hygiene."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from course_utils import build
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SOURCE = '''# %% [markdown]
+# # Title
+# text
+
+# %%
+@triton.jit
+def k(x_ptr):
+    # BEGIN SOLUTION
+    tl.store(x_ptr, 1)
+    # END SOLUTION
+
+
+def f(x):
+    """doc"""
+    # BEGIN SOLUTION
+    return x + 1
+    # END SOLUTION
+
+# %% [check] 02.vector_add
+
+# %% [progress] 02
+'''
+
+
+def test_parse_and_stub():
+    cells = build.parse(SOURCE)
+    assert [c.kind for c in cells] == ["markdown", "code", "check", "progress"]
+    assert cells[0].text == "# Title\ntext"
+    stubbed = build.stub(cells[1].text)
+    assert "tl.store" not in stubbed and "return x + 1" not in stubbed
+    assert "    pass  # YOUR CODE HERE" in stubbed  # a kernel body stays valid Triton
+    assert 'raise NotImplementedError("f: not written yet")' in stubbed
+    assert "BEGIN SOLUTION" not in build.solve(cells[1].text)
+    assert "return x + 1" in build.solve(cells[1].text)
+
+
+def test_check_and_progress_cells():
+    nb = build.to_notebook(build.parse(SOURCE), exercise=True)
+    sources = [c.source for c in nb.cells]
+    assert 'check("02.vector_add", add)' in sources
+    assert 'progress("02", globals())' in sources
+
+
+def test_unclosed_region_is_an_error():
+    with pytest.raises(ValueError, match="END SOLUTION"):
+        build.stub("def f():\n    # BEGIN SOLUTION\n    return 1\n")
+
+
+def test_committed_notebooks_match_their_sources():
+    assert build.build(check=True) == []
+
+
+def test_hygiene_catches_outputs_and_paths(tmp_path):
+    nb = json.loads(next(iter(build.targets().values())))
+    nb["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "hi"}]
+    nb["cells"][1]["execution_count"] = 3
+    nb["cells"][1]["source"] = "open('/home/alice/data.bin')"
+    path = tmp_path / "x.ipynb"
+    path.write_text(json.dumps(nb))
+    problems = " | ".join(build.hygiene(path))
+    assert "outputs" in problems and "execution count" in problems and "machine path" in problems
+
+
+def test_build_check_command_fails_on_drift(tmp_path, monkeypatch):
+    target = ROOT / "exercises" / "02_first_kernels.ipynb"
+    original = target.read_text()
+    try:
+        target.write_text(original.replace("YOUR CODE HERE", "solved by hand"))
+        result = subprocess.run([sys.executable, "-m", "course_utils", "build", "--check"],
+                                capture_output=True, text=True, cwd=ROOT)
+        assert result.returncode == 1
+        assert "02_first_kernels.ipynb differs from its source" in result.stderr
+    finally:
+        target.write_text(original)
+
+
+def test_environment_yml_names_the_pyproject_packages():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = set()
+    for dep in project["dependencies"] + [d for ds in project["optional-dependencies"].values() for d in ds]:
+        wanted.add(dep.split(">")[0].split("=")[0].split("<")[0].strip().lower())
+    env = (ROOT / "environment.yml").read_text().lower()
+    listed = {line.strip().lstrip("- ").strip("\"").split(">")[0].split("=")[0].split("<")[0].strip()
+              for line in env.splitlines() if line.strip().startswith("- ")}
+    assert wanted <= listed, f"environment.yml lacks {sorted(wanted - listed)}"
