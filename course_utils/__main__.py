@@ -1,4 +1,4 @@
-"""`python -m course_utils COMMAND`: lab, test, install, doctor, build, grade, bench."""
+"""`python -m course_utils COMMAND`: lab, test, install, doctor, build, grade, bench, prove."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("install", help="create or refresh .venv")
     p.add_argument("--tests", action="store_true", help="also install the test tools")
     sub.add_parser("doctor", help="versions, GPU, a tiny kernel, and what each lesson needs")
-    p = sub.add_parser("build", help="generate exercises/, solutions/ and notebooks/ from their sources")
+    p = sub.add_parser("build", help="generate the notebooks, the README's course map and results tables from their sources")
     p.add_argument("--check", action="store_true", help="fail on drift, outputs or machine paths instead")
     p = sub.add_parser("grade", help="grade exercise notebooks (files or folders)")
     p.add_argument("paths", nargs="+")
@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", default="grades", help="write REPORT.json and REPORT.csv")
     p = sub.add_parser("bench", help="run a lesson's GPU benchmarks and write results/")
     p.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
-    sub.add_parser("results", help="regenerate results/README.md from results/*.json")
+    p = sub.add_parser("prove", help="on a GPU: execute lesson + solution notebooks, bench, write results/")
+    p.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
     args, rest = parser.parse_known_args(argv)
 
     if args.command in ("lab", "test", "install"):
@@ -59,11 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         for lesson in args.lessons or benches.available():
             benches.run(lesson)
         return 0
-    if args.command == "results":
-        from .results_table import write
+    if args.command == "prove":
+        from .mode import setup
 
-        print(f"wrote {write()}")
-        return 0
+        setup("gpu")
+        from .prove import prove
+
+        return 0 if prove(args.lessons) else 1
     return 2
 
 

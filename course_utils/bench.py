@@ -72,6 +72,7 @@ class Table:
     rows: list[Row] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    notebooks: dict = field(default_factory=dict)  # notebook -> {"ok", "seconds", "error"} (prove)
 
     def time(self, group: str, name: str, fn: Callable[[], object], *, n_bytes: float | None = None,
              flops: float | None = None, rep_ms: int = 100) -> Row | None:
@@ -110,7 +111,7 @@ class Table:
 
     def to_json(self) -> dict:
         return {"lesson": self.lesson, **environment(), "rows": [asdict(r) for r in self.rows],
-                "targets": [asdict(t) for t in self.targets], "notes": self.notes}
+                "targets": [asdict(t) for t in self.targets], "notes": self.notes, "notebooks": self.notebooks}
 
 
 def environment() -> dict:

@@ -163,7 +163,7 @@ def render(nb: nbformat.NotebookNode) -> str:
 
 
 def targets() -> dict[Path, str]:
-    """Every generated notebook and its expected text."""
+    """Every generated file (notebooks, README sections, results/README.md) and its expected text."""
     out = {}
     for src in sorted(LESSON_SOURCES.glob("l[0-9][0-9]_*.py")):
         stem = src.stem[1:]
@@ -172,6 +172,9 @@ def targets() -> dict[Path, str]:
         out[ROOT / "exercises" / f"{stem}.ipynb"] = render(to_notebook(cells, exercise=True))
     for src in sorted(NOTEBOOK_SOURCES.glob("[0-9][0-9]_*.py")):
         out[ROOT / "notebooks" / f"{src.stem}.ipynb"] = render(to_notebook(parse(src.read_text()), exercise=None))
+    from .results_table import generated
+
+    out.update(generated(repository_url()))  # README's course map and results table, results/README.md
     return out
 
 

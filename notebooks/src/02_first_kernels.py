@@ -18,7 +18,8 @@ import triton
 import triton.language as tl
 
 from course_utils import check, size
-from course_utils.bench import Table, can_time, show_results
+from course_utils import benches
+from course_utils.bench import can_time, plot, show_results
 from course_utils.lessons.l02_first_kernels import add, add_kernel, copy_2d_kernel, relu
 
 # %% [markdown]
@@ -106,16 +107,9 @@ print(inspect.getsource(copy_2d_kernel.fn))
 # memory-bound kernel moves bytes faster. So we report our kernels in GB/s next to it.
 
 # %%
-if can_time():
-    table = Table("02")
-    big = 1 << 28
-    xb, yb = torch.randn(big, device="cuda"), torch.randn(big, device="cuda")
-    ob = torch.empty_like(xb)
-    table.time("vector add fp32 2^28", "copy ceiling (x -> out)", lambda: ob.copy_(xb), n_bytes=2 * big * 4)
-    table.time("vector add fp32 2^28", "torch x + y", lambda: torch.add(xb, yb, out=ob), n_bytes=3 * big * 4)
-    table.time("vector add fp32 2^28", "triton (ours)", lambda: add(xb, yb, ob), n_bytes=3 * big * 4)
-    table.time("relu fp32 2^28", "triton (ours)", lambda: relu(xb, ob), n_bytes=2 * big * 4)
-    table.show()
+if can_time():  # the lesson's benchmark: course_utils/benches/l02.py, also `python -m course_utils bench 02`
+    table = benches.run("02", write=False)
+    plot(table.rows, f"lesson 02 on {torch.cuda.get_device_name()}")
 else:
     show_results("02")
 

@@ -1,0 +1,61 @@
+"""`python -m course_utils prove [LESSON...]`: the release check on a GPU machine.
+
+For each lesson: execute the lesson notebook and the solution notebook top to bottom (fresh kernels,
+in a scratch copy, so nothing in the checkout changes), then run the lesson's benchmarks, which write
+results/<lesson>.json and its plot. Finally results/README.md is regenerated from every JSON file.
+One lesson fits in well under 10 minutes, so the command can be run lesson by lesson.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from .lessons_index import LESSONS, course_root
+
+
+def execute(path: Path, timeout: int = 600) -> tuple[bool, float, str]:
+    """Run a notebook in a fresh kernel, in a scratch folder; (ok, seconds, error summary)."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / path.name
+        shutil.copy(path, copy)
+        nb = nbformat.read(copy, as_version=4)
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                resources={"metadata": {"path": scratch}})
+        try:
+            client.execute()
+        except CellExecutionError as exc:
+            return False, time.perf_counter() - start, str(exc).strip().splitlines()[-1][:300]
+        except Exception as exc:  # a dead kernel, a timeout
+            return False, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[:300]
+    return True, time.perf_counter() - start, ""
+
+
+def prove(lessons: list[str]) -> bool:
+    from . import benches
+    from .bench import Table, save
+    from .results_table import write
+
+    root = course_root()
+    ok_all = True
+    for lesson in lessons or list(LESSONS):
+        stem = LESSONS[lesson]
+        runs = {}
+        for folder in ("notebooks", "solutions"):
+            path = root / folder / f"{stem}.ipynb"
+            if path.exists():
+                ok, seconds, error = execute(path)
+                runs[f"{folder}/{path.name}"] = {"ok": ok, "seconds": round(seconds, 1), "error": error}
+                print(f"{folder}/{path.name}: {'ok' if ok else 'FAILED ' + error} ({seconds:.0f} s)", flush=True)
+                ok_all &= ok
+        table = benches.run(lesson, write=False) if lesson in benches.available() else Table(lesson)
+        table.notebooks = runs
+        print(f"wrote {save(table)}")
+    print(f"wrote {write()}")
+    return ok_all
