@@ -161,8 +161,8 @@ def plot(rows: list[dict] | list[Row], title: str, path: Path | None = None):
 
     rows = [r if isinstance(r, dict) else asdict(r) for r in rows]
     groups = list(dict.fromkeys(r["group"] for r in rows))
-    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 1.0 + 1.1 * sum(
-        1 for r in rows)), squeeze=False)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 0.8 + 0.8 * len(groups) + 0.3 * len(rows)),
+                             squeeze=False)
     for ax, group in zip(axes[:, 0], groups):
         members = [r for r in rows if r["group"] == group]
         metric = "tflops" if any(r.get("tflops") for r in members) else "gbps"
