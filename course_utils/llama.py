@@ -1,8 +1,9 @@
-"""The toy Llama of the course: one decoder layer with Llama-7B-like widths and random weights.
+"""The toy Llama of the course: one decoder layer, 1024 wide, with Llama-7B's MLP width and random weights.
 
 Nothing is downloaded: the model is built from a config with weights drawn from a fixed seed, so
 every student (and every test) gets the same numbers. Lesson 06 fuses its RMSNorm + MLP block.
 """
+
 from __future__ import annotations
 
 import torch
@@ -12,12 +13,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 def toy_config(small: bool = False) -> LlamaConfig:
     """The lesson's config (hidden 1024, MLP 11008), or a small one that runs quickly on a CPU."""
-    if small:
-        sizes = dict(hidden_size=128, intermediate_size=344, vocab_size=512, max_position_embeddings=256)
-    else:
-        sizes = dict(hidden_size=1024, intermediate_size=11008, vocab_size=32000, max_position_embeddings=2048)
+    hidden, intermediate, vocab, positions = (128, 344, 512, 256) if small else (1024, 11008, 32000, 2048)
     return LlamaConfig(
-        **sizes,
+        hidden_size=hidden,
+        intermediate_size=intermediate,  # 11008 is Llama-7B's MLP width
+        vocab_size=vocab,
+        max_position_embeddings=positions,
         num_hidden_layers=1,
         num_attention_heads=4,  # head_dim = hidden / 4
         num_key_value_heads=4,  # as many K/V heads as query heads: plain multi-head attention

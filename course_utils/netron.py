@@ -2,12 +2,15 @@
 
 The ONNX graph is what the model computes before anyone fuses it. The RMSNorm alone is seven nodes
 (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul by 1/rms, Mul by the weight) and the MLP six more
-(3 MatMul; Sigmoid and Mul for SiLU; Mul of gate and up), each one reading and writing a whole
-tensor; lesson 06 computes the same thing in one or two kernels.
+(3 MatMul; Sigmoid and Mul for SiLU; Mul of gate and up), each one a trip through memory;
+lesson 06 computes the same thing in one or two kernels.
 
 Files go to `exports/` at the root of the course checkout (ignored by git). Netron serves on
-127.0.0.1 only: from another machine, reach it through an ssh port forward.
+127.0.0.1 only: from another machine, reach it through an ssh port forward. Its page asks once to
+accept cookies (it reports anonymous usage), and a Netron release stops drawing models about 180 days
+after it was built ("Please update"): `pip install -U netron` then.
 """
+
 from __future__ import annotations
 
 import collections
@@ -24,7 +27,7 @@ import onnx
 import onnx.inliner
 import torch
 
-from course_utils.llama import LogitsOnly, mlp_block, toy_config, toy_llama
+from .llama import LogitsOnly, mlp_block, toy_config, toy_llama
 
 
 def exports_dir() -> Path:
@@ -68,8 +71,9 @@ def export_llama(path: str | Path | None = None, small: bool = True, seq_len: in
     """
     name = "toy_llama_small.onnx" if small else "toy_llama.onnx"
     path = Path(path) if path is not None else exports_dir() / name
-    ids = torch.randint(toy_config(small).vocab_size, (1, seq_len), generator=torch.Generator().manual_seed(0))
-    return _export(LogitsOnly(toy_llama(small)), (ids,), path)  # ids: (1, T)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(toy_config(small).vocab_size, (1, seq_len), generator=generator)  # (1, T)
+    return _export(LogitsOnly(toy_llama(small)), (ids,), path)
 
 
 def export_mlp_block(path: str | Path | None = None, small: bool = True, seq_len: int = 16) -> Path:
@@ -91,7 +95,11 @@ def _op_types(graph: onnx.GraphProto):
 
 
 def op_summary(path: str | Path) -> collections.Counter:
-    """How many nodes of each op type the graph has, with model-local functions inlined first."""
+    """How many nodes of each op type the graph has, with model-local functions inlined first.
+
+    The dynamo exporter (torch 2.13, onnxscript 0.7) emits a flat graph of standard ONNX ops, with
+    no functions; other versions may wrap modules in functions, which would hide their ops.
+    """
     model = onnx.load(str(path), load_external_data=False)
     return collections.Counter(_op_types(onnx.inliner.inline_local_functions(model).graph))
 
@@ -158,11 +166,7 @@ def show(path: str | Path, port: int | None = None, height: int = 700) -> str:
     port = urllib.parse.urlsplit(url).port
     print(f"Netron shows {Path(path).name} at {url}  (stop it with course_utils.netron.stop({url!r}))")
     try:
-        from IPython.display import HTML, IFrame, display
-    except ImportError:
-        return url
-    try:
-        # Colab runs the kernel on a remote VM; its proxy exposes the VM's local port to the browser.
+        # Colab runs the kernel on a remote VM; its proxy shows the VM's local port in the notebook.
         from google.colab import output as colab_output
     except ImportError:
         colab_output = None
@@ -172,8 +176,12 @@ def show(path: str | Path, port: int | None = None, height: int = 700) -> str:
     print(
         "The server listens on the machine running this notebook. If that is not your computer, "
         f"forward the port first:\n  ssh -N -L {port}:127.0.0.1:{port} <user>@<notebook-host>\n"
-        f"then open {url} (the frame below fills in once the port is reachable)."
+        f"then open {url} (a frame below fills in once the port is reachable)."
     )
+    try:
+        from IPython.display import HTML, IFrame, display
+    except ImportError:
+        return url
     display(HTML(f'<a href="{url}" target="_blank">Open {Path(path).name} in Netron</a>'))
     display(IFrame(url, width="100%", height=height))
     return url

@@ -98,3 +98,11 @@ def test_environment_yml_names_the_pyproject_packages():
     listed = {line.strip().lstrip("- ").strip("\"").split(">")[0].split("=")[0].split("<")[0].strip()
               for line in env.splitlines() if line.strip().startswith("- ")}
     assert wanted <= listed, f"environment.yml lacks {sorted(wanted - listed)}"
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    command = next(line.split("#")[0].strip() for line in readme.splitlines()
+                   if line.startswith("python3 -m course_utils test"))
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert command in ci.splitlines()
