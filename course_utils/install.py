@@ -53,18 +53,21 @@ def _install_chromium() -> None:
 
 
 def install(tests: bool = False) -> Path:
-    """Create or refresh .venv; returns its python."""
+    """Create or refresh .venv; returns its python. tests=True also installs Chromium for the Netron test."""
     gpu = _has_gpu()
     keep_system = gpu and _system_torch_sees_gpu()
     mode = "gpu-system" if keep_system else ("gpu" if gpu else "cpu")
-    extras = "lab,test" if tests else "lab"
-    stamp_text = hashlib.sha256(((ROOT / "pyproject.toml").read_bytes() + f"{mode}|{extras}".encode())).hexdigest()
+    # One environment serves both commands (pytest is small), so `lab` never rebuilds what `test` made.
+    extras = "lab,test"
+    stamp_text = hashlib.sha256(((ROOT / "pyproject.toml").read_bytes() + mode.encode())).hexdigest()
     stamp = VENV / ".course-installed"
     if tests:
         _install_chromium()
     if stamp.exists() and stamp.read_text() == stamp_text and venv_python().exists():
         return venv_python()
-    print(f"setting up {VENV} ({mode}: {'keeping the torch already installed' if keep_system else ''})".rstrip(": )") + ")")
+    why = {"cpu": "no GPU: the CPU build of torch, kernels in Triton's interpreter",
+           "gpu": "a GPU and no torch yet: pip's CUDA build", "gpu-system": "a GPU: keeping the torch installed"}
+    print(f"setting up {VENV} ({why[mode]})", flush=True)
     venv.EnvBuilder(with_pip=True, system_site_packages=keep_system, clear=stamp.exists()).create(VENV)
     py = str(venv_python())
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
