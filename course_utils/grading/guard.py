@@ -12,10 +12,17 @@ Three things the checker wants to know about a student's function, beyond its ou
 from __future__ import annotations
 
 import contextlib
+import functools
+import linecache
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Host-side torch ops a kernel exercise may use: allocation, views and metadata, no arithmetic.
@@ -29,6 +36,57 @@ HOST_OPS = {
 }
 
 
+# How a student wrote the aten ops that show up in kernel exercises, for messages that name the
+# torch function they called rather than its internal name. Ops not listed are shown as aten.<op>.
+TORCH_NAMES = {
+    "mm": "torch.matmul / @", "bmm": "torch.matmul / @", "matmul": "torch.matmul / @",
+    "addmm": "torch.matmul / @ / F.linear", "baddbmm": "torch.matmul / @", "mv": "torch.matmul / @",
+    "addmv": "torch.matmul / @", "dot": "torch.matmul / @ / torch.dot", "vdot": "torch.vdot",
+    "linear": "F.linear", "einsum": "torch.einsum", "_scaled_mm": "torch._scaled_mm",
+    "_softmax": "torch.softmax / F.softmax", "softmax": "torch.softmax / F.softmax",
+    "_log_softmax": "F.log_softmax", "logsumexp": "torch.logsumexp",
+    "_scaled_dot_product_flash_attention": "F.scaled_dot_product_attention",
+    "_scaled_dot_product_efficient_attention": "F.scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention_for_cpu": "F.scaled_dot_product_attention",
+    "_scaled_dot_product_cudnn_attention": "F.scaled_dot_product_attention",
+    "rms_norm": "F.rms_norm", "_fused_rms_norm": "F.rms_norm", "native_layer_norm": "F.layer_norm",
+    "add": "torch.add / +", "sub": "torch.sub / -", "rsub": "torch.sub / -", "mul": "torch.mul / *",
+    "div": "torch.div / the / operator", "neg": "torch.neg / unary -", "pow": "torch.pow / **",
+    "remainder": "torch.remainder / %", "floor_divide": "torch.floor_divide / //",
+    "relu": "torch.relu / F.relu", "relu_": "torch.relu_ / F.relu(inplace=True)",
+    "clamp": "torch.clamp", "clamp_min": "torch.clamp(min=) / F.relu", "clamp_max": "torch.clamp(max=)",
+    "maximum": "torch.maximum", "minimum": "torch.minimum", "max": "torch.max", "min": "torch.min",
+    "amax": "torch.amax / Tensor.max(dim)", "amin": "torch.amin / Tensor.min(dim)",
+    "sum": "torch.sum", "mean": "torch.mean", "var": "torch.var", "std": "torch.std",
+    "linalg_vector_norm": "torch.norm / torch.linalg.vector_norm", "cumsum": "torch.cumsum",
+    "exp": "torch.exp", "exp2": "torch.exp2", "log": "torch.log", "sqrt": "torch.sqrt",
+    "rsqrt": "torch.rsqrt",
+    "sin": "torch.sin", "cos": "torch.cos", "tanh": "torch.tanh", "sigmoid": "torch.sigmoid",
+    "silu": "F.silu", "gelu": "F.gelu", "abs": "torch.abs", "sign": "torch.sign", "where": "torch.where",
+    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+    "bitwise_and": "torch.bitwise_and / &", "bitwise_or": "torch.bitwise_or / |",
+    "bitwise_xor": "torch.bitwise_xor / ^", "bitwise_left_shift": "torch.bitwise_left_shift / <<",
+    "bitwise_right_shift": "torch.bitwise_right_shift / >>", "__lshift__": "<<", "__rshift__": ">>",
+    "copy_": "Tensor.copy_ / out[...] = ...", "clone": "Tensor.clone / Tensor.contiguous",
+    "_to_copy": "Tensor.to / .float() / .half() / .cpu()", "cat": "torch.cat", "stack": "torch.stack",
+    "index_put_": "out[index] = ...", "index": "x[index_tensor]", "gather": "torch.gather",
+    "index_select": "torch.index_select", "masked_fill": "Tensor.masked_fill",
+    "masked_fill_": "Tensor.masked_fill_", "sort": "torch.sort", "topk": "torch.topk",
+    "embedding": "F.embedding", "round": "torch.round", "floor": "torch.floor", "ceil": "torch.ceil",
+}
+
+
+def torch_name(op: str) -> str:
+    """`aten.mm` as a student wrote it: "torch.matmul / @ (aten.mm)"; unknown ops stay "aten.<op>"."""
+    return f"{TORCH_NAMES[op]} (aten.{op})" if op in TORCH_NAMES else f"aten.{op}"
+
+
+# Tensor methods that hand the data to Python or NumPy, where a kernel exercise could compute the
+# answer without torch ops or a kernel. Formatting a tensor (print) is not counted.
+HOST_READS = {"numpy", "tolist", "__array__"}
+_FORMATTING = {"__repr__", "__str__", "__format__"}
+
+
 class OutOfBounds(RuntimeError):
     """A kernel in the interpreter reached for memory that none of its tensor arguments owns."""
 
@@ -37,10 +95,67 @@ class OutOfBounds(RuntimeError):
 class Watch:
     launches: list[str] = field(default_factory=list)  # names of the Triton kernels launched
     torch_ops: list[str] = field(default_factory=list)  # aten ops run outside kernel launches
+    # Where each op that is not a HOST_OP was first called from the student's code, e.g.
+    # "`out.copy_(x + y)` (add, line 4)"; empty when no such frame was found.
+    op_sites: dict[str, str] = field(default_factory=dict)
+    # Functions named *_ref (the PyTorch references) that were running when such an op ran.
+    references: list[str] = field(default_factory=list)
+    host_reads: list[str] = field(default_factory=list)  # Tensor.numpy / tolist / __array__ outside launches
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
         return sorted({op for op in self.torch_ops if op not in HOST_OPS})
+
+    def describe_ops(self, ops: list[str], limit: int = 4) -> str:
+        """ "torch.matmul / @ (aten.mm) at `c = a @ b` (matmul, line 3), ..." for messages."""
+        parts = []
+        for op in ops[:limit]:
+            site = self.op_sites.get(op)
+            parts.append(torch_name(op) + (f" at {site}" if site else ""))
+        if len(ops) > limit:
+            parts.append(f"and {len(ops) - limit} more")
+        return ", ".join(parts)
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_INSTALLED = (sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
+_LIBRARY_DIRS = tuple(
+    {os.path.abspath(p) + os.sep for p in _INSTALLED}
+    | {_TORCH, os.path.dirname(os.path.abspath(np.__file__)) + os.sep, _HERE}
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def _library_frame(filename: str) -> bool:
+    """Frames of torch, numpy, Triton, installed packages, the standard library and this package."""
+    if filename.startswith("<frozen"):
+        return True
+    path = os.path.abspath(filename)
+    return path.startswith(_LIBRARY_DIRS) or f"{os.sep}triton{os.sep}" in path
+
+
+@functools.lru_cache(maxsize=4096)
+def _ours_or_torch(filename: str) -> bool:
+    return os.path.abspath(filename).startswith((_TORCH, _HERE))
+
+
+def _caller(watch: Watch, op: str) -> None:
+    """Record where the student's code called `op`, and any *_ref function on the way."""
+    frame = sys._getframe(2)
+    site = None
+    while frame is not None:
+        code = frame.f_code
+        if site is None and op not in watch.op_sites and not _library_frame(code.co_filename):
+            line = linecache.getline(code.co_filename, frame.f_lineno).strip()
+            where = f"({code.co_name}, line {frame.f_lineno})"
+            site = f"`{line}` {where}" if line else where
+        if (code.co_name.endswith("_ref") and code.co_name not in watch.references
+                and not _ours_or_torch(code.co_filename)):
+            watch.references.append(code.co_name)
+        frame = frame.f_back
+    if site is not None:
+        watch.op_sites[op] = site
 
 
 class _RecordOps(TorchDispatchMode):
@@ -51,7 +166,31 @@ class _RecordOps(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if not self.paused:
-            self.watch.torch_ops.append(func.overloadpacket.__name__)
+            name = func.overloadpacket.__name__
+            self.watch.torch_ops.append(name)
+            if name not in HOST_OPS:
+                _caller(self.watch, name)
+        return func(*args, **(kwargs or {}))
+
+
+class _RecordHostCalls(TorchFunctionMode):
+    """Tensor methods seen before dispatch: data handed to NumPy/Python, and printing (not counted)."""
+
+    def __init__(self, watch: Watch, recorder: _RecordOps):
+        super().__init__()
+        self.watch = watch
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in _FORMATTING:  # print(x) while debugging runs torch ops that compute nothing for `out`
+            self.recorder.paused += 1
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                self.recorder.paused -= 1
+        if name in HOST_READS and not self.recorder.paused:
+            self.watch.host_reads.append(name)
         return func(*args, **(kwargs or {}))
 
 
@@ -136,11 +275,26 @@ def _patch_interpreter():
     return undo
 
 
-def _patch_launchers(watch: Watch, recorder: _RecordOps):
-    """Count launches of @triton.jit functions (compiled or interpreted); pause op recording inside."""
-    from triton.runtime.jit import JITFunction
+def _kernel_name(obj) -> str:
+    """The @triton.jit function's name behind a JITFunction, Autotuner or Heuristics object."""
+    for _ in range(6):
+        name = getattr(obj, "__name__", None)
+        if isinstance(name, str):
+            return name
+        obj = getattr(obj, "fn", None)
+        if obj is None:
+            break
+    return "kernel"
 
+
+def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[[], None] | None = None):
+    """Count launches of @triton.jit functions (compiled or interpreted); pause op recording inside.
+
+    Only outermost launches count: an autotuner's benchmark runs and its final launch are one launch.
+    `after_launch` runs (with recording paused) after each outermost launch returns.
+    """
     from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
 
     counted = [JITFunction]
     with contextlib.suppress(ImportError):
@@ -150,14 +304,21 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps):
     # The autotuner's own timing loop allocates and clears buffers: pause recording there too.
     originals = {cls: cls.run for cls in (*counted, Autotuner)}
 
+    depth = [0]
+
     def wrap(cls, orig):
         def run(self, *args, **kwargs):
-            if cls in counted and not kwargs.get("warmup", False):
-                watch.launches.append(getattr(self, "__name__", "kernel"))
+            outermost = depth[0] == 0 and not kwargs.get("warmup", False)
+            if outermost:
+                watch.launches.append(_kernel_name(self))
+            depth[0] += 1
             recorder.paused += 1
             try:
                 return orig(self, *args, **kwargs)
             finally:
+                depth[0] -= 1
+                if outermost and after_launch is not None:
+                    after_launch()
                 recorder.paused -= 1
 
         return run
@@ -173,14 +334,17 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps):
 
 
 @contextlib.contextmanager
-def watching():
-    """Record launches and torch ops of the code inside; guard interpreter memory accesses."""
+def watching(after_launch: Callable[[], None] | None = None):
+    """Record launches and torch ops of the code inside; guard interpreter memory accesses.
+
+    after_launch: called after each (outermost) kernel launch returns, e.g. to snapshot outputs.
+    """
     watch = Watch()
     recorder = _RecordOps(watch)
-    undo_launch = _patch_launchers(watch, recorder)
+    undo_launch = _patch_launchers(watch, recorder, after_launch)
     undo_interp = _patch_interpreter()
     try:
-        with recorder:
+        with _RecordHostCalls(watch, recorder), recorder:
             yield watch
     finally:
         undo_interp()

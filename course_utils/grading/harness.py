@@ -14,20 +14,45 @@ import inspect
 import random
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..mode import current
-from .guard import OutOfBounds, watching
+from .guard import HOST_OPS, TORCH_NAMES, OutOfBounds, watching
 
 GUARD_ELEMENTS = 1 << 16  # guard region on each side of an output: larger than any block a kernel uses
 SHOW = 5  # how many mismatching elements a failure message lists
 
 
 class CheckFailed(AssertionError):
-    """A candidate gave a wrong answer; the message says where and how."""
+    """A candidate gave a wrong answer; the message says where and how.
+
+    Raised by `check` with what a program needs to summarize it (batch grading, progress):
+    `exercise` (id), `case` (its description), `seed`, `problems` (one text per problem found)
+    and `reason`, the first problem in one line.
+    """
+
+    def __init__(self, *args, exercise: str | None = None, case: str | None = None, seed: int | None = None,
+                 problems: Iterable[str] = (), raised: str | None = None):
+        super().__init__(*args)
+        self.exercise = exercise
+        self.case = case
+        self.seed = seed
+        self.problems = list(problems)
+        self.raised = raised  # CandidateError: the exception line, e.g. "NotImplementedError: add: ..."
+
+    @property
+    def reason(self) -> str:
+        """The first thing that went wrong, in one line (e.g. for a table of grades)."""
+        if self.raised:
+            return f"raised {self.raised}"
+        for text in self.problems or [str(self)]:
+            for line in text.splitlines():
+                if line.strip():
+                    return line.strip()
+        return type(self).__name__
 
 
 class CandidateError(CheckFailed):
@@ -67,6 +92,8 @@ class Exercise:
     forbidden_ops: tuple[str, ...] = ()  # aten ops this exercise may not call (e.g. "transpose")
     allowed_ops: tuple[str, ...] = ()  # extra aten ops a kernel exercise may call on the host
     stub_message: str = ""  # filled in by the builder: what the unsolved stub raises
+    # Kernel exercises: the most kernel launches one call may make (1: "in one kernel"); None: any.
+    max_launches: int | None = None
 
     @property
     def func_name(self) -> str:
@@ -232,16 +259,62 @@ def _guard_problems(name: str, buf: torch.Tensor, numel: int) -> list[str]:
 
 # --- running a candidate ----------------------------------------------------------------------
 
+def _root_exception(exc: BaseException) -> BaseException:
+    cause = exc
+    while cause.__cause__ is not None and type(cause).__name__ == "InterpreterError":
+        cause = cause.__cause__
+    return cause
+
+
 def _student_traceback(exc: BaseException) -> str:
     """The traceback without the checker's own frames (the student's code and what it called)."""
     frames = traceback.extract_tb(exc.__traceback__)
     here = __file__.rsplit(".", 1)[0]
     kept = [f for f in frames if not f.filename.startswith(here)]
     text = "".join(traceback.format_list(kept[-8:]))
-    cause = exc
-    while cause.__cause__ is not None and type(cause).__name__ == "InterpreterError":
-        cause = cause.__cause__
+    cause = _root_exception(exc)
     return text + "".join(traceback.format_exception_only(type(cause), cause))
+
+
+def _exception_line(exc: BaseException) -> str:
+    """"NotImplementedError: add: not written yet": the last line of the traceback, shortened."""
+    cause = _root_exception(exc)
+    lines = "".join(traceback.format_exception_only(type(cause), cause)).strip().splitlines()
+    return lines[-1].strip() if lines else type(cause).__name__
+
+
+def _candidate_error(exc: BaseException) -> CandidateError:
+    return CandidateError(f"your function raised an exception:\n{_student_traceback(exc)}",
+                          raised=_exception_line(exc))
+
+
+def _host_problems(ex: Exercise, watch) -> list[str]:
+    """How a kernel exercise computed: no launch, torch or NumPy on the host, too many launches."""
+    problems = []
+    if watch.references:
+        names = ", ".join(f"`{name}`" for name in watch.references)
+        problems.append(f"your function calls the reference {names}: it computes the answer with PyTorch; "
+                        "write the computation in your Triton kernel instead")
+    forbidden = [op for op in watch.compute_ops() if op not in ex.allowed_ops]
+    if not watch.launches:
+        problems.append("no Triton kernel was launched: the result must come from a @triton.jit kernel")
+    if forbidden:
+        problems.append(
+            "computed with torch operations on the host (" + watch.describe_ops(forbidden)
+            + "): the arithmetic must happen inside your Triton kernel"
+        )
+    reads = sorted(set(watch.host_reads))
+    if reads:
+        problems.append(
+            "read tensor data into Python/NumPy on the host (" + ", ".join(f"Tensor.{r}" for r in reads)
+            + "): the arithmetic must happen inside your Triton kernel"
+        )
+    if ex.max_launches is not None and len(watch.launches) > ex.max_launches:
+        names = ", ".join(watch.launches[:6]) + (", ..." if len(watch.launches) > 6 else "")
+        want = "one kernel" if ex.max_launches == 1 else f"at most {ex.max_launches} kernel launches"
+        problems.append(f"launched {len(watch.launches)} kernels ({names}); this exercise asks for {want}: "
+                        "fuse the steps into one @triton.jit function")
+    return problems
 
 
 def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str) -> list[str]:
@@ -258,7 +331,17 @@ def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str)
                 inputs.append((name, arg, _bits(arg).clone()))
             call_args.append(arg)
 
-    with watching() as watch:
+    # The outputs' bytes as the last kernel launch left them, and how many torch ops had run by then:
+    # output that changes afterwards without a torch op that writes was written by NumPy or the like.
+    after_launch: dict[str, torch.Tensor] = {}
+    ops_at_last_launch = [0]
+
+    def snapshot():
+        for out_name, (_, view, _) in buffers.items():
+            after_launch[out_name] = _bits(view).clone()
+        ops_at_last_launch[0] = len(watch.torch_ops)
+
+    with watching(after_launch=snapshot) as watch:
         try:
             result = candidate(*call_args)
         except OutOfBounds as exc:
@@ -269,27 +352,40 @@ def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str)
                 root = root.__cause__
             if isinstance(root, OutOfBounds):
                 raise CheckFailed(str(root)) from None
-            raise CandidateError(f"your function raised an exception:\n{_student_traceback(exc)}") from None
+            raise _candidate_error(exc) from None
     if device == "cuda":
-        torch.cuda.synchronize()
+        try:
+            torch.cuda.synchronize()
+        except RuntimeError as exc:
+            raise CheckFailed(
+                f"your kernel crashed on the GPU ({str(exc).splitlines()[0]}): most likely a load or store "
+                "out of bounds (a missing mask, a wrong offset or stride). The CUDA context is now broken: "
+                "restart the Python kernel before the next check"
+            ) from None
 
     problems = []
     if result is not None and not isinstance(result, torch.Tensor | tuple):
         problems.append(f"returned {type(result).__name__}; a destination-passing function returns None")
-    forbidden = [op for op in watch.compute_ops() if op not in ex.allowed_ops]
-    if not watch.launches:
-        problems.append("no Triton kernel was launched: the result must come from a @triton.jit kernel")
-    if forbidden:
-        problems.append(
-            "computed with torch operations on the host (" + ", ".join(f"aten.{op}" for op in forbidden)
-            + "): the arithmetic must happen inside your Triton kernel"
-        )
+    problems += _host_problems(ex, watch)
     for name, tensor, bits in inputs:
         if not torch.equal(_bits(tensor), bits):
             problems.append(f"your function modified its input `{name}`")
+    torch_wrote_later = any(op.endswith("_") or op in ex.allowed_ops or op not in HOST_OPS
+                            for op in watch.torch_ops[ops_at_last_launch[0]:])
     for name, (buf, view, numel) in buffers.items():
         problems += _guard_problems(name, buf, numel)
-        problems += compare(name, view, case.expected[name], case.atol, case.rtol)
+        changed_later = name in after_launch and not torch.equal(_bits(view), after_launch[name])
+        if changed_later and not torch_wrote_later:
+            problems.append(f"`{name}` was changed after your last kernel launch by host code (NumPy? a "
+                            "Python loop?): the result must be written by the Triton kernel")
+        found = compare(name, view, case.expected[name], case.atol, case.rtol)
+        returned_other = isinstance(result, torch.Tensor) and all(
+            result.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() for b, _, _ in buffers.values())
+        if found and returned_other:
+            found.append(f"your function returned a tensor instead of writing into `{name}`: the checker "
+                         "allocates the output, passes it in, and reads it after the call (the return value "
+                         "is ignored)")
+        problems += found
     if case.verify is not None and not problems:
         problems += case.verify({name: view for name, (_, view, _) in buffers.items()}, case)
     return problems
@@ -300,10 +396,12 @@ def _run_function_case(ex: Exercise, candidate: Callable, case: Case) -> list[st
         try:
             result = candidate(*case.args)
         except Exception as exc:
-            raise CandidateError(f"your function raised an exception:\n{_student_traceback(exc)}") from None
+            raise _candidate_error(exc) from None
     used = [op for op in ex.forbidden_ops if op in watch.torch_ops]
     if used:
-        return [f"uses aten.{', aten.'.join(used)}, which this exercise asks you to do yourself"]
+        named = ", ".join(f"aten.{op}" + (f" ({TORCH_NAMES[op]})" if op in TORCH_NAMES else "")
+                          for op in used)
+        return [f"uses {named}, which this exercise asks you to do yourself"]
     if case.verify is not None:
         return case.verify(result, case)
     if result != case.expected:
@@ -313,16 +411,30 @@ def _run_function_case(ex: Exercise, candidate: Callable, case: Case) -> list[st
 
 def _check_signature(ex: Exercise, candidate: Callable) -> None:
     if not callable(candidate):
-        raise CheckFailed(f"{ex.id}: expected a function {ex.signature}, got {type(candidate).__name__}")
+        raise CheckFailed(f"{ex.id}: expected a function {ex.signature}, got {type(candidate).__name__}",
+                          exercise=ex.id)
     try:
         inspect.signature(candidate).bind(*ex.params)
     except TypeError:
         raise CheckFailed(
             f"{ex.id}: wrong signature: expected {ex.signature}, "
-            f"your function is {getattr(candidate, '__name__', 'candidate')}{inspect.signature(candidate)}"
+            f"your function is {getattr(candidate, '__name__', 'candidate')}{inspect.signature(candidate)}",
+            exercise=ex.id,
         ) from None
     except ValueError:  # builtins without a signature: let the call decide
         pass
+
+
+def _with_header(exc: CheckFailed, header: str, about: dict) -> CheckFailed:
+    """The same failure with the exercise, case and seed in front."""
+    raised = getattr(exc, "raised", None)
+    try:
+        return type(exc)(f"{header}\n  {exc}", problems=[str(exc)], raised=raised, **about)
+    except TypeError:  # a subclass with its own constructor
+        err = type(exc)(f"{header}\n  {exc}")
+        err.exercise, err.case, err.seed = about["exercise"], about["case"], about["seed"]
+        err.problems, err.raised = [str(exc)], raised
+        return err
 
 
 def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, quiet: bool = False) -> None:
@@ -343,15 +455,15 @@ def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, qui
     reproduce = f'reproduce with check("{ex.id}", {ex.func_name}, seed={seed})'
     for i, case in enumerate(cases, 1):
         header = f"{ex.id} failed on case {i}/{len(cases)}: {describe_case(ex, case)}\n  seed {seed}: {reproduce}"
+        about = {"exercise": ex.id, "case": describe_case(ex, case), "seed": seed}
         try:
             problems = (_run_kernel_case(ex, candidate, case, device) if ex.kernel
                         else _run_function_case(ex, candidate, case))
         except CheckFailed as exc:
-            err = type(exc)(f"{header}\n  {exc}")
-            raise err from None
+            raise _with_header(exc, header, about) from None
         if problems:
             body = "\n".join("  " + p for p in problems)
             hint = f"\n  hint: {ex.hint}" if ex.hint else ""
-            raise CheckFailed(f"{header}\n{body}{hint}")
+            raise CheckFailed(f"{header}\n{body}{hint}", problems=problems, **about)
     if not quiet:
         print(f"{ex.id} passed: {len(cases)} cases ({ex.title}); seed {seed}")

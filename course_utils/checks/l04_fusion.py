@@ -1,0 +1,138 @@
+"""Exercises of lesson 04: traffic of elementwise chains, sin^4 in one kernel, silu(g) * u."""
+from __future__ import annotations
+
+import torch
+
+from ..grading import Case, Exercise, Out, register
+from ..grading.inputs import EPS, f64, randn, tolerance, uniform
+from ..mode import current, size
+
+# --- 04.bytes_moved ---------------------------------------------------------------------------
+
+
+def _bytes_cases(gen):
+    del gen  # the same questions every time: there is nothing random to draw
+    questions = [
+        (1, 4, 1, False), (1, 4, 1, True),
+        (1 << 26, 4, 4, False), (1 << 26, 4, 4, True),  # sin^4 of 2^26 fp32 elements
+        (4096 * 11008, 2, 3, False), (4096 * 11008, 2, 3, True),  # a bf16 chain of three ops
+        (1823, 8, 7, False), (1823, 8, 7, True),
+    ]
+    for n, b, ops, fused in questions:
+        expected = 2 * n * b if fused else 2 * ops * n * b
+        label = f"{'fused' if fused else 'unfused'}: {ops} op(s) on {n} elements of {b} bytes"
+        yield Case(label, (n, b, ops, fused), expected, verify=_verify_bytes)
+
+
+def _verify_bytes(result, case: Case) -> list[str]:
+    n, b, ops, fused = case.args
+    if isinstance(result, bool) or not isinstance(result, int):
+        if isinstance(result, float) and result == case.expected:
+            return [f"returned the float {result!r}: return an int (bytes are whole; use * and //, not /)"]
+        return [f"returned {result!r} ({type(result).__name__}), expected the int {case.expected}"]
+    if result == case.expected:
+        return []
+    problems = [f"returned {result}, expected {case.expected}"]
+    if result * 2 == case.expected:
+        problems.append("that is half: every pass over the data reads the elements AND writes them "
+                        "(did you forget the write?)")
+    elif fused and result == 2 * ops * n * b and ops > 1:
+        problems.append("that is the unfused traffic: fused, the intermediates stay in registers, so the "
+                        "chain reads its input once and writes its output once, whatever n_ops is")
+    elif not fused and result == 2 * n * b:
+        problems.append("that is the fused traffic: unfused, each of the n_ops kernels reads and writes "
+                        "all n elements")
+    return problems
+
+
+register(Exercise(
+    "04.bytes_moved", "bytes moved by an elementwise chain, unfused and fused",
+    "bytes_moved(n_elements, bytes_per_element, n_ops, fused)", _bytes_cases, kernel=False,
+    hint="one pass over n elements of b bytes is n * b bytes; each eager op makes two passes (read "
+         "and write), a fused chain makes two passes in total"))
+
+
+# --- 04.sin4 ----------------------------------------------------------------------------------
+
+# An accurate fp32 sinf is off by ~1e-7 per application. On a GPU tl.sin may compile to the
+# approximate sin.approx.f32 (abs error ~5e-7 on [-pi, pi], plus |x| * 2^-24 from its argument
+# reduction): four applications at |x| <= 50 stay below 1e-5.
+_SIN_FP32_TOL = (1e-5, 1e-5)
+
+
+def _sin4_expected(x: torch.Tensor) -> torch.Tensor:
+    y = f64(x)
+    for _ in range(4):
+        y = torch.sin(y)
+    return y
+
+
+def _sin4_cases(gen):
+    low = [torch.float16, torch.bfloat16] if current().gpu else [torch.float16]
+    inputs = [
+        ("one element", randn((1,), gen=gen)),
+        ("length 1823: no multiple of any block", randn((1823,), gen=gen, scale=2.0)),
+        ("a large length plus 3", randn((size((1 << 22) + 3, (1 << 14) + 3),), gen=gen, scale=2.0)),
+        ("2-D, contiguous, odd sizes", randn(size((1823, 781), (37, 781)), gen=gen, scale=2.0)),
+        ("3-D, contiguous", randn((3, 5, 7), gen=gen)),
+        ("arguments up to +-50: sin's argument reduction",
+         uniform((size(1 << 20, 4099),), -50.0, 50.0, gen=gen)),
+    ]
+    inputs += [(f"length 1823, {str(dt)[6:]} in and out (compute in fp32)",
+                randn((1823,), dt, gen=gen, scale=2.0)) for dt in low]
+    inputs += [(f"2-D odd sizes, {str(dt)[6:]}", randn(size((1823, 781), (37, 781)), dt, gen=gen, scale=2.0))
+               for dt in low]
+    for label, x in inputs:
+        atol, rtol = _SIN_FP32_TOL if x.dtype == torch.float32 else tolerance(x.dtype)
+        yield Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": _sin4_expected(x)}, atol, rtol)
+
+
+register(Exercise(
+    "04.sin4", "sin(sin(sin(sin(x)))) in one kernel", "sin4(x, out)", _sin4_cases, max_launches=1,
+    hint="one kernel, one program per BLOCK elements with mask = offsets < n; load x once, convert with "
+         ".to(tl.float32) (tl.sin accepts only fp32/fp64), apply tl.sin four times, store once; "
+         "launch over x.numel() so any contiguous shape works"))
+
+
+# --- 04.silu_mul ------------------------------------------------------------------------------
+
+
+def _silu_mul_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """fp16/bf16: computed in fp32 and rounded once, the error is at most half a step of the dtype
+    (EPS relative) plus ~1e-6 of fp32 maths: allow 1.1 EPS. A sigmoid or silu rounded to fp16/bf16
+    along the way adds a second rounding and fails. atol covers fp16's subnormal steps (2^-24)."""
+    if dtype == torch.float32:
+        # GPU fp32: tl.sigmoid uses an approximate exp2 and divide (a few ulp each)
+        return tolerance(torch.float32, slack=32)
+    return 2.0**-24, 1.1 * EPS[dtype]
+
+
+def _silu_mul_expected(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    g64 = f64(g)
+    return g64 * torch.sigmoid(g64) * f64(u)
+
+
+def _silu_mul_cases(gen):
+    dtypes = [torch.float32, torch.float16] + ([torch.bfloat16] if current().gpu else [])
+    shape_2d = size((1823, 781), (37, 781))
+    for dtype in dtypes:
+        name = str(dtype)[6:]
+        inputs = [
+            ("one element", randn((1,), dtype, gen), randn((1,), dtype, gen)),
+            ("2-D (tokens, intermediate), odd sizes", randn(shape_2d, dtype, gen, scale=3.0),
+             randn(shape_2d, dtype, gen)),
+            ("3-D, contiguous", randn((2, 3, 129), dtype, gen, scale=3.0), randn((2, 3, 129), dtype, gen)),
+            ("large |g| (uniform in +-100): exp(g) and exp(-g) overflow",
+             uniform(shape_2d, -100.0, 100.0, dtype, gen), randn(shape_2d, dtype, gen)),
+        ]
+        atol, rtol = _silu_mul_tolerance(dtype)
+        for label, g, u in inputs:
+            yield Case(f"{label}, {name}", (g, u, Out("out", tuple(g.shape), dtype)),
+                       {"out": _silu_mul_expected(g, u)}, atol, rtol)
+
+
+register(Exercise(
+    "04.silu_mul", "silu(g) * u in one kernel", "silu_mul(g, u, out)", _silu_mul_cases, max_launches=1,
+    hint="mask = offsets < n; load g and u and convert both with .to(tl.float32); compute "
+         "g * sigmoid(g) * u in fp32 with sigmoid = 1 / (1 + exp(-g)) (tl.sigmoid), never "
+         "exp(g) / (1 + exp(g)), which is inf / inf = NaN for large g; round only once, in tl.store"))

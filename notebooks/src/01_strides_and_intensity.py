@@ -1,0 +1,332 @@
+# %% [markdown]
+# # Lesson 01: strides, views, and arithmetic intensity
+#
+# Before writing kernels, two questions every kernel author asks about every tensor and every operation:
+#
+# 1. **Where is each element in memory?** A tensor is a pointer to memory plus a *shape*, *strides*
+#    and an *offset*. Many operations (transpose, slicing, broadcasting, most reshapes) only change
+#    those numbers and copy nothing. A Triton kernel receives the pointer and must use the strides itself.
+# 2. **Is this operation limited by memory traffic or by arithmetic?** Count the FLOPs and the bytes;
+#    their ratio, the *arithmetic intensity*, placed on the *roofline* of your device, says how fast
+#    the operation can possibly run, and so what a kernel should aim for.
+#
+# What you will learn:
+# - `data_ptr()`, `stride()`, `storage_offset()`: views versus copies, and when `reshape` cannot be a view;
+# - the GPU memory hierarchy and its latencies, and why bandwidth, not latency, sets the speed of big tensors;
+# - FLOPs versus bytes: arithmetic intensity of ReLU (fp32: 1/8 FLOP per byte, int8: 1/2), of a
+#   vector add, a softmax, and of a matmul as its size grows;
+# - the roofline, drawn with ceilings **measured on your device** (copy bandwidth, matmul rate), with
+#   real operations placed on it, so you can see which ones are memory-bound.
+#
+# The exercises of this lesson are in `exercises/01_strides_and_intensity.ipynb`.
+
+# %%
+from course_utils import setup
+
+mode = setup()
+
+import torch  # noqa: E402
+
+from course_utils import roofline  # noqa: E402
+from course_utils.bench import Table, show_results  # noqa: E402
+from course_utils.checks.l01_strides_and_intensity import quiz  # noqa: E402
+
+# %% [markdown]
+# ## 1. A tensor is a pointer, a shape, strides and an offset
+#
+# The elements of a tensor live in a *storage*: one flat run of memory. The tensor itself is a view
+# of that storage described by four things:
+#
+# | | meaning | here |
+# |---|---|---|
+# | pointer | where the storage starts in memory | `t.untyped_storage().data_ptr()` |
+# | offset | index (in elements) of the tensor's first element in the storage | `t.storage_offset()` |
+# | shape | size of each dimension | `t.shape` |
+# | strides | how many elements to skip to move one step along each dimension | `t.stride()` |
+#
+# Element `t[i, j]` is storage element `offset + i * stride[0] + j * stride[1]`, at byte address
+# `t.data_ptr() + (i * stride[0] + j * stride[1]) * t.element_size()` (`t.data_ptr()` already
+# includes the offset). A fresh tensor is *contiguous*, row-major: the last dimension has stride 1,
+# each earlier stride is the product of the sizes after it.
+
+# %%
+def layout(name: str, x: torch.Tensor, base: torch.Tensor) -> None:
+    """One line: shape, strides, offset, where x starts relative to base's storage, view or copy."""
+    start = base.untyped_storage().data_ptr()
+    shared = x.untyped_storage().data_ptr() == start
+    where = f"storage+{x.data_ptr() - start} B" if shared else "new storage"
+    print(f"{name:<26} shape={str(tuple(x.shape)):<13} stride={str(x.stride()):<11} "
+          f"offset={x.storage_offset():<3} data_ptr={where:<15} "
+          f"{'VIEW' if shared else 'COPY'}{', contiguous' if x.is_contiguous() else ''}")
+
+
+t = torch.arange(24, dtype=torch.float32).reshape(4, 6)  # (4, 6): elements 0..23 in a row
+print(t)
+print(f"t.data_ptr() = {t.data_ptr():#x}, element size {t.element_size()} bytes")
+layout("t", t, t)
+
+# %% [markdown]
+# The formula, checked: read element `(2, 3)` straight from the flat storage.
+
+# %%
+storage = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)  # all of it, 1-D
+i, j = 2, 3
+flat_index = t.storage_offset() + i * t.stride(0) + j * t.stride(1)
+print(f"t[{i}, {j}] = {t[i, j].item()}, storage[{flat_index}] = {storage[flat_index].item()}")
+
+# %% [markdown]
+# ## 2. Views and copies
+#
+# A **view** is a new (offset, shape, strides) over the *same* storage: creating it costs nothing and
+# writing through it changes the original. A **copy** allocates new storage and moves every element:
+# time and memory traffic. For each operation below: is the result a view (same storage) or a copy?
+
+# %%
+layout("t.T (transpose)", t.T, t)  # swaps the two strides
+layout("t[:, 1:5] (slice)", t[:, 1:5], t)  # starts 1 element in, rows still 6 apart
+layout("t[1:, ::2] (step 2)", t[1:, ::2], t)  # offset 6, every other column: stride 2
+layout("t[2] (select a row)", t[2], t)  # one dimension fewer
+u = torch.arange(24.0).reshape(2, 3, 4)  # (2, 3, 4)
+layout("u.permute(2, 0, 1)", u.permute(2, 0, 1), u)  # strides reordered like the dims
+layout("u.unsqueeze(1)", u.unsqueeze(1), u)  # a size-1 dim: its stride is never used
+
+# %% [markdown]
+# **Broadcasting** repeats elements without copying them: a broadcast dimension has stride 0, so every
+# step along it reads the same memory. `x + row` broadcasts `row` this way inside the addition.
+
+# %%
+row = torch.arange(6.0)  # (6,)
+layout("row", row, row)
+layout("row.expand(4, 6)", row.expand(4, 6), row)  # stride 0 on the new leading dimension
+col = t[:, :1]  # (4, 1), a view of t's first column
+layout("t[:, :1].expand(4, 6)", col.expand(4, 6), t)  # stride 0 on the broadcast columns
+
+# %% [markdown]
+# **`reshape`** returns a view when the new shape can be described by strides over the existing
+# layout, and a copy otherwise. Merging two dimensions into one needs them to be "adjacent" in memory:
+# `stride[d] == stride[d + 1] * size[d + 1]`. A contiguous tensor can be reshaped into anything as a
+# view; its transpose cannot be flattened without reordering the elements. `view` never copies:
+# where `reshape` would copy, `view` raises. `contiguous()` copies a non-contiguous tensor into a
+# fresh row-major one (and returns the tensor itself when it already is).
+
+# %%
+layout("t.reshape(2, 12)", t.reshape(2, 12), t)
+layout("t.reshape(4, 2, 3)", t.reshape(4, 2, 3), t)
+layout("t.T.reshape(24)", t.T.reshape(24), t)  # the elements must be reordered: a copy
+try:
+    t.T.view(24)
+except RuntimeError as exc:
+    print(f"t.T.view(24) raises: {str(exc)[:95]}...")
+layout("t.T.contiguous()", t.T.contiguous(), t)
+layout("t.contiguous()", t.contiguous(), t)  # already contiguous: t itself
+
+# %% [markdown]
+# Views are also a tool. `as_strided(size, stride, offset)` builds any view you can describe with
+# strides, for example overlapping sliding windows over a signal, with no copy. (It is also how you
+# will build transposes and broadcasts by hand in the exercises.) Careful: `as_strided` checks nothing
+# but the storage's bounds; strides that make windows overlap mean that writing to one element
+# writes to several.
+
+# %%
+signal = torch.arange(10.0)  # (10,)
+windows = signal.as_strided((8, 3), (1, 1))  # (8, 3): window w is signal[w : w + 3]
+print(windows)
+layout("windows", windows, signal)
+
+# %% [markdown]
+# **Why kernels care.** A Triton kernel receives `x.data_ptr()` and nothing else about the layout:
+# the host must pass the strides (lesson 02's `copy_2d` does) or make the input contiguous first,
+# which costs a full extra read and write of the tensor. And memory is read fastest when neighbouring
+# threads read neighbouring addresses: along the stride-1 dimension.
+
+# %% [markdown]
+# ## 3. The memory hierarchy
+#
+# Approximate figures for an H100 SXM (latencies from microbenchmark studies of Hopper, such as
+# Luo et al., *Benchmarking and Dissecting the Nvidia Hopper GPU Architecture*, 2024; sizes and
+# bandwidth from NVIDIA's H100 datasheet and whitepaper; 1 cycle ~ 0.6 ns at 1.7 GHz):
+#
+# | level | size | bandwidth | latency |
+# |---|---|---|---|
+# | registers | 256 KB per SM (132 SMs) | feeds the ALUs every cycle | ~1 cycle |
+# | shared memory / L1 | 256 KB per SM, up to 228 KB shared | tens of TB/s, all SMs | ~30 cycles (~20 ns) |
+# | L2 cache | 50 MB | ~10 TB/s | ~200-300 cycles (~150 ns) |
+# | HBM3 (global memory) | 80 GB (H200: 141 GB) | 3.35 TB/s (H200: 4.8) | ~500-700 cycles (~0.4 µs) |
+# | host memory over PCIe 5 x16 | the CPU's RAM | ~64 GB/s each way | microseconds |
+# | launching a kernel | | | ~3-5 µs from Python |
+#
+# Two lessons hide in this table. First, every level down is larger and slower: a kernel wants to load
+# each byte from HBM once and reuse it from registers and shared memory (lesson 03's tiled matmul is
+# exactly that). Second, latency is *hidden*, not avoided: to keep 3.35 TB/s flowing with ~0.4 µs
+# per access, about 3.35e12 B/s x 0.4e-6 s ~ 1.3 MB must be in flight at every moment (Little's law),
+# which is why GPUs run tens of thousands of threads. For tensors far larger than L2, the speed limit
+# of a simple operation is HBM **bandwidth**; that is the slanted roof of the roofline.
+
+# %%
+if mode.gpu:
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 0)
+    print(f"{props.name}: {props.multi_processor_count} SMs, L2 {l2 / 2**20:.0f} MiB, "
+          f"{props.total_memory / 2**30:.0f} GiB of device memory, "
+          f"compute capability {props.major}.{props.minor}")
+else:
+    print("interpreter mode: no GPU here; the table above describes an H100 SXM")
+
+# %% [markdown]
+# ## 4. FLOPs versus bytes: arithmetic intensity
+#
+# **Napkin maths.** For an operation, count
+# - the FLOPs it must do (a multiply-add is 2 FLOPs; a comparison or an exp counts 1 here), and
+# - the bytes it must move between HBM and the chip, at the least: every input read once, every
+#   output written once.
+#
+# Their ratio is the **arithmetic intensity** `I = FLOPs / bytes`. ReLU in fp32 does 1 FLOP per
+# element and moves 4 bytes in and 4 out: `I = 1/8`. In int8 the same FLOP moves 1 + 1 bytes:
+# `I = 1/2`, four times the work per byte. A vector add reads two inputs: `1/12` in fp32.
+# `course_utils.roofline` holds these counts:
+
+# %%
+ops = {
+    "ReLU fp32": roofline.relu_cost(1 << 28, 4),
+    "ReLU int8": roofline.relu_cost(1 << 28, 1),
+    "vector add fp32": roofline.add_cost(1 << 28, 4),
+    "softmax fp32 4096 x 32768": roofline.softmax_cost(4096, 32768, 4),
+    "matmul bf16 8192^3": roofline.matmul_cost(8192, 8192, 8192, 2),
+}
+for name, cost in ops.items():
+    print(f"{name:<28} {cost.flops:10.3g} FLOPs {cost.n_bytes:10.3g} bytes  "
+          f"I = {cost.intensity:8.4g} FLOP/byte")
+
+# %% [markdown]
+# **Matmul** `(M, K) @ (K, N)`: `2MNK` FLOPs over `(MK + KN + MN) * bytes` bytes. For square `N x N`
+# matrices that is `2N^3 / (3N^2 * bytes) = 2N / (3 * bytes)`: intensity *grows with the size*, because
+# each element loaded takes part in N multiply-adds. A matrix-vector product (M = 1), the core of LLM
+# decoding, stays near 1 FLOP/byte in bf16 however large the matrix: every weight is used once.
+
+# %%
+print(f"{'M x N x K':<22} {'bf16 FLOP/B':>12} {'fp32 FLOP/B':>12}")
+for M, N, K in [(16, 16, 16), (64, 64, 64), (256, 256, 256), (1024, 1024, 1024), (4096, 4096, 4096),
+                (16384, 16384, 16384), (1, 8192, 8192), (16, 8192, 8192), (128, 8192, 8192)]:
+    bf16, fp32 = roofline.matmul_cost(M, N, K, 2), roofline.matmul_cost(M, N, K, 4)
+    print(f"{f'{M} x {N} x {K}':<22} {bf16.intensity:12.1f} {fp32.intensity:12.1f}")
+
+# %% [markdown]
+# **Floor times.** An operation cannot finish faster than its bytes take to move, nor faster than its
+# FLOPs take to compute: `time >= max(bytes / bandwidth, FLOPs / peak)`. On an H100 SXM's datasheet
+# figures (3.35 TB/s, 989 bf16 TFLOP/s dense, 67 fp32 TFLOP/s without tensor cores):
+
+# %%
+h100 = roofline.DATASHEETS["H100 SXM"]
+peaks = {"ReLU fp32": h100.peak("fp32"), "ReLU int8": h100.peak("fp32"), "vector add fp32": h100.peak("fp32"),
+         "softmax fp32 4096 x 32768": h100.peak("fp32"), "matmul bf16 8192^3": h100.peak("bf16")}
+for name, cost in ops.items():
+    memory_ms, compute_ms = cost.n_bytes / h100.bandwidth * 1e3, cost.flops / peaks[name] * 1e3
+    limit = "memory" if memory_ms > compute_ms else "compute"
+    print(f"{name:<28} memory {memory_ms:8.4f} ms, compute {compute_ms:8.4f} ms -> {limit}-bound, "
+          f">= {max(memory_ms, compute_ms):.4f} ms")
+
+# %% [markdown]
+# ## 5. The roofline, with your device's ceilings
+#
+# With bandwidth `B` (bytes/s) and peak rate `P` (FLOP/s), an operation of intensity `I` can reach at best
+#
+# $$\text{attainable}(I) = \min(P,\; I \cdot B)\quad \text{FLOP/s}.$$
+#
+# On a log-log plot that is a slanted roof (memory-bound, slope 1) meeting a flat roof (compute-bound)
+# at the **ridge point** `I = P / B`. Datasheet peaks are not reachable in practice, so
+# `course_utils` *measures* the ceilings: `B` from a 1 GiB device-to-device copy (read + write bytes
+# counted) and `P` from `torch.matmul` at 8192^3 in bf16 and in fp32 on TF32 tensor cores. On a GPU
+# `roofline.device_ceilings()` measures them once (a few seconds) and caches them per device name in
+# `~/.cache/course_utils/`; in interpreter mode it returns the committed GPU measurements.
+
+# %%
+ceilings = roofline.device_ceilings()
+print(ceilings.describe())
+print()
+print("datasheet figures, for comparison (dense tensor-core rates, peak HBM bandwidth):")
+for sheet in roofline.DATASHEETS.values():
+    print(sheet.describe())
+
+# %% [markdown]
+# Measured ceilings sit below the datasheet: a copy reaches roughly 85-90% of the HBM bandwidth
+# figure, and cuBLAS roughly 70-80% of the tensor-core figure (clocks drop under a full load). The
+# measured ones are the honest targets: lesson 02 compares its kernels with the copy, lesson 03 with
+# `torch.matmul`. Note how large the ridge points are: an operation needs over a hundred FLOPs per
+# byte before the tensor cores, rather than the memory, become the limit.
+
+# %% [markdown]
+# ## 6. Real operations on the roofline
+#
+# On a GPU the next cell times ReLU and vector add (lesson 02's Triton kernels and torch),
+# `torch.softmax` and `torch.matmul` at several sizes on *your* device (about half a minute) and places
+# them on your measured roofline. In interpreter mode it draws the committed GPU results instead
+# (`python -m course_utils bench 01` produces them).
+
+# %%
+if mode.gpu:
+    from course_utils.benches.l01 import QUICK, time_operations
+
+    table = Table("01")
+    time_operations(table, QUICK)
+    points = roofline.points_from_rows(table.rows)
+    fig = roofline.plot_roofline(ceilings, points, title=f"your {ceilings.device}")
+else:
+    results = roofline.reference_results()
+    where = results.get("source") or f"measured on {results['device']} on {results['date']}"
+    print(f"interpreter mode: nothing is timed here; showing GPU figures: {where}")
+    ceilings = roofline.ceilings_from_results(results)
+    points = roofline.points_from_rows(results)
+    fig = roofline.plot_results(results)
+print(roofline.format_points(points, ceilings))
+
+# %% [markdown]
+# **What the plot shows.** Points are coloured by which roof limits them; the percentage is how close
+# each comes to the roof above it (a roof measured at one size can be beaten a little at another,
+# hence the odd point above 100%).
+# - **ReLU, vector add and softmax** sit far to the left, at intensities below 1 FLOP/byte, on the
+#   slanted roof: memory-bound. Their TFLOP/s look tiny next to the matmuls, yet they run within a few
+#   tens of percent of the best possible. Nothing but *less traffic* makes them faster: fewer bytes per
+#   element (int8 ReLU does four times the FLOPs per byte of fp32 ReLU at about the same GB/s), or
+#   *fusion*, doing several operations per trip to memory (lesson 04).
+# - **Matmul** moves right as it grows (intensity `2N/(3 * bytes)`). Small matmuls fall well below both
+#   roofs: their few microseconds are mostly launch overhead, too little work to fill the GPU's SMs.
+#   The large ones (4096^3, 8192^3) reach the flat roof: compute-bound, where lesson 03's tiled kernels
+#   have to compete with cuBLAS.
+# - **Skinny matmuls** (a matrix-vector product, a decode step of a few tokens) stay left of the ridge
+#   whatever the matrix size: memory-bound. That is why generating text one token at a time is limited
+#   by reading the weights, and why smaller weights (int8, fp8, int4: lesson 07) speed it up.
+#
+# Until the lesson's results are committed, interpreter mode shows the H200 anchor measurements the
+# course design cites, which cover only softmax and the large matmuls.
+
+# %% [markdown]
+# Every row the bench recorded (the ceilings, each operation, each block size of our kernels), as
+# committed from a GPU run:
+
+# %%
+show_results("01")
+
+# %% [markdown]
+# ## 7. Self-check
+#
+# Four short questions. Run a cell as it is to see its question, then replace `None` by your answer
+# and run it again; the check says whether you are right and, if not, gives a hint (never the answer).
+
+# %%
+quiz("01.quiz_strides", None)
+
+# %%
+quiz("01.quiz_views", None)
+
+# %%
+quiz("01.quiz_add_intensity", None)
+
+# %%
+quiz("01.quiz_bound", None)
+
+# %% [markdown]
+# ## Exercises
+#
+# `exercises/01_strides_and_intensity.ipynb`: `contiguous_strides`, `transpose_view` and `broadcast_view`
+# (views built by hand with `as_strided`: same storage, no copies), `matmul_intensity` and
+# `attainable_flops` (the roofline's arithmetic). Each is checked by `check("01....", fn)`.

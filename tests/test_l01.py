@@ -1,0 +1,388 @@
+"""Lesson 01: the solutions pass, plausible wrong answers fail with a pointed message, the roofline maths,
+the self-check questions, and the bench's code paths (with a fake timer, so that it runs on a CPU)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils import bench, roofline
+from course_utils.build import ROOT
+from course_utils.checks import l01_strides_and_intensity as checks
+from course_utils.grading import CheckFailed, check
+from course_utils.lessons import l01_strides_and_intensity as sol
+from course_utils.mode import Mode, current
+
+SOLUTIONS = {
+    "01.contiguous_strides": sol.contiguous_strides,
+    "01.transpose_view": sol.transpose_view,
+    "01.broadcast_view": sol.broadcast_view,
+    "01.matmul_intensity": sol.matmul_intensity,
+    "01.attainable_flops": sol.attainable_flops,
+}
+
+
+@pytest.mark.parametrize("exercise", list(SOLUTIONS))
+def test_solution_passes(exercise):
+    for seed in (0, 1, 2):
+        check(exercise, SOLUTIONS[exercise], seed=seed, quiet=True)
+
+
+def fails(exercise: str, candidate, *needles: str) -> str:
+    """Assert that `candidate` fails `exercise` with a message holding every needle; return the message."""
+    with pytest.raises(CheckFailed) as info:
+        check(exercise, candidate, seed=0, quiet=True)
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, f"{needle!r} not in:\n{message}"
+    return message
+
+
+# --- 01.contiguous_strides ------------------------------------------------------------------------
+
+def test_strides_column_major_is_named():
+    def column_major(shape):
+        strides, step = [], 1
+        for s in shape:
+            strides.append(step)
+            step *= s
+        return tuple(strides)
+
+    fails("01.contiguous_strides", column_major, "column-major", "LAST dimension")
+
+
+def test_strides_including_own_size():
+    def with_own_size(shape):
+        return tuple(math.prod(shape[d:]) for d in range(len(shape)))
+
+    fails("01.contiguous_strides", with_own_size, "AFTER its dimension")
+
+
+def test_strides_from_a_tensor_is_rejected():
+    fails("01.contiguous_strides", lambda shape: torch.empty(shape).stride(), "aten.empty", "do yourself")
+
+
+def test_strides_wrong_type():
+    fails("01.contiguous_strides", lambda shape: "1, 1", "tuple of ints")
+
+
+# --- 01.transpose_view ----------------------------------------------------------------------------
+
+def _swapped(t, dim0, dim1):
+    size, stride = list(t.shape), list(t.stride())
+    size[dim0], size[dim1] = size[dim1], size[dim0]
+    stride[dim0], stride[dim1] = stride[dim1], stride[dim0]
+    return size, stride
+
+
+def test_transpose_copy_is_rejected():
+    def copying(t, dim0, dim1):
+        size, stride = _swapped(t, dim0, dim1)
+        return t.as_strided(size, stride, t.storage_offset()).clone()
+
+    fails("01.transpose_view", copying, "does not share t's storage", "copy")
+
+
+def test_transpose_contiguous_copy_is_rejected():
+    def copying(t, dim0, dim1):
+        return sol.transpose_view(t, dim0, dim1).contiguous()
+
+    fails("01.transpose_view", copying, "copy")
+
+
+@pytest.mark.parametrize("candidate, op", [
+    (lambda t, d0, d1: t.transpose(d0, d1), "aten.transpose"),
+    (lambda t, d0, d1: t.swapaxes(d0, d1), "aten.transpose"),
+    (lambda t, d0, d1: t.t() if t.dim() == 2 else t.transpose(d0, d1), "aten.t"),
+    (lambda t, d0, d1: t.mT if (d0, d1) in ((0, 1), (1, 0)) and t.dim() == 2 else t.transpose(d0, d1),
+     "aten.transpose"),
+    (lambda t, d0, d1: t.movedim(d0, d1), "aten.permute"),
+    (lambda t, d0, d1: t.permute(*[{d0: d1, d1: d0}.get(i, i) for i in range(t.dim())]), "aten.permute"),
+])
+def test_transpose_builtins_are_rejected(candidate, op):
+    fails("01.transpose_view", candidate, op, "do yourself")
+
+
+def test_transpose_lost_offset():
+    def no_offset(t, dim0, dim1):
+        size, stride = _swapped(t, dim0, dim1)
+        return t.as_strided(size, stride, 0)
+
+    fails("01.transpose_view", no_offset, "storage offset", "t.storage_offset()")
+
+
+def test_transpose_strides_not_swapped():
+    def shape_only(t, dim0, dim1):
+        size, _ = _swapped(t, dim0, dim1)
+        return t.as_strided(size, t.stride(), t.storage_offset())
+
+    fails("01.transpose_view", shape_only, "has stride")
+
+
+# --- 01.broadcast_view ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("candidate", [
+    lambda t, shape: t.expand(shape),
+    lambda t, shape: torch.broadcast_to(t, shape),
+    lambda t, shape: t.expand_as(torch.empty(shape, device=t.device)),
+])
+def test_broadcast_builtins_are_rejected(candidate):
+    fails("01.broadcast_view", candidate, "aten.expand", "do yourself")
+
+
+def test_broadcast_copy_is_rejected():
+    fails("01.broadcast_view", lambda t, shape: sol.broadcast_view(t, shape).contiguous(), "copy")
+    fails("01.broadcast_view", lambda t, shape: sol.broadcast_view(t.clone(), shape),
+          "does not share t's storage")
+
+
+def test_broadcast_needs_stride_zero():
+    def kept_strides(t, shape):  # new dims get stride 0, but a growing size-1 dim keeps its stride
+        new = len(shape) - t.dim()
+        return t.as_strided(shape, [0] * new + list(t.stride()), t.storage_offset())
+
+    fails("01.broadcast_view", kept_strides, "stride must be 0")
+
+
+# --- 01.matmul_intensity and 01.attainable_flops --------------------------------------------------
+
+def test_intensity_without_output_bytes():
+    fails("01.matmul_intensity", lambda M, N, K, b: 2 * M * N * K / ((M * K + K * N) * b),
+          "output", "written")
+
+
+def test_intensity_without_factor_two():
+    fails("01.matmul_intensity", lambda M, N, K, b: M * N * K / ((M * K + K * N + M * N) * b), "2 FLOPs")
+
+
+def test_intensity_per_element():
+    fails("01.matmul_intensity", lambda M, N, K, b: 2 * M * N * K / (M * K + K * N + M * N),
+          "bytes_per_element")
+
+
+def test_attainable_with_max():
+    fails("01.attainable_flops", lambda i, p, bw: max(p, i * bw), "above the memory roof", "LOWER", "min(")
+
+
+def test_attainable_dividing():
+    fails("01.attainable_flops", lambda i, p, bw: min(p, i / bw), "TIMES")
+
+
+def test_attainable_memory_roof_only():
+    fails("01.attainable_flops", lambda i, p, bw: i * bw, "above the compute ceiling", "LOWER")
+
+
+def test_candidate_exception_is_reported():
+    def broken(M, N, K, b):
+        raise ValueError("oops")
+
+    fails("01.matmul_intensity", broken, "ValueError: oops")
+
+
+# --- the roofline maths ---------------------------------------------------------------------------
+
+def test_elementwise_intensities():
+    assert roofline.relu_cost(1000, 4).intensity == pytest.approx(1 / 8)
+    assert roofline.relu_cost(1000, 1).intensity == pytest.approx(1 / 2)
+    assert roofline.add_cost(1000, 4).intensity == pytest.approx(1 / 12)
+    assert roofline.softmax_cost(10, 100, 4).n_bytes == 2 * 1000 * 4
+
+
+@pytest.mark.parametrize("n, b", [(1, 4), (64, 2), (4096, 2), (8192, 4)])
+def test_square_matmul_intensity(n, b):
+    cost = roofline.matmul_cost(n, n, n, b)
+    assert cost.flops == 2 * n**3
+    assert cost.intensity == pytest.approx(2 * n / (3 * b))
+    assert cost.intensity == pytest.approx(sol.matmul_intensity(n, n, n, b))
+
+
+def test_attainable_and_ridge():
+    peak, bw = 1000e12, 4e12
+    ridge = roofline.ridge_point(peak, bw)
+    assert ridge == pytest.approx(250)
+    assert roofline.attainable(1.0, peak, bw) == pytest.approx(bw)  # memory roof
+    assert roofline.attainable(1e4, peak, bw) == pytest.approx(peak)  # flat roof
+    assert roofline.attainable(ridge, peak, bw) == pytest.approx(peak)  # the roofs meet
+    assert roofline.bound(ridge / 2, peak, bw) == "memory"
+    assert roofline.bound(ridge * 2, peak, bw) == "compute"
+    xs = np.logspace(-2, 4, 7)
+    curve = roofline.attainable(xs, peak, bw)
+    assert isinstance(curve, np.ndarray) and np.all(np.diff(curve) >= 0) and curve.max() == peak
+    for x in (0.1, ridge, 1e4):  # the library and the exercise agree
+        assert roofline.attainable(x, peak, bw) == pytest.approx(sol.attainable_flops(x, peak, bw))
+
+
+def test_ceilings():
+    c = roofline.Ceilings("gpu", 2000.0, {"bf16": 500.0, "tf32": 250.0})
+    assert c.roof() == "bf16" and c.peak() == 500e12 and c.bandwidth == 2e12
+    assert c.ridge("tf32") == pytest.approx(125.0)
+    assert c.bound(200.0, "bf16") == "memory" and c.bound(200.0, "tf32") == "compute"
+    with pytest.raises(KeyError, match="no 'fp8' roof"):
+        c.peak("fp8")
+    point = roofline.Point("relu", 0.125, 0.125 * 2000e9 / 2e12, None)
+    assert point.roof_of(c) == "tf32"  # not a matmul: the lowest roof
+    assert point.fraction(c) == pytest.approx(0.5)
+    assert "gpu" in c.describe() and "ridge point" in c.describe()
+
+
+def _table_with_ceilings() -> bench.Table:
+    table = bench.Table("01")
+    table.add(roofline.COPY_GROUP, "copy 1 GiB fp32 (read+write)", 1.0, n_bytes=3e9)
+    table.add(roofline.MATMUL_GROUP, "torch.matmul bf16 8192^3", 2.0, flops=1.2e12)
+    table.add(roofline.MATMUL_GROUP, "torch.matmul tf32 8192^3", 4.0, flops=1.2e12)
+    cost = roofline.relu_cost(1 << 20, 4)
+    table.add("relu fp32 2^20", "torch", 0.004, n_bytes=cost.n_bytes, flops=cost.flops)
+    table.add("relu fp32 2^20", "triton (ours)", 0.003, n_bytes=cost.n_bytes, flops=cost.flops)
+    cost = roofline.matmul_cost(4096, 4096, 4096, 2)
+    table.add("matmul bf16 4096^3", "torch.matmul", 0.25, n_bytes=cost.n_bytes, flops=cost.flops)
+    table.add("relu fp32 2^20", "copy (no FLOPs: not a point)", 0.002, n_bytes=cost.n_bytes)
+    return table
+
+
+def test_results_round_trip(tmp_path):
+    data = json.loads(json.dumps(_table_with_ceilings().to_json()))  # as a results file holds it
+    c = roofline.ceilings_from_results(data)
+    assert c.copy_gbps == pytest.approx(3000.0)
+    assert c.matmul_tflops == pytest.approx({"bf16": 600.0, "tf32": 300.0})
+    points = {p.label: p for p in roofline.points_from_rows(data)}
+    assert set(points) == {"relu fp32 2^20", "matmul bf16 4096^3"}
+    assert points["relu fp32 2^20"].intensity == pytest.approx(1 / 8)
+    assert points["relu fp32 2^20"].tflops == pytest.approx((1 << 20) / 0.003e-3 / 1e12)  # the faster row
+    assert points["matmul bf16 4096^3"].intensity == pytest.approx(2 * 4096 / 6)
+    assert points["matmul bf16 4096^3"].roof == "bf16"
+    assert "memory" in roofline.format_points(points.values(), c)
+    fig = roofline.plot_results(data, tmp_path / "roof.png")
+    assert (tmp_path / "roof.png").stat().st_size > 10_000
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_results_without_ceilings():
+    with pytest.raises(ValueError, match="no ceilings"):
+        row = {"group": "x", "name": "y", "ms": 1.0, "gbps": 1.0, "tflops": 1.0}
+        roofline.ceilings_from_results({"rows": [row]})
+
+
+def test_anchor_fallback(monkeypatch):
+    monkeypatch.setattr(bench, "load_results", lambda lesson: None)
+    data = roofline.reference_results()
+    assert data is roofline.ANCHOR_RESULTS and "H200" in data["source"]
+    c = roofline.ceilings_from_results(data)
+    assert c.bound(roofline.relu_cost(1 << 28, 4).intensity) == "memory"
+    assert c.bound(roofline.matmul_cost(8192, 8192, 8192, 2).intensity, "bf16") == "compute"
+    for p in roofline.points_from_rows(data):  # each anchor point's intensity matches its cost model
+        if p.label.startswith("softmax"):
+            assert p.intensity == pytest.approx(roofline.softmax_cost(1, 1, 4).intensity)
+        else:
+            n = int(p.label.split()[2].split("^")[0])
+            cost = roofline.matmul_cost(n, n, n, 2 if p.roof == "bf16" else 4)
+            assert p.intensity == pytest.approx(cost.intensity)
+
+
+def test_committed_results_win(monkeypatch):
+    data = _table_with_ceilings().to_json()
+    monkeypatch.setattr(bench, "load_results", lambda lesson: data)
+    assert roofline.reference_results() is data
+    assert roofline.reference_ceilings().copy_gbps == pytest.approx(3000.0)
+
+
+def test_measure_ceilings_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "Fake GPU 80GB")
+    cached = roofline.Ceilings("Fake GPU 80GB", 1234.0, {"bf16": 100.0}, "measured earlier")
+    path = roofline.write_cache(cached, tmp_path)
+    roofline.write_cache(roofline.Ceilings("Other GPU", 1.0, {"bf16": 1.0}), tmp_path)
+    assert set(json.loads(path.read_text())) == {"Fake GPU 80GB", "Other GPU"}
+    assert roofline.measure_ceilings(cache_dir=tmp_path) == cached  # read back, nothing measured
+
+
+def test_measure_ceilings_needs_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="reference_ceilings"):
+        roofline.measure_ceilings()
+
+
+def test_bench_code_paths_with_a_fake_timer(monkeypatch, tmp_path):
+    """Every timed operation of benches/l01 runs (and is checked) at tiny sizes; the timer is faked."""
+    from course_utils.benches import l01
+
+    monkeypatch.setattr(bench, "current", lambda: Mode("gpu", current().device, "fake timer"))
+    monkeypatch.setattr(bench, "do_bench", lambda fn, **kwargs: (fn(), 0.01)[1])
+    table = _table_with_ceilings()
+    tiny = l01.Sizes(3000, (256, 1024), ((5, 70),), (8, 32), (16,), (1, 4), 64)
+    l01.time_operations(table, tiny, device=current().device, roofs=("bf16", "tf32"))
+    groups = {r.group for r in table.rows}
+    for expected in ("relu fp32 3000", "relu int8 3000", "vector add fp32 3000", "softmax fp32 5x70",
+                     "matmul bf16 32^3", "matmul bf16 1x64x64 (GEMV)", "matmul tf32 16^3"):
+        assert expected in groups
+    assert any(r.name == "triton (ours) BLOCK=256" for r in table.rows)
+    points = {p.label: p for p in roofline.points_from_rows(table.rows)}
+    assert points["relu int8 3000"].intensity == pytest.approx(1 / 2)
+    assert points["vector add fp32 3000"].intensity == pytest.approx(1 / 12)
+    roofline.plot_results(table.to_json(), tmp_path / "01_roofline.png")
+
+
+# --- self-check questions -------------------------------------------------------------------------
+
+def test_quiz_unanswered_prints_the_question(capsys):
+    for qid in checks.QUESTIONS:
+        assert checks.quiz(qid) is None
+    out = capsys.readouterr().out
+    assert "[2, 9, 1]" in out and "replace None" in out
+
+
+def test_quiz_strides():
+    truth = tuple(torch.empty(2, 9, 1).stride())
+    assert checks.quiz("01.quiz_strides", truth) is True
+    assert checks.quiz("01.quiz_strides", str(truth)) is True
+    wrong = tuple(reversed(truth))
+    with pytest.raises(CheckFailed) as info:
+        checks.quiz("01.quiz_strides", wrong)
+    assert str(truth) not in str(info.value)
+
+
+def test_quiz_views():
+    t = torch.arange(24.0).reshape(4, 6)  # a view of arange's result: views keep that base
+    copies = {k for k, (_, fn) in checks.VIEW_OPTIONS.items() if fn(t)._base is None}
+    assert copies and copies != set(checks.VIEW_OPTIONS)
+    assert checks.quiz("01.quiz_views", "".join(sorted(copies))) is True
+    assert checks.quiz("01.quiz_views", ", ".join(sorted(copies)).upper()) is True
+    with pytest.raises(CheckFailed) as info:
+        checks.quiz("01.quiz_views", "".join(sorted(copies))[1:])
+    assert "cannot be a view" in str(info.value)
+    for k in copies:
+        assert f"({k})" not in str(info.value)
+    with pytest.raises(CheckFailed, match="no option z"):
+        checks.quiz("01.quiz_views", "z")
+
+
+def test_quiz_bound():
+    c = roofline.device_ceilings()
+    compute = {k for k, (_, cost, roof) in checks._bound_ops().items()
+               if cost.intensity >= c.ridge(checks._roof(c, roof))}
+    assert "b" in compute and "a" not in compute  # a big matmul and ReLU, on any device
+    assert checks.quiz("01.quiz_bound", "".join(sorted(compute))) is True
+    with pytest.raises(CheckFailed, match="classified wrong"):
+        checks.quiz("01.quiz_bound", "a")
+
+
+def test_quiz_add_intensity():
+    element = torch.tensor([], dtype=torch.float16).element_size()
+    assert checks.quiz("01.quiz_add_intensity", 1 / (3 * element)) is True
+    assert checks.quiz("01.quiz_add_intensity", f"1/{3 * element}") is True
+    with pytest.raises(CheckFailed, match="written to memory too"):
+        checks.quiz("01.quiz_add_intensity", 1 / (2 * element))
+    with pytest.raises(CheckFailed, match="could not read"):
+        checks.quiz("01.quiz_add_intensity", "one sixth")
+
+
+def test_no_answer_key_in_the_notebook_sources():
+    truth = str(tuple(torch.empty(2, 9, 1).stride()))
+    for path in (ROOT / "notebooks" / "src" / "01_strides_and_intensity.py",
+                 ROOT / "course_utils" / "lessons" / "l01_strides_and_intensity.py"):
+        text = path.read_text()
+        assert truth not in text and truth.replace(" ", "") not in text, path

@@ -1,0 +1,338 @@
+"""Lesson 04: the solutions pass their checks, plausible wrong answers fail with messages that point at
+the mistake, and the napkin maths and the lesson's trace/code helpers do what they say."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from course_utils.benches import l04 as bench04
+from course_utils.grading import CheckFailed, check
+from course_utils.lessons.l04_fusion import bytes_moved, silu_mul, silu_mul_ref, sin4, sin4_kernel, sin4_ref
+from course_utils.mode import current
+
+# On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
+# test with it: missing-mask answers are tested in the interpreter, which checks each address first.
+interpreter_only = pytest.mark.skipif(current().gpu, reason="may break the CUDA context")
+
+
+def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> str:
+    """Check `candidate`, which must fail; every string in `expected` must be in the message."""
+    with pytest.raises(CheckFailed) as info:
+        check(exercise_id, candidate, seed=seed, quiet=True)
+    message = str(info.value)
+    for text in expected:
+        assert text in message, f"{text!r} not in:\n{message}"
+    return message
+
+
+# --- the solutions ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("exercise_id, solution", [
+    ("04.bytes_moved", bytes_moved), ("04.sin4", sin4), ("04.silu_mul", silu_mul)])
+def test_solution_passes(exercise_id, solution, seed):
+    check(exercise_id, solution, seed=seed, quiet=True)
+
+
+@pytest.mark.parametrize("block, warps", [(512, 4), (4096, 8)])
+def test_solutions_pass_with_other_block_sizes(block, warps):
+    check("04.sin4", lambda x, out: sin4(x, out, BLOCK=block, num_warps=warps), seed=2, quiet=True)
+    check("04.silu_mul", lambda g, u, out: silu_mul(g, u, out, BLOCK=block, num_warps=warps), seed=2,
+          quiet=True)
+
+
+# --- 04.bytes_moved: wrong answers ------------------------------------------------------------
+
+def test_bytes_forgetting_the_write_fails():
+    def reads_only(n_elements, bytes_per_element, n_ops, fused):
+        return n_elements * bytes_per_element * (1 if fused else n_ops)
+
+    failure("04.bytes_moved", reads_only, "half", "forget the write")
+
+
+def test_bytes_fused_still_counting_every_op_fails():
+    def no_fusion(n_elements, bytes_per_element, n_ops, fused):
+        return 2 * n_ops * n_elements * bytes_per_element
+
+    failure("04.bytes_moved", no_fusion, "unfused traffic", "intermediates stay in registers")
+
+
+def test_bytes_float_result_fails():
+    def as_float(n_elements, bytes_per_element, n_ops, fused):
+        return 2.0 * n_elements * bytes_per_element * (1 if fused else n_ops)
+
+    failure("04.bytes_moved", as_float, "return an int")
+
+
+# --- 04.sin4: wrong answers -------------------------------------------------------------------
+
+@triton.jit
+def _sin4_no_mask_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets).to(tl.float32)
+    tl.store(out_ptr + offsets, tl.sin(tl.sin(tl.sin(tl.sin(x)))))
+
+
+def sin4_no_mask(x, out):
+    _sin4_no_mask_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+
+
+@triton.jit
+def _sin_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, tl.sin(x), mask=mask)
+
+
+def sin4_four_kernels(x, out):
+    """Right numbers, four launches: what eager PyTorch does."""
+    n = x.numel()
+    grid = (triton.cdiv(n, 1024),)
+    _sin_kernel[grid](x, out, n, BLOCK=1024)
+    for _ in range(3):
+        _sin_kernel[grid](out, out, n, BLOCK=1024)
+
+
+@triton.jit
+def _sin3_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, tl.sin(tl.sin(tl.sin(x))), mask=mask)
+
+
+def sin4_three_sins(x, out):
+    _sin3_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+
+
+@triton.jit
+def _sin4_no_cast_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)  # fp16 stays fp16: tl.sin refuses it
+    tl.store(out_ptr + offsets, tl.sin(tl.sin(tl.sin(tl.sin(x)))), mask=mask)
+
+
+def sin4_no_cast(x, out):
+    _sin4_no_cast_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+
+
+def sin4_rows_only(x, out):
+    """Launches over x.shape[0] instead of x.numel(): fine in 1-D, misses most of a 2-D tensor."""
+    n = x.shape[0]
+    sin4_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+
+
+def sin4_with_torch(x, out):
+    out.copy_(torch.sin(torch.sin(torch.sin(torch.sin(x)))))
+
+
+@interpreter_only
+def test_sin4_missing_mask_fails():
+    failure("04.sin4", sin4_no_mask, "out of bounds", "Is a mask missing")
+
+
+def test_sin4_four_launches_fails_as_not_one_kernel():
+    failure("04.sin4", sin4_four_kernels, "launched 4 kernels", "one kernel")
+
+
+def test_sin4_three_sins_fails_on_values():
+    failure("04.sin4", sin4_three_sins, "differ beyond")
+
+
+def test_sin4_without_fp32_cast_reports_the_dtype():
+    failure("04.sin4", sin4_no_cast, "float16", "fp32")
+
+
+def test_sin4_launching_over_rows_misses_elements():
+    failure("04.sin4", sin4_rows_only, "never written", "2-D")
+
+
+def test_sin4_in_torch_fails():
+    failure("04.sin4", sin4_with_torch, "no Triton kernel was launched", "torch")
+
+
+# --- 04.silu_mul: wrong answers ---------------------------------------------------------------
+
+@triton.jit
+def _silu_mul_no_mask_kernel(g_ptr, u_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    g = tl.load(g_ptr + offsets).to(tl.float32)
+    u = tl.load(u_ptr + offsets).to(tl.float32)
+    tl.store(out_ptr + offsets, g * tl.sigmoid(g) * u)
+
+
+def silu_mul_no_mask(g, u, out):
+    _silu_mul_no_mask_kernel[(triton.cdiv(g.numel(), 1024),)](g, u, out, g.numel(), BLOCK=1024)
+
+
+@triton.jit
+def _silu_mul_low_precision_kernel(g_ptr, u_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    g = tl.load(g_ptr + offsets, mask=mask)
+    u = tl.load(u_ptr + offsets, mask=mask)
+    sigmoid = tl.sigmoid(g.to(tl.float32)).to(g.dtype)  # rounded to fp16/bf16 ...
+    tl.store(out_ptr + offsets, g * sigmoid * u, mask=mask)  # ... and the products too
+
+
+def silu_mul_low_precision(g, u, out):
+    _silu_mul_low_precision_kernel[(triton.cdiv(g.numel(), 1024),)](g, u, out, g.numel(), BLOCK=1024)
+
+
+@triton.jit
+def _silu_mul_overflow_kernel(g_ptr, u_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    g = tl.load(g_ptr + offsets, mask=mask).to(tl.float32)
+    u = tl.load(u_ptr + offsets, mask=mask).to(tl.float32)
+    e = tl.exp(g)
+    tl.store(out_ptr + offsets, g * (e / (1 + e)) * u, mask=mask)  # inf / inf for g > 88
+
+
+def silu_mul_overflow(g, u, out):
+    _silu_mul_overflow_kernel[(triton.cdiv(g.numel(), 1024),)](g, u, out, g.numel(), BLOCK=1024)
+
+
+@triton.jit
+def _silu_kernel(g_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    g = tl.load(g_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, g * tl.sigmoid(g), mask=mask)
+
+
+@triton.jit
+def _mul_kernel(a_ptr, b_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    a = tl.load(a_ptr + offsets, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, a * b, mask=mask)
+
+
+def silu_mul_two_kernels(g, u, out):
+    """Eager's plan in Triton: silu into a temporary, then the product. Two launches, 5 passes."""
+    n = g.numel()
+    tmp = torch.empty(g.shape, dtype=torch.float32, device=g.device)  # fp32: the numbers stay right
+    grid = (triton.cdiv(n, 1024),)
+    _silu_kernel[grid](g, tmp, n, BLOCK=1024)
+    _mul_kernel[grid](tmp, u, out, n, BLOCK=1024)
+
+
+def silu_mul_with_torch(g, u, out):
+    out.copy_(F.silu(g) * u)
+
+
+@interpreter_only
+def test_silu_mul_missing_mask_fails():
+    failure("04.silu_mul", silu_mul_no_mask, "out of bounds", "Is a mask missing")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_silu_mul_sigmoid_in_low_precision_fails(seed):
+    failure("04.silu_mul", silu_mul_low_precision, "float16", "differ beyond", "fp32", seed=seed)
+
+
+def test_silu_mul_exp_overflow_fails_with_nan():
+    failure("04.silu_mul", silu_mul_overflow, "large |g|", "got nan", "exp(g) / (1 + exp(g))")
+
+
+def test_silu_mul_two_kernels_fails_as_not_one_kernel():
+    failure("04.silu_mul", silu_mul_two_kernels, "launched 2 kernels", "one kernel")
+
+
+def test_silu_mul_in_torch_fails():
+    failure("04.silu_mul", silu_mul_with_torch, "no Triton kernel was launched")
+
+
+# --- the maths --------------------------------------------------------------------------------
+
+def test_bytes_moved_model():
+    n, b = 1 << 26, 4
+    assert bytes_moved(n, b, 4, fused=False) == 4 * bytes_moved(n, b, 4, fused=True) == 2 * 4 * n * b
+    assert bytes_moved(n, b, 1, fused=False) == bytes_moved(n, b, 1, fused=True)  # one op: nothing to fuse
+    assert bytes_moved(1, 2, 7, fused=True) == 4
+    assert isinstance(bytes_moved(3, 2, 5, fused=False), int)
+
+
+def test_sin4_ref_is_sin_four_times():
+    x = torch.linspace(-10, 10, 1001, dtype=torch.float64)
+    assert torch.equal(sin4_ref(x), x.sin().sin().sin().sin())
+
+
+def test_silu_mul_ref_is_safe_for_large_inputs():
+    g = torch.tensor([-1000.0, -100.0, -12.0, 0.0, 12.0, 100.0, 1000.0], dtype=torch.float16)
+    u = torch.ones_like(g)
+    got = silu_mul_ref(g, u)
+    assert torch.isfinite(got).all()
+    expected = (g.double() * torch.sigmoid(g.double())).to(torch.float16)
+    assert torch.equal(got, expected)  # fp32 maths rounded once matches the exact value rounded once
+
+
+# --- the lesson's helpers ---------------------------------------------------------------------
+
+INDUCTOR_OUTPUT = """
+from torch._inductor.runtime import triton_heuristics
+triton_poi_fused_sin_0 = async_compile.triton('triton_poi_fused_sin_0', '''
+import triton
+import triton.language as tl
+
+@triton_heuristics.pointwise(size_hints={'x': 67108864})
+@triton.jit
+def triton_poi_fused_sin_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    tmp0 = tl.load(in_ptr0 + (xoffset), None)
+    tl.store(out_ptr0 + (xoffset), tl_math.sin(tmp0), None)
+''', device_str='cuda')
+
+async_compile.wait(globals())
+call = '''not a kernel'''
+"""
+
+
+def test_extract_triton_kernels_finds_the_jit_functions():
+    kernels = bench04.extract_triton_kernels(INDUCTOR_OUTPUT)
+    assert len(kernels) == 1
+    assert kernels[0].startswith("@triton.jit\ndef triton_poi_fused_sin_0(")
+    assert kernels[0].rstrip().endswith("None)")
+
+
+def _event(cat, name, ts, dur):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+def test_trace_summary_counts_kernels_busy_time_and_gaps(tmp_path):
+    events = [_event("cpu_op", "aten::sin", 0, 5), _event("cuda_runtime", "cudaLaunchKernel", 1, 3)]
+    events += [_event("kernel", "sin_kernel", 10 + 10 * i, 4) for i in range(4)]  # 4 us busy, 6 us gaps
+    events += [{"ph": "i", "cat": "kernel", "name": "marker", "ts": 0}]  # not a complete event
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    summary = bench04.trace_summary(path)
+    assert summary["kernels"] == 4 and summary["kernel_names"] == ["sin_kernel"]
+    assert summary["busy_us"] == 16 and summary["span_us"] == 34 and summary["idle_us"] == 18
+    assert summary["largest_gap_us"] == 6 and summary["launches"] == 1
+    assert summary["ops"] == {"aten::sin": 1}
+    text = bench04.describe_trace("eager", summary, steps=1)
+    assert "4 kernels" in text and "idle 18.0 us" in text and "53%" in text
+
+
+def test_profile_to_trace_writes_a_trace_of_the_eager_chain(tmp_path):
+    x = torch.randn(256)
+    path = bench04.profile_to_trace(lambda: sin4_ref(x), tmp_path / "sub" / "eager.json", steps=2)
+    summary = bench04.trace_summary(path)
+    assert summary["ops"].get("aten::sin") == 4 * 2  # four sins per call, two profiled calls
+    if not torch.cuda.is_available():
+        assert summary["kernels"] == 0
+        assert "CPU only" in bench04.describe_trace("eager", summary, steps=2)
+
+
+def test_sin_instruction_reads_ptx():
+    assert "approx" in bench04.sin_instruction("  sin.approx.f32 %f2, %f1;")
+    assert "libdevice" in bench04.sin_instruction("  fma.rn.f32 %f2, %f1, %f3, %f4;")
