@@ -54,12 +54,12 @@ class Row:
 
 @dataclass
 class Target:
-    """A ratio the design asks for: metric(ours) / metric(peer) >= minimum."""
+    """A ratio the design asks for: metric(ours) / metric(peer) >= minimum (None: only reported)."""
 
     group: str
     ours: str
     peer: str
-    minimum: float
+    minimum: float | None
     stretch: float | None = None
     metric: str = "speed"  # "speed": peer ms / our ms (same work); "gbps" or "tflops": our rate / peer rate
     ratio: float | None = None
@@ -92,14 +92,14 @@ class Table:
     def find(self, group: str, name: str) -> Row | None:
         return next((r for r in self.rows if r.group == group and r.name == name), None)
 
-    def target(self, group: str, ours: str, peer: str, minimum: float, stretch: float | None = None,
+    def target(self, group: str, ours: str, peer: str, minimum: float | None, stretch: float | None = None,
                metric: str = "speed") -> Target:
         """Record a target; its ratio comes from the rows of `group` (see Target.metric)."""
         t = Target(group, ours, peer, minimum, stretch, metric)
         a, b = self.find(group, ours), self.find(group, peer)
         if a and b:
             t.ratio = b.ms / a.ms if metric == "speed" else getattr(a, metric) / getattr(b, metric)
-            t.met = t.ratio >= minimum
+            t.met = None if minimum is None else t.ratio >= minimum
         self.targets.append(t)
         return t
 
@@ -144,8 +144,9 @@ def format_targets(targets: list[Target]) -> str:
     lines = [f"{'target':<60} {'ratio':>6} {'needs':>6}  met"]
     for t in targets:
         ratio = f"{t.ratio:6.2f}" if t.ratio is not None else f"{'-':>6}"
-        met = {True: "yes", False: "NO", None: "not measured"}[t.met]
-        lines.append(f"{t.group + ': ' + t.ours + ' vs ' + t.peer:<60} {ratio} {t.minimum:6.2f}  {met}")
+        met = {True: "yes", False: "NO", None: "not measured"}[t.met] if t.minimum is not None else "reported"
+        needs = f"{t.minimum:6.2f}" if t.minimum is not None else f"{'-':>6}"
+        lines.append(f"{t.group + ': ' + t.ours + ' vs ' + t.peer:<60} {ratio} {needs}  {met}")
     return "\n".join(lines)
 
 

@@ -26,10 +26,11 @@ def targets_table(results: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for data in results:
         for t in data.get("targets", []):
-            met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
+            met = ({True: "yes", False: "**no**", None: "not measured"}[t["met"]]
+                   if t["minimum"] is not None else "reported")
             lines.append(
                 f"| {data['lesson']} | {t['group']} | {t['ours']} vs {t['peer']} ({t['metric']}) | "
-                f"{_num(t['ratio'], '.2f')} | {t['minimum']:.2f} | {_num(t['stretch'], '.2f')} | {met} | "
+                f"{_num(t['ratio'], '.2f')} | {_num(t['minimum'], '.2f')} | {_num(t['stretch'], '.2f')} | {met} | "
                 f"{data['device']}, {data['date']} |")
     return "\n".join(lines)
 

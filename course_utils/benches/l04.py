@@ -268,9 +268,10 @@ def _launch_bound(table: Table) -> None:
         torch.testing.assert_close(result, ref, **close)
         table.add(group, name, wall_ms(fn), n_bytes=bytes_moved(n, 4, 4, fused=True))
     # "The measured speed-up is reported": at least not slower; the ratio is the figure to read.
-    table.target(group, "torch eager graph", "torch eager 4 launches", 1.0)
-    table.target(group, "compile reduce-overhead", "torch.compile", 1.0)
-    table.target(group, "triton (ours) graph", "triton (ours) 1 launch", 1.0)
+    # Not targets of the design: the speed-ups are reported (minimum None).
+    table.target(group, "torch eager graph", "torch eager 4 launches", None)
+    table.target(group, "compile reduce-overhead", "torch.compile", None)
+    table.target(group, "triton (ours) graph", "triton (ours) 1 launch", None)
     table.notes.append(f"{group}: wall-clock time per call (wall_ms), CPU launch costs included; "
                        "'graph' rows replay a CUDA graph (cuda_graph); 'compile reduce-overhead' is "
                        'torch.compile(mode="reduce-overhead")')
