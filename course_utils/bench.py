@@ -89,6 +89,16 @@ class Table:
         self.rows.append(row)
         return row
 
+    def add_best(self, group: str, name: str = "triton (ours)", *, n_bytes: float | None = None,
+                 flops: float | None = None) -> Row | None:
+        """Add the fastest of the sweep rows `name ...` of `group` as `name`, the row targets compare."""
+        sweep = [r for r in self.rows if r.group == group and r.name.startswith(name + " ")]
+        if not sweep:
+            return None
+        best = min(sweep, key=lambda r: r.ms)
+        self.notes.append(f"{group}: best of our sweep is {best.name}")
+        return self.add(group, name, best.ms, n_bytes=n_bytes, flops=flops)
+
     def find(self, group: str, name: str) -> Row | None:
         return next((r for r in self.rows if r.group == group and r.name == name), None)
 

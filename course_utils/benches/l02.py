@@ -24,8 +24,7 @@ def run(table: Table) -> None:
     table.time(group, "torch x + y", lambda: torch.add(x, y, out=out), n_bytes=bytes_add)
     for block in (1024, 4096):
         table.time(group, f"triton (ours) BLOCK={block}", lambda b=block: add(x, y, out, BLOCK=b), n_bytes=bytes_add)
-    best = max((r for r in table.rows if r.group == group and "ours" in r.name), key=lambda r: r.gbps)
-    table.add(group, "triton (ours)", best.ms, n_bytes=bytes_add)
+    table.add_best(group, n_bytes=bytes_add)
     # The copy moves 2 bytes for every 3 the add moves: compare GB/s, not milliseconds.
     table.target(group, "triton (ours)", "copy ceiling (x -> out)", 0.92, 0.97, metric="gbps")
 

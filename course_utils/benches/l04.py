@@ -191,14 +191,6 @@ def describe_trace(name: str, summary: dict, steps: int = 3) -> str:
 
 # --- the benchmark ----------------------------------------------------------------------------
 
-def _best(table: Table, group: str, name: str, n_bytes: float) -> None:
-    """Add the fastest of our sweep rows as `name`, the row the targets compare."""
-    sweep = [r for r in table.rows if r.group == group and r.name.startswith(name + " ")]
-    best = min(sweep, key=lambda r: r.ms)
-    table.add(group, name, best.ms, n_bytes=n_bytes)
-    table.notes.append(f"{group}: best of our sweep is {best.name}")
-
-
 def _sin4_large(table: Table) -> None:
     n = 1 << 26
     x = torch.randn(n, device="cuda")
@@ -227,7 +219,7 @@ def _sin4_large(table: Table) -> None:
         torch.testing.assert_close(out, ref, **close)  # checked before timed
         table.time(group, f"triton (ours) B={block} w={warps}",
                    lambda b=block, w=warps: sin4(x, out, BLOCK=b, num_warps=w), n_bytes=fused)
-    _best(table, group, "triton (ours)", fused)
+    table.add_best(group, n_bytes=fused)
     table.target(group, "triton (ours)", "torch.compile", 1.0)
     table.target(group, "triton (ours)", "torch eager (4 kernels)", 1.9)
     table.notes.append(f"{group}: eager moves {bytes_moved(n, 4, 4, False) / 1e9:.2f} GB, fused "
@@ -305,7 +297,7 @@ def _silu_mul(table: Table, m: int, n: int, liger) -> None:
         torch.testing.assert_close(out, ref, atol=1e-6, rtol=2.0**-7)
         table.time(group, f"triton (ours) B={block} w={warps}",
                    lambda b=block, w=warps: silu_mul(g, u, out, BLOCK=b, num_warps=w), n_bytes=n_bytes)
-    _best(table, group, "triton (ours)", n_bytes)
+    table.add_best(group, n_bytes=n_bytes)
     table.target(group, "triton (ours)", "torch.compile", 1.0)
     table.target(group, "triton (ours)", "Liger-Kernel", 0.95, 1.0)
 
