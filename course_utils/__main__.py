@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("paths", nargs="+")
     p.add_argument("--timeout", type=int, default=600, help="seconds per notebook")
     p.add_argument("--report", default="grades", help="write REPORT.json and REPORT.csv")
+    p.add_argument("--jobs", type=int, default=1, help="notebooks graded at once")
+    p.add_argument("--seed", type=int, default=None, help="one seed for every check (reproducible grading)")
     p = sub.add_parser("bench", help="run a lesson's GPU benchmarks and write results/")
     p.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
     p = sub.add_parser("prove", help="on a GPU: execute lesson + solution notebooks, bench, write results/")
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade":
         from .grading.batch import main as grade_main
 
-        return grade_main(args.paths, timeout=args.timeout, report=args.report)
+        return grade_main(args.paths, timeout=args.timeout, report=args.report, jobs=args.jobs, seed=args.seed)
     if args.command == "bench":
         from .mode import setup
 

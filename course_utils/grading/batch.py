@@ -367,8 +367,8 @@ async def grade_notebook(name: str, path: Path, timeout: float, seed: int | None
             "del _install_grader"
         )
         runnable = nbformat.v4.new_notebook(metadata=nb.metadata)
-        runnable.cells = [setup] + [nbformat.from_dict(dict(cell, outputs=[]) if cell.cell_type == "code" else cell)
-                                    for cell in nb.cells]
+        fresh = [dict(cell, outputs=[]) if cell.cell_type == "code" else cell for cell in nb.cells]
+        runnable.cells = [setup] + [nbformat.from_dict(cell) for cell in fresh]
         run = await _execute(runnable, work, timeout, offset=1, stop=stop)
         recorded = _verdicts(results)
         last_words = _last_words(Path(work) / KERNEL_LOG) if run.stopped == DIED else ""

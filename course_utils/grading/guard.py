@@ -1,9 +1,13 @@
 """Watching a candidate while it runs: kernel launches, torch ops, and (in the interpreter) every address.
 
-Three things the checker wants to know about a student's function, beyond its output:
-- did it launch a Triton kernel at all (`launches`)?
-- which torch operations did it run on the host (`torch_ops`)? `F.softmax(x)` copied into `out`
-  gives the right numbers but teaches nothing, so kernel exercises reject it;
+What the checker wants to know about a student's function, beyond its output:
+- did it launch a Triton kernel at all, and how many (`launches`; an autotuned kernel counts once)?
+- which torch operations did it run on the host (`torch_ops`), from which line of their code
+  (`op_sites`), and inside which PyTorch reference (`references`: functions named `*_ref`)?
+  `F.softmax(x)` copied into `out` gives the right numbers but teaches nothing, so kernel exercises
+  reject it, naming the function as the student wrote it (`TORCH_NAMES`: aten.mm -> torch.matmul / @);
+- did it hand tensor data to NumPy or Python (`host_reads`: Tensor.numpy, tolist)? Printing a
+  tensor while debugging is not counted;
 - in interpreter mode, did a kernel touch memory outside the tensors it was given? The interpreter
   does no bounds checking: an unmasked `tl.store` past the end of a buffer silently overwrites
   whatever lies there, and can abort the whole Python process later. So every masked load and store

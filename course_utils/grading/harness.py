@@ -380,7 +380,8 @@ def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str)
                             "Python loop?): the result must be written by the Triton kernel")
         found = compare(name, view, case.expected[name], case.atol, case.rtol)
         returned_other = isinstance(result, torch.Tensor) and all(
-            result.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() for b, _, _ in buffers.values())
+            result.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr()
+            for buf, _, _ in buffers.values())
         if found and returned_other:
             found.append(f"your function returned a tensor instead of writing into `{name}`: the checker "
                          "allocates the output, passes it in, and reads it after the call (the return value "

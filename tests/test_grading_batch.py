@@ -1,0 +1,219 @@
+"""`python -m course_utils grade`: a folder of submissions, each in its own kernel, one table.
+
+The submissions are made here, in a temporary folder, from the lesson 02 notebooks: the solution
+(correct), the exercise with only vector_add solved (partial), broken JSON, an infinite loop, a
+kernel that exits, a missing import (with a deleted check cell), and a notebook without checks.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import csv
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from course_utils.__main__ import main as cli
+from course_utils.grading import batch
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 30  # seconds per notebook: the solution needs about 15 on a 2-core CPU; the loop uses it all
+BROKEN = '{\n "cells": [\n  {\n   "cell_type": "code",\n   "source": "'  # a notebook cut short
+
+
+def _load(folder: str) -> dict:
+    return json.loads((ROOT / folder / "02_first_kernels.ipynb").read_text())
+
+
+def _code(source: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "id": "added", "metadata": {}, "outputs": [],
+            "source": source}
+
+
+def _index(nb: dict, text: str) -> int:
+    return next(i for i, c in enumerate(nb["cells"]) if text in "".join(c["source"]))
+
+
+def _after_first_check(nb: dict, source: str) -> tuple[dict, int]:
+    """The notebook with a cell added after its vector_add check; and that cell's number (from 1)."""
+    nb = copy.deepcopy(nb)
+    at = _index(nb, 'check("02.vector_add"') + 1
+    nb["cells"].insert(at, _code(source))
+    return nb, at + 1
+
+
+def make_submissions(folder: Path) -> dict[str, int]:
+    """Write the submissions; returns the numbers of the cells that loop, crash and fail to import.
+
+    The loop sorts first, so that with two kernels at a time it runs beside all the others."""
+    solution, exercise = _load("solutions"), _load("exercises")
+    cells = {}
+
+    def write(name: str, nb: dict) -> None:
+        (folder / name).write_text(json.dumps(nb, indent=1))
+
+    write("bob_correct.ipynb", solution)
+    partial = copy.deepcopy(exercise)
+    solved = solution["cells"][_index(solution, "def add_kernel")]
+    partial["cells"][_index(partial, "def add_kernel")] = solved
+    write("cat_partial.ipynb", partial)
+    (folder / "dan_broken.ipynb").write_text(BROKEN)
+    loop, cells["loop"] = _after_first_check(solution, "while True:\n    pass")
+    write("ann_loop.ipynb", loop)
+    crash, cells["crash"] = _after_first_check(solution, "import os; os._exit(1)")
+    write("eve_crash.ipynb", crash)
+    missing = copy.deepcopy(solution)
+    first = _index(missing, "from course_utils import check")
+    source = "".join(missing["cells"][first]["source"])
+    missing["cells"][first]["source"] = "import a_module_nobody_has\n" + source
+    del missing["cells"][_index(missing, 'check("02.copy_2d"')]
+    cells["import"] = first + 1
+    write("fay_missing_import.ipynb", missing)
+    no_checks = copy.deepcopy(solution)
+    no_checks["cells"] = [c for c in no_checks["cells"] if "check(" not in "".join(c["source"])]
+    write("gus_no_checks.ipynb", no_checks)
+    return cells
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade the folder once (two kernels at a time): what the CLI printed, the report, the folder."""
+    folder = tmp_path_factory.mktemp("submissions")
+    cells = make_submissions(folder)
+    before = _snapshot(folder)
+    report = tmp_path_factory.mktemp("report") / "grades"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = batch.main([str(folder)], timeout=TIMEOUT, report=str(report), jobs=2)
+    return {"code": code, "output": out.getvalue(), "log": err.getvalue(), "report": report, "folder": folder,
+            "before": before, "cells": cells}
+
+
+def _rows(table: str) -> list[list[str]]:
+    """The table's cells, split on the runs of spaces between columns (the dashed rule dropped)."""
+    return [re.split(r"\s{2,}", line.strip()) for line in table.splitlines() if not set(line) <= {"-", " "}]
+
+
+def test_the_table_of_a_folder_of_submissions(graded):
+    cells = graded["cells"]
+    assert _rows(graded["output"]) == [
+        ["submission", "02.vector_add", "02.relu", "02.copy_2d", "score", "notes"],
+        ["ann_loop.ipynb", "pass", "timed out", "timed out", "1/3",
+         f"timed out after {TIMEOUT} s in cell {cells['loop']} (`while True:`)"],
+        ["bob_correct.ipynb", "pass", "pass", "pass", "3/3"],
+        ["cat_partial.ipynb", "pass", "fail: raised NotImplementedError: relu: not written yet",
+         "fail: raised NotImplementedError: copy_2d: not written yet", "1/3"],
+        ["dan_broken.ipynb", "-", "-", "-", "-",
+         "invalid notebook: not JSON (Unterminated string starting at: line 5 column 14)"],
+        ["eve_crash.ipynb", "pass", "kernel died", "kernel died", "1/3",
+         f"kernel died in cell {cells['crash']} (`import os; os._exit(1)`): exit code 1"],
+        ["fay_missing_import.ipynb", "error: NameError: name 'check' is not defined",
+         "error: NameError: name 'check' is not defined", "missing", "0/3",
+         f"cell {cells['import']} raised ModuleNotFoundError: No module named 'a_module_nobody_has'"],
+        ["gus_no_checks.ipynb", "-", "-", "-", "-", "no check cells: nothing to grade"],
+    ]
+
+
+def test_grading_ran_so_the_exit_code_is_zero(graded):
+    assert graded["code"] == 0
+
+
+def test_submissions_are_never_written(graded):
+    folder = graded["folder"]
+    assert _snapshot(folder) == graded["before"], "bytes and mtimes unchanged, no file added"
+
+
+def test_the_json_report_has_every_verdict_with_its_seed(graded):
+    data = json.loads(graded["report"].with_name("grades.json").read_text())
+    assert data["exercises"] == ["02.vector_add", "02.relu", "02.copy_2d"]
+    assert data["timeout_s"] == TIMEOUT
+    subs = {s["name"]: s for s in data["submissions"]}
+    assert list(subs) == sorted(subs)
+    bob = subs["bob_correct.ipynb"]
+    assert (bob["status"], bob["passed"], bob["total"]) == ("graded", 3, 3)
+    assert all(isinstance(v["seed"], int) and v["status"] == "pass" for v in bob["exercises"].values())
+    relu = subs["cat_partial.ipynb"]["exercises"]["02.relu"]
+    assert relu["status"] == "fail" and f"seed={relu['seed']})" in relu["detail"]
+    assert "Traceback" not in relu["detail"] and "NotImplementedError" in relu["detail"]
+    assert subs["dan_broken.ipynb"]["status"] == "invalid notebook"
+    assert subs["ann_loop.ipynb"]["status"] == "timed out"
+    assert subs["eve_crash.ipynb"]["status"] == "kernel died"
+    gus = subs["gus_no_checks.ipynb"]
+    assert (gus["status"], gus["total"]) == ("no check cells", 0)
+
+
+def test_the_csv_report_has_a_row_per_submission(graded):
+    with graded["report"].with_name("grades.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["submission"] for r in rows] == sorted(r["submission"] for r in rows)
+    cat = next(r for r in rows if r["submission"] == "cat_partial.ipynb")
+    assert (cat["passed"], cat["total"], cat["02.vector_add"], cat["02.relu"]) == ("1", "3", "pass", "fail")
+    assert cat["02.relu reason"] == "raised NotImplementedError: relu: not written yet"
+    ann = next(r for r in rows if r["submission"] == "ann_loop.ipynb")
+    assert ann["status"] == "timed out" and ann["02.copy_2d"] == "timed out"
+
+
+# --- cheap cases: no kernel is started ----------------------------------------------------------
+
+def test_usage_errors_exit_non_zero(tmp_path, capsys):
+    assert batch.main([str(tmp_path / "nowhere")], timeout=10, report=None) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    assert batch.main([str(tmp_path)], timeout=10, report=None) == 2
+    assert "no notebooks" in capsys.readouterr().err
+    (tmp_path / "a.ipynb").write_text(BROKEN)
+    assert batch.main([str(tmp_path)], timeout=0, report=None) == 2
+
+
+def test_the_command_line_writes_both_reports(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "subs"
+    (folder / "nested").mkdir(parents=True)
+    (folder / "nested" / "broken.ipynb").write_text(BROKEN)
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / ".ipynb_checkpoints" / "broken-checkpoint.ipynb").write_text(BROKEN)
+    monkeypatch.chdir(tmp_path)
+    assert cli(["grade", str(folder), "--timeout", "5", "--report", "out/grades"]) == 0
+    out = capsys.readouterr().out
+    assert _rows(out)[1][0] == "nested/broken.ipynb" and len(_rows(out)) == 2, "checkpoints are skipped"
+    assert (tmp_path / "out" / "grades.json").exists() and (tmp_path / "out" / "grades.csv").exists()
+    assert sorted(os.listdir(folder / "nested")) == ["broken.ipynb"]
+
+
+def test_invalid_notebooks_say_why(tmp_path):
+    cases = {"binary.ipynb": b"\xff\xfe\x00", "list.ipynb": b"[1, 2]", "cells.ipynb": b'{"cells": 3}'}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+    found = {sub.name: sub for sub in batch.grade([tmp_path], timeout=5)}
+    assert found["binary.ipynb"].notes.startswith("invalid notebook: not UTF-8 text")
+    assert found["list.ipynb"].notes == "invalid notebook: JSON without a list of cells"
+    assert found["cells.ipynb"].notes == "invalid notebook: JSON without a list of cells"
+
+
+def test_check_ids_come_from_the_check_cells():
+    nb = batch.read_notebook(ROOT / "exercises" / "02_first_kernels.ipynb")
+    assert [ids for ids in batch.check_cells(nb).values()] == [["02.vector_add"], ["02.relu"], ["02.copy_2d"]]
+    assert batch.course_exercise_ids("02") == ["02.vector_add", "02.relu", "02.copy_2d"]
+    source = "check('03.matmul', mm, seed=3)\ncourse_utils.check(\"04.sin4\", f)\ndef check(x): pass"
+    assert [m.group(2) for m in batch.CHECK_CALL.finditer(source)] == ["03.matmul", "04.sin4"]
+
+
+def test_same_names_from_two_folders_are_told_apart(tmp_path):
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "nb.ipynb").write_text(BROKEN)
+    names = [name for name, _ in batch.find_notebooks([tmp_path / "a", tmp_path / "b"])]
+    assert names == [str(tmp_path / "a" / "nb.ipynb"), str(tmp_path / "b" / "nb.ipynb")]
+
+
+def test_table_cuts_long_reasons():
+    long = batch.Verdict("fail", "x" * 200)
+    sub = batch.Submission("s.ipynb", "s.ipynb", exercises={"02.relu": long})
+    row = batch.table_rows([sub])[1]
+    assert row[1] == ("fail: " + "x" * 200)[: batch.CELL_WIDTH - 3] + "..." and row[2] == "0/1"
