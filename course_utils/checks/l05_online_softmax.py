@@ -1,0 +1,357 @@
+"""Exercises of lesson 05: merging softmax statistics, the online pass, fused softmax, FlashAttention."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..grading import Case, Exercise, Out, register
+from ..grading.inputs import f64, randn
+from ..mode import current, size
+
+NEG_INF = float("-inf")
+
+
+def _bf16() -> bool:
+    """bf16 cases only where tl.dot and conversions support it: a GPU of compute capability 8.0+."""
+    return current().gpu and torch.cuda.get_device_capability()[0] >= 8
+
+
+# --- 05.merge_stats ---------------------------------------------------------------------------
+
+def _merged(m1: float, d1: float, m2: float, d2: float) -> tuple[float, float]:
+    m = max(m1, m2)
+    if m == NEG_INF:
+        return m, d1 + d2
+    return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)
+
+
+def _as_float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _close(got: float, want: float, rtol: float) -> bool:
+    if math.isinf(want) or math.isnan(want):
+        return got == want or (math.isnan(got) and math.isnan(want))
+    return abs(got - want) <= rtol * abs(want) + 1e-300
+
+
+def _pair(result) -> tuple[float, float] | str:
+    """The (m, d) a candidate returned as floats, or what is wrong with its return value."""
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        return f"returned {type(result).__name__} {result!r:.80}; expected a tuple (m, d)"
+    m, d = (_as_float(v) for v in result)
+    if m is None or d is None:
+        return f"returned ({result[0]!r:.40}, {result[1]!r:.40}); m and d must be numbers or 0-d tensors"
+    return m, d
+
+
+def _merge_verify(args, rtol):
+    m1, d1, m2, d2 = (float(a) for a in args)
+    want_m, want_d = _merged(m1, d1, m2, d2)
+
+    def verify(result, case) -> list[str]:
+        pair = _pair(result)
+        if isinstance(pair, str):
+            return [pair]
+        m, d = pair
+        problems = []
+        if not _close(m, want_m, 0.0):
+            problems.append(f"m = {m:g}, expected max(m1, m2) = {want_m:g}")
+        if not _close(d, want_d, rtol):
+            line = f"d = {d:.10g}, expected {want_d:.10g}"
+            if math.isnan(d):
+                line += ("; NaN: with both maxima -inf, exp(m1 - m) is exp(-inf + inf); two empty "
+                         "blocks merge to (-inf, 0)" if want_m == NEG_INF
+                         else "; NaN: is an exponent -inf - (-inf)?")
+            elif math.isinf(d):
+                line += "; it overflowed: exponents must be m_i - m <= 0 (subtract the new max)"
+            elif want_m > NEG_INF and _close(d, d1 + d2, 1e-9) and not _close(d1 + d2, want_d, 1e-9):
+                line += "; that is d1 + d2: each d_i must first be rescaled by exp(m_i - m)"
+            elif want_m > NEG_INF and _close(d, d1 * math.exp(m - m1) + d2 * math.exp(m - m2), 1e-9):
+                line += "; the exponents are flipped: the factor is exp(m_i - m), at most 1"
+            problems.append(line)
+        return problems
+
+    return verify
+
+
+def _merge_cases(gen):
+    def rnd() -> float:
+        return float(torch.randn((), generator=gen, dtype=torch.float64))
+
+    def pos() -> float:
+        return float(torch.rand((), generator=gen, dtype=torch.float64)) * 50 + 0.5
+
+    floats = [
+        ("block 2 has the larger max", (rnd() - 1, pos(), rnd() + 2, pos())),
+        ("block 1 has the larger max", (rnd() + 2, pos(), rnd() - 1, pos())),
+        ("equal maxima", (1.5, pos(), 1.5, pos())),
+        ("maxima near 100 apart by 30 (no overflow allowed)", (100.0 + rnd(), pos(), 70.0 + rnd(), pos())),
+        ("maxima of 1000 and 999: exp(m) overflows, exp(m_i - m) does not", (1000.0, pos(), 999.0, pos())),
+        ("maxima near -100", (-100.0 + rnd(), pos(), -100.0 + rnd(), pos())),
+        ("block 1 empty: (-inf, 0)", (NEG_INF, 0.0, rnd(), pos())),
+        ("block 2 empty: (-inf, 0)", (rnd(), pos(), NEG_INF, 0.0)),
+        ("both blocks empty: the result is (-inf, 0)", (NEG_INF, 0.0, NEG_INF, 0.0)),
+    ]
+    for label, args in floats:
+        yield Case(f"floats, {label}", args, None, verify=_merge_verify(args, 1e-12))
+    device = current().device
+    for dtype, rtol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
+        for label, args in (floats[0], floats[1], floats[6], floats[8]):
+            tensors = tuple(torch.tensor(a, dtype=dtype, device=device) for a in args)
+            yield Case(f"0-d {str(dtype)[6:]} tensors, {label}", tensors, None,
+                       verify=_merge_verify([float(t) for t in tensors], rtol))
+
+
+# --- 05.online_softmax_stats --------------------------------------------------------------------
+
+_METADATA = {
+    "__get__", "__len__", "size", "dim", "numel", "nelement", "ndimension", "stride", "storage_offset",
+    "is_contiguous", "element_size", "data_ptr", "untyped_storage", "is_floating_point", "is_complex",
+    "get_device", "__hash__", "__repr__", "__format__", "__str__",
+}
+
+
+class _ReadLog(torch.Tensor):
+    """A tensor that logs which of its elements each operation reads: (op, first element, count).
+
+    Views of it (slices, `split`) stay logged; anything computed from it is a plain tensor. The log
+    shows whether a candidate reduced the whole tensor at once or went back to an earlier block.
+    """
+
+    _reads: list
+    _storage: int
+
+    @classmethod
+    def watch(cls, x: torch.Tensor) -> _ReadLog:
+        w = x.as_subclass(cls)
+        w._reads, w._storage = [], x.untyped_storage().data_ptr()
+        return w
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        with torch._C.DisableTorchFunctionSubclass():
+            result = func(*args, **kwargs)
+        watched = [a for a in (*args, *kwargs.values()) if isinstance(a, cls)]
+        if not watched:
+            return result
+        root = watched[0]
+        name = getattr(func, "__name__", str(func))
+
+        def view_of_x(t) -> bool:
+            return isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == root._storage
+
+        def wrap(t):
+            if view_of_x(t):
+                w = t.as_subclass(cls)
+                w._reads, w._storage = root._reads, root._storage
+                return w
+            return t.as_subclass(torch.Tensor) if isinstance(t, cls) else t
+
+        if isinstance(result, tuple | list):
+            wrapped = type(result)(wrap(t) for t in result)
+            views = all(view_of_x(t) for t in result)
+        else:
+            wrapped = wrap(result)
+            views = view_of_x(result)
+        if name not in _METADATA and not views:
+            with torch._C.DisableTorchFunctionSubclass():
+                for a in watched:
+                    root._reads.append((name, a.storage_offset(), a.numel()))
+        return wrapped
+
+
+def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
+    n = x64.numel()
+    want_m = float(x64.max())
+    want_d = float(torch.exp(x64 - want_m).sum()) if want_m > NEG_INF else 0.0
+    # What forgetting to rescale gives: each block's terms relative to the running max after it.
+    no_rescale, m_run = 0.0, NEG_INF
+    for s in range(0, n, block):
+        m_run = max(m_run, float(x64[s:s + block].max()))
+        if m_run > NEG_INF:
+            no_rescale += float(torch.exp(x64[s:s + block] - m_run).sum())
+
+    def verify(result, case) -> list[str]:
+        x = case.args[0]
+        for op, start, count in x._reads:
+            if count > block:
+                return [(f"`{op}` read {count} elements of x at once (block = {block}): compute the "
+                         f"statistics block by block and merge them, never over the whole tensor "
+                         f"(torch.max(x) first is a pass of its own)")]
+        starts = [start for _, start, _ in x._reads]
+        for i in range(1, len(starts)):
+            if starts[i] < starts[i - 1]:
+                return [(f"read x[{starts[i]}:] after x[{starts[i - 1]}:]: going back to an earlier block "
+                         f"is a second pass; update a running (m, d) with each block as you read it")]
+        pair = _pair(result)
+        if isinstance(pair, str):
+            return [pair]
+        m, d = pair
+        problems = []
+        if not _close(m, want_m, 0.0):
+            problems.append(f"max = {m:g}, expected {want_m:g}")
+        if not _close(d, want_d, rtol):
+            line = f"sum = {d:.10g}, expected {want_d:.10g}"
+            if math.isnan(d):
+                line += ("; NaN: a block of only -inf has max -inf and exp(-inf - (-inf)) is NaN: its "
+                         "statistics are (-inf, 0)")
+            elif math.isinf(d) or (d == 0.0 and want_d > 0):
+                line += "; exp over- or underflowed: subtract the running max inside exp"
+            elif _close(d, no_rescale, 1e-6) and not _close(no_rescale, want_d, rtol):
+                line += ("; that is what forgetting to rescale gives: when the running max grows from m to "
+                         "m', multiply the sum so far by exp(m - m')")
+            problems.append(line)
+        return problems
+
+    return verify
+
+
+def _stats_cases(gen):
+    n = size(4099, 1021)
+    inputs = [
+        ("one element", randn(1, gen=gen), 4),
+        (f"{n} elements, block 64: the last block is partial", randn(n, gen=gen), 64),
+        ("a block larger than x", randn(100, gen=gen), 256),
+        ("ascending values: the max grows in every block", randn(n, gen=gen, scale=3).sort().values, 32),
+        ("values near +100: exp(x) overflows fp32", randn(n, gen=gen, offset=100.0), 128),
+        ("values near -100: exp(x) underflows", randn(n, gen=gen, offset=-100.0), 128),
+        ("all elements equal", torch.full((300,), 7.25, device=current().device), 64),
+        ("float64", randn(n, torch.float64, gen=gen, scale=5), 100),
+    ]
+    x = randn(n, gen=gen, scale=2)
+    x[(torch.rand(n, generator=gen) < 0.3).to(x.device)] = NEG_INF  # masked logits
+    x[:64] = NEG_INF  # the whole first block
+    inputs.append(("some -inf, the whole first block -inf", x, 64))
+    for label, x, block in inputs:
+        rtol = 1e-12 if x.dtype == torch.float64 else 1e-5
+        yield Case(label, (_ReadLog.watch(x), block), None, verify=_stats_verify(f64(x), block, rtol))
+
+
+# --- 05.softmax -------------------------------------------------------------------------------
+
+# Outputs are rounded once; exp and a long fp32 sum add a little (GPU exp is an approximation).
+_SOFTMAX_TOL = {torch.float32: (1e-12, 2e-5), torch.float16: (1e-7, 2e-3), torch.bfloat16: (1e-6, 1.6e-2)}
+
+
+def _softmax_case(label, x):
+    expected = torch.softmax(f64(x), dim=1)
+    return Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": expected}, *_SOFTMAX_TOL[x.dtype])
+
+
+def _softmax_cases(gen):
+    m, n = size((1823, 781), (37, 781))
+    long_rows, long_cols = size((64, 100_000), (3, 40_000))
+    yield _softmax_case("one row of length 1", randn((1, 1), gen=gen))
+    yield _softmax_case("rows of length 1", randn((5, 1), gen=gen))
+    yield _softmax_case(f"{m} x {n}: no multiple of any block (pad with -inf, not 0)", randn((m, n), gen=gen))
+    yield _softmax_case("fp16 storage, fp32 arithmetic", randn((m, n), torch.float16, gen=gen, scale=3))
+    if _bf16():
+        yield _softmax_case("bf16 storage, fp32 arithmetic", randn((m, n), torch.bfloat16, gen=gen, scale=3))
+    yield _softmax_case("all-equal rows: every output is 1/n",
+                        torch.full((7, 300), -3.5, device=current().device))
+    yield _softmax_case("values near +100: exp overflows unless you subtract the row max",
+                        randn((16, 1000), gen=gen, offset=100.0))
+    yield _softmax_case("values near -100: exp underflows unless you subtract the row max",
+                        randn((16, 1000), gen=gen, offset=-100.0))
+    x = randn((m, n), gen=gen, scale=2)
+    x[(torch.rand((m, n), generator=gen) < 0.3).to(x.device)] = NEG_INF
+    x[:, 0] = 0.0  # every row keeps a finite entry
+    yield _softmax_case("about 30% -inf entries (masked logits): exp(-inf) = 0", x)
+    yield _softmax_case("every other column of a wider tensor: use both strides",
+                        randn((m, 2 * n + 1), gen=gen)[:, 1::2])
+    yield _softmax_case("a transposed tensor: strides (1, rows)", randn((n, m), gen=gen).t())
+    yield _softmax_case(f"rows of {long_cols}: longer than one block, the running max changes",
+                        randn((long_rows, long_cols), gen=gen, scale=2))
+    yield _softmax_case(f"ascending rows of {long_cols}: the max grows in every block (rescale the sum)",
+                        randn((3, long_cols), gen=gen, scale=3).sort(dim=1).values)
+    x = randn((3, long_cols), gen=gen, scale=2, offset=-100.0)
+    x[:, : long_cols // 2] = NEG_INF
+    x[:, -1] = 50.0
+    yield _softmax_case("long rows: the first half -inf, values near -100, then one 50", x)
+    if current().gpu:
+        yield _softmax_case("rows of 2^20 + 3: longer than Triton's largest block",
+                            randn((3, (1 << 20) + 3), gen=gen, scale=2))
+
+
+# --- 05.attention -----------------------------------------------------------------------------
+
+def _attention_expected(q, k, v, causal):
+    q, k, v = f64(q), f64(k), f64(v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        S = q.shape[-2]
+        scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), NEG_INF)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _attention_tolerance(dtype) -> tuple[float, float]:
+    if dtype == torch.float32:  # exact in the interpreter; TF32 scores and p @ v on a GPU
+        return (1e-2, 1e-2) if current().gpu else (2e-5, 2e-5)
+    return {torch.float16: (3e-3, 3e-3), torch.bfloat16: (2e-2, 2e-2)}[dtype]
+
+
+def _attention_cases(gen):
+    def qkv(shape, dtype, scale=1.0):
+        return tuple(randn(shape, dtype, gen, scale) for _ in range(3))
+
+    S_odd = size(1000, 37)
+    D = size(64, 16)
+    shapes = [
+        ("one query and one key", (1, 1, 1, D), torch.float32, False),
+        (f"S = {S_odd}: no multiple of the tile (keys >= S must score -inf)", (1, 2, S_odd, D), torch.float32,
+         False),
+        (f"causal, S = {S_odd}: query i sees keys j <= i", (1, 2, S_odd, D), torch.float32, True),
+        ("causal, one query", (1, 1, 1, D), torch.float32, True),
+        ("fp16, causal", size((2, 4, 1023, 128), (1, 2, 50, 32)), torch.float16, True),
+        ("fp16", size((2, 4, 777, 128), (1, 1, 70, 32)), torch.float16, False),
+    ]
+    if _bf16():
+        shapes += [("bf16", (2, 4, 1023, 128), torch.bfloat16, False),
+                   ("bf16, causal", (2, 4, 1023, 128), torch.bfloat16, True)]
+    for label, shape, dtype, causal in shapes:
+        q, k, v = qkv(shape, dtype)
+        yield Case(label, (q, k, v, Out("out", shape, dtype), causal),
+                   {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(dtype))
+    B, H, S, D = size((2, 4, 300, 64), (1, 2, 45, 16))
+    for causal in (False, True):
+        # Peaked scores: the running max jumps often, so a missing rescale shows.
+        q, k, v = qkv((B, H, S, D), torch.float32, scale=3.0)
+        yield Case(f"large scores (the max changes often), causal={causal}",
+                   (q, k, v, Out("out", (B, H, S, D), torch.float32), causal),
+                   {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(torch.float32))
+    q, k, v = (randn((B, S, H, D), gen=gen).transpose(1, 2) for _ in range(3))  # (B, H, S, D) views
+    yield Case("q, k, v are (B, S, H, D) tensors transposed to (B, H, S, D): use the strides",
+               (q, k, v, Out("out", (B, H, S, D), torch.float32), True),
+               {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32))
+
+
+register(Exercise(
+    "05.merge_stats", "merge the softmax statistics of two blocks", "merge_stats(m1, d1, m2, d2)",
+    _merge_cases, kernel=False,
+    hint="m = max(m1, m2); d = d1 * exp(m1 - m) + d2 * exp(m2 - m); when m is -inf both blocks are empty: "
+         "return (-inf, d1 + d2) instead of computing exp(-inf - (-inf))"))
+register(Exercise(
+    "05.online_softmax_stats", "(max, sum of exp(x - max)) in one pass over blocks",
+    "online_softmax_stats(x, block)", _stats_cases, kernel=False,
+    forbidden_ops=("logsumexp", "_softmax", "softmax", "_log_softmax", "log_softmax"),
+    hint="start from (m, d) = (-inf, 0); for each slice x[s:s + block] compute its max and "
+         "sum(exp(slice - its max)) and merge them into (m, d) with merge_stats; a slice of only -inf has "
+         "statistics (-inf, 0)"))
+register(Exercise(
+    "05.softmax", "fused row softmax of any row length", "softmax(x, out)", _softmax_cases, max_launches=1,
+    hint="subtract each row's max before exp; load masked columns as -inf, not 0; for rows longer than one "
+         "block keep a running (m, d) and rescale d by exp(m_old - m_new) when the max grows, then read "
+         "the row a second time to write exp(x - m) / d; a lane whose max is still -inf must subtract 0, "
+         "not -inf"))
+register(Exercise(
+    "05.attention", "FlashAttention forward (bonus)", "attention(q, k, v, out, causal)", _attention_cases,
+    max_launches=1,
+    hint="scale the scores by 1/sqrt(D) (times log2(e) if you use exp2); keys >= S get -inf in the last "
+         "tile; causal: key j is visible to query i when j <= i; every tile, rescale acc and l by "
+         "exp(m_old - m_new) before adding the new tile; divide acc by l at the end"))

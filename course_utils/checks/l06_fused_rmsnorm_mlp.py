@@ -1,0 +1,184 @@
+"""Exercises of lesson 06: RMSNorm, gate/up matmuls with SiLU in one kernel, the fused RMSNorm + MLP.
+
+Every case label says what the case is there to catch: a failure header names the case, so it points
+at the likely mistake (statistics in fp16, eps outside the square root, silu on the wrong projection...).
+Shapes: hidden sizes that are no power of two and no multiple of 16 (40, 80, 781), intermediate 136
+or 1000, rows 1..37 on the CPU and up to 1823 on a GPU.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..grading import Case, Exercise, Out, register
+from ..grading.inputs import f64, randn, tolerance, uniform
+from ..mode import current, size
+
+
+def _dtypes():
+    """fp32 and fp16 everywhere; bf16 only on a GPU (the interpreter has no bf16 arithmetic)."""
+    return (torch.float32, torch.float16, torch.bfloat16) if current().gpu else (torch.float32, torch.float16)
+
+
+def _dot_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """Outputs of fp32-accumulated dots whose terms stay ~1: a few roundings of the output dtype.
+
+    fp32 gets more slack: its sums of K products carry errors near its tiny rounding step (and on a
+    GPU fp32 dots run as TF32). Wrong answers are off by 1e-2 or more in every dtype.
+    """
+    return tolerance(dtype, dot=True, slack=64 if dtype == torch.float32 else 16)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _rmsnorm64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    x = f64(x)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * f64(weight)
+
+
+def _gate_up_silu64(x, w_gate, w_up) -> torch.Tensor:
+    g = x @ f64(w_gate).T
+    return torch.nn.functional.silu(g) * (x @ f64(w_up).T)
+
+
+def _scaled_rows(rows: int, hidden: int, dtype, gen, high: float) -> torch.Tensor:
+    """Rows of N(0, 1) values times scales spread log-uniformly from 1e-2 to `high`; the last row is 0."""
+    scales = 10 ** uniform((rows, 1), -2.0, math.log10(high), torch.float64, gen)  # (rows, 1)
+    x = randn((rows, hidden), torch.float64, gen) * scales
+    x[-1] = 0.0
+    return x.to(dtype)
+
+
+def _wider(rows: int, hidden: int, dtype, gen) -> torch.Tensor:
+    """x as columns 3 .. 3 + hidden of a (rows, hidden + 7) tensor: row stride hidden + 7, offset 3."""
+    return randn((rows, hidden + 7), dtype, gen)[:, 3:3 + hidden]
+
+
+# --- 06.rmsnorm -------------------------------------------------------------------------------
+
+def _rmsnorm_cases(gen):
+    rows, hidden = size((1823, 781), (37, 80))
+    for dtype in _dtypes():
+        tol = tolerance(dtype, slack=32 if dtype == torch.float32 else 8)
+        fp16 = dtype == torch.float16
+        inputs = [
+            ("one row of 48: rms over the row's 48 values (axis 1), then times the weight (random, 0.5..1.5)",
+             randn((1, 48), dtype, gen), 1e-6),
+            (f"{rows} rows x hidden {hidden}: hidden is no power of two (mask the columns past it); "
+             "one rms per row", randn((rows, hidden), dtype, gen), 1e-6),
+            ("inputs ~0.03 with eps = 1e-3, as large as mean(x**2): rsqrt(mean(x**2) + eps), eps inside "
+             "the square root", randn((rows, hidden), dtype, gen, scale=0.03), 1e-3),
+            ("rows of very different scales and a last row of zeros: one rms per row (over the hidden "
+             "axis); the zero row gives 0, not NaN",
+             _scaled_rows(rows, hidden, dtype, gen, 3.0 if fp16 else 100.0),
+             1e-6),
+            (f"x a slice of a wider tensor (row stride {hidden + 7}, not {hidden}): use x.stride(0)",
+             _wider(rows, hidden, dtype, gen), 1e-6),
+        ]
+        if current().gpu:
+            inputs.append(("64 rows x hidden 4096, Llama-7B's width", randn((64, 4096), dtype, gen), 1e-6))
+        if fp16:
+            inputs.append(("values ~300 in fp16: x * x overflows fp16 (largest finite 65504), so square and "
+                           "sum in fp32", randn((rows, hidden), dtype, gen, scale=300.0), 1e-6))
+        for label, x, eps in inputs:
+            weight = uniform((x.shape[1],), 0.5, 1.5, dtype, gen)
+            yield Case(f"{label}, {_name(dtype)}", (x, weight, eps, Out("out", tuple(x.shape), dtype)),
+                       {"out": _rmsnorm64(x, weight, eps)}, *tol)
+
+
+register(Exercise(
+    "06.rmsnorm", "RMSNorm with fp32 statistics", "rmsnorm(x, weight, eps, out)", _rmsnorm_cases,
+    hint="per row: load the whole row (mask cols < n_cols, other=0.0), convert to fp32 BEFORE squaring, "
+         "mean = sum(x * x, axis=1) / n_cols, then x * rsqrt(mean + eps) * weight; address x with its "
+         "strides"))
+
+
+# --- 06.gate_up_silu --------------------------------------------------------------------------
+
+def _weights(n: int, k: int, dtype, gen) -> torch.Tensor:
+    """An (n, k) nn.Linear weight scaled by 1/sqrt(k): the products of N(0, 1) inputs stay ~1."""
+    return randn((n, k), dtype, gen, scale=k ** -0.5)
+
+
+def _gate_up_cases(gen):
+    rows, hidden, inter = size((1823, 781, 1000), (37, 40, 136))
+    for dtype in _dtypes():
+        tol = _dot_tolerance(dtype)
+        merged = _weights(2 * 136, 48, dtype, gen)
+        inputs = [
+            ("16 rows, hidden 48, intermediate 136: silu on the gate, "
+             "out = silu(x @ w_gate.T) * (x @ w_up.T)",
+             randn((16, 48), dtype, gen), _weights(136, 48, dtype, gen), _weights(136, 48, dtype, gen)),
+            ("one row (M = 1)", randn((1, 48), dtype, gen), _weights(136, 48, dtype, gen),
+             _weights(136, 48, dtype, gen)),
+            (f"{rows} rows, hidden {hidden}, intermediate {inter}: no size is a multiple of a block, mask "
+             "M, N and the last K block", randn((rows, hidden), dtype, gen),
+             _weights(inter, hidden, dtype, gen), _weights(inter, hidden, dtype, gen)),
+            (f"x a slice of a wider tensor (row stride {hidden + 7}): use x.stride(0)",
+             _wider(rows, hidden, dtype, gen), _weights(inter, hidden, dtype, gen),
+             _weights(inter, hidden, dtype, gen)),
+            ("w_gate and w_up the two halves of one merged (272, 48) weight", randn((16, 48), dtype, gen),
+             merged[:136], merged[136:]),
+        ]
+        for label, x, w_gate, w_up in inputs:
+            out = Out("out", (x.shape[0], w_gate.shape[0]), dtype)
+            yield Case(f"{label}, {_name(dtype)}", (x, w_gate, w_up, out),
+                       {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *tol)
+
+
+register(Exercise(
+    "06.gate_up_silu", "gate and up matmuls with SiLU, one kernel", "gate_up_silu(x, w_gate, w_up, out)",
+    _gate_up_cases,
+    hint="two fp32 accumulators per output tile, acc_g += x_tile @ w_gate.T tile and acc_u += x_tile @ "
+         "w_up.T tile; the (BLOCK_K, BLOCK_N) tile of w.T is at w_ptr + n * w.stride(0) + k * w.stride(1); "
+         "mask k < K in the loop; epilogue acc_g * sigmoid(acc_g) * acc_u (silu on the GATE)"))
+
+
+# --- 06.rmsnorm_mlp ---------------------------------------------------------------------------
+
+def _mlp_cases(gen):
+    rows, hidden, inter = size((1823, 781, 1000), (37, 40, 136))
+    for dtype in _dtypes():
+        tol = _dot_tolerance(dtype)
+        fp16 = dtype == torch.float16
+        inputs = [
+            ("16 rows, hidden 48, intermediate 136: n = x / rms(x) * norm_weight (random 0.5..1.5, rms over "
+             "each row), out = (silu(n @ w_gate.T) * (n @ w_up.T)) @ w_down.T: silu on the gate, and 1/rms "
+             "scales gate and up before the silu",
+             randn((16, 48), dtype, gen), 1e-6, 136),
+            ("one row (M = 1)", randn((1, 48), dtype, gen), 1e-6, 136),
+            (f"{rows} rows, hidden {hidden}, intermediate {inter}: no size is a multiple of a block, mask "
+             "the K loop (and the statistics) and the edges", randn((rows, hidden), dtype, gen), 1e-6, inter),
+            ("inputs ~0.03 with eps = 1e-3, as large as mean(x**2): rsqrt(mean(x**2) + eps), eps inside "
+             "the square root", randn((rows, hidden), dtype, gen, scale=0.03), 1e-3, inter),
+            ("rows of very different scales and a last row of zeros: one rms per row (over the hidden "
+             "axis); the zero row gives 0, not NaN",
+             _scaled_rows(rows, hidden, dtype, gen, 3.0 if fp16 else 100.0),
+             1e-6, inter),
+            (f"x a slice of a wider tensor (row stride {hidden + 7}): use x.stride(0)",
+             _wider(rows, hidden, dtype, gen), 1e-6, inter),
+        ]
+        if fp16:
+            inputs.append(("values ~300 in fp16: x * x overflows fp16 (largest finite 65504), so the sum of "
+                           "squares must be fp32",
+                           randn((rows, hidden), dtype, gen, scale=300.0), 1e-6, inter))
+        for label, x, eps, n_inter in inputs:
+            k = x.shape[1]
+            norm_weight = uniform((k,), 0.5, 1.5, dtype, gen)
+            w_gate, w_up = _weights(n_inter, k, dtype, gen), _weights(n_inter, k, dtype, gen)
+            w_down = _weights(k, n_inter, dtype, gen)
+            expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, eps), w_gate, w_up) @ f64(w_down).T
+            yield Case(f"{label}, {_name(dtype)}",
+                       (x, norm_weight, w_gate, w_up, w_down, eps, Out("out", tuple(x.shape), dtype)),
+                       {"out": expected}, *tol)
+
+
+register(Exercise(
+    "06.rmsnorm_mlp", "RMSNorm + MLP, the norm fused into the gate/up matmul",
+    "rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out)", _mlp_cases,
+    hint="in the gate/up K loop load x, add sum(x.to(fp32)**2, axis=1) to a per-row accumulator, multiply "
+         "the tile by norm_weight before the dots; in the epilogue scale both accumulators by "
+         "rsqrt(sum / K + eps) BEFORE silu(gate) * up; store h, then h @ w_down.T (lesson 03's matmul)"))

@@ -1,0 +1,350 @@
+# %% [markdown]
+# # Lesson 06 exercises: RMSNorm, SwiGLU and the fused RMSNorm + MLP block
+#
+# The second half of a Llama decoder layer computes, for every token `x` (a row of `hidden` numbers):
+#
+# ```
+# n   = x / sqrt(mean(x**2) + eps) * norm_weight           # RMSNorm, over the hidden axis
+# h   = silu(n @ w_gate.T) * (n @ w_up.T)                  # SwiGLU, (rows, intermediate)
+# out = h @ w_down.T                                       # down projection, (rows, hidden)
+# ```
+#
+# Three kernels, each checked on fresh random inputs: `rmsnorm` (statistics in fp32),
+# `gate_up_silu` (both matmuls in one kernel) and `rmsnorm_mlp` (the whole block, with the RMS
+# statistics computed inside the gate/up matmul loop, so the normalized `n` is never written).
+# Weights come in `nn.Linear` layout: `w_gate` and `w_up` are `(intermediate, hidden)`, `w_down` is
+# `(hidden, intermediate)`. Activations are 2-D `(rows, hidden)`: a `(batch, seq, hidden)` tensor is
+# passed as `x.view(-1, hidden)`, which is free. `x` may have any strides (the checks give you a slice
+# of a wider tensor).
+#
+# Destination passing as in lesson 02: your host function receives its inputs and the output `out`,
+# which the checker poisoned; write every element of `out`, and nothing else.
+
+# %%
+from course_utils import check, current, progress, setup  # noqa: F401
+
+mode = setup(quiet=__name__ != "__main__")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from torch import nn  # noqa: E402
+
+from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402  (lesson 03)
+
+# %% [markdown]
+# ## The PyTorch references
+#
+# What each exercise computes, in plain PyTorch. The checks compare against the same formulas in
+# float64. Note where Hugging Face's `LlamaRMSNorm` computes its statistics: it casts to fp32 first,
+# because `x**2` of an fp16 value above 256 overflows fp16 (its largest finite value is 65504).
+
+# %%
+def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))  # (rows, hidden) at least fp32: a sum of squares
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)  # (rows, 1): eps inside the sqrt
+    return (xf * rstd * weight.to(xf.dtype)).to(x.dtype)
+
+
+def gate_up_silu_ref(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.silu(x @ w_gate.T) * (x @ w_up.T)  # (rows, intermediate)
+
+
+def rmsnorm_mlp_ref(x, norm_weight, w_gate, w_up, w_down, eps):
+    return gate_up_silu_ref(rmsnorm_ref(x, norm_weight, eps), w_gate, w_up) @ w_down.T  # (rows, hidden)
+
+
+# %% [markdown]
+# ## 06.rmsnorm: `rmsnorm(x, weight, eps, out)`
+#
+# `out[i, :] = x[i, :] / sqrt(mean(x[i, :]**2) + eps) * weight` for `x` of shape `(rows, hidden)`.
+# One program normalizes `BLOCK_M` whole rows: it loads a `(BLOCK_M, BLOCK_N)` tile with
+# `BLOCK_N = next_power_of_2(hidden)` (mask the columns past `hidden`, with `other=0.0` so they add
+# nothing to the sum), squares and sums **in fp32** along axis 1, and writes the scaled rows.
+# One pass: every element is read once and written once, so the traffic is 2 x rows x hidden
+# elements, and the floor is that divided by the memory bandwidth. Short rows (hidden 1024 in bf16
+# is 2 KB) leave a one-row program too little to load at once: take several rows per program.
+
+# %%
+def rmsnorm_config(n_rows: int, n_cols: int) -> dict:
+    """Rows per program and warps: about 4096 elements per program, whole rows only."""
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, min(4096 // block_n, triton.next_power_of_2(n_rows)))
+    elements = block_m * block_n
+    num_warps = 4 if elements <= 2048 else 8 if elements <= 8192 else 16
+    return dict(BLOCK_M=block_m, num_warps=num_warps)
+
+
+@triton.jit
+def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, stride_xm, stride_xn, stride_w,
+                   stride_om, stride_on, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # BEGIN SOLUTION
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    cols = tl.arange(0, BLOCK_N)  # (BLOCK_N,) a whole row: BLOCK_N >= n_cols
+    row_ok = rows < n_rows
+    col_ok = cols < n_cols
+    mask = row_ok[:, None] & col_ok[None, :]  # (BLOCK_M, BLOCK_N)
+    rows64 = rows.to(tl.int64)  # rows * stride can pass 2^31 on big tensors
+    x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+    x = x.to(tl.float32)  # statistics in fp32: x * x of an fp16 300 is 90000 > 65504
+    mean_sq = tl.sum(x * x, axis=1) / n_cols  # (BLOCK_M,) padded columns are 0: they add nothing
+    rstd = tl.rsqrt(mean_sq + eps)  # (BLOCK_M,) eps inside the square root; an all-zero row gives 0
+    w = tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)  # (BLOCK_N,)
+    y = x * rstd[:, None] * w[None, :]  # (BLOCK_M, BLOCK_N)
+    tl.store(out_ptr + rows64[:, None] * stride_om + cols[None, :] * stride_on,
+             y.to(out_ptr.dtype.element_ty), mask=mask)
+    # END SOLUTION
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor,
+            BLOCK_M: int | None = None, num_warps: int | None = None) -> None:
+    """out = x / sqrt(mean(x**2, -1) + eps) * weight; x and out (rows, hidden), weight (hidden,)."""
+    # BEGIN SOLUTION
+    n_rows, n_cols = x.shape
+    config = rmsnorm_config(n_rows, n_cols)
+    BLOCK_M = BLOCK_M or config["BLOCK_M"]
+    grid = (triton.cdiv(n_rows, BLOCK_M),)  # one program per BLOCK_M whole rows
+    rmsnorm_kernel[grid](x, weight, out, n_rows, n_cols, x.stride(0), x.stride(1), weight.stride(0),
+                         out.stride(0), out.stride(1), eps, BLOCK_M=BLOCK_M,
+                         BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps or config["num_warps"])
+    # END SOLUTION
+
+
+# %% [check] 06.rmsnorm
+
+# %% [markdown]
+# ## 06.gate_up_silu: `gate_up_silu(x, w_gate, w_up, out)`
+#
+# `out = silu(x @ w_gate.T) * (x @ w_up.T)` in **one** kernel: x `(M, K)`, w_gate and w_up `(N, K)`
+# in `nn.Linear` layout, out `(M, N)`. It is lesson 03's matmul with **two accumulators**: each
+# program owns a `(BLOCK_M, BLOCK_N)` tile of `out` (grouped order, `grouped_tile`), and every
+# `(BLOCK_M, BLOCK_K)` tile of `x` it loads feeds two `tl.dot`s, one per weight. The epilogue computes
+# `silu(g) * u = g * sigmoid(g) * u` in fp32 and stores once: the `(M, N)` gate and up results are
+# never written to memory. The `(BLOCK_K, BLOCK_N)` tile of `w.T` is element `(k, n)` of `w.T`, that
+# is `w[n, k]`, at `w_ptr + n * w.stride(0) + k * w.stride(1)`. (The other way to do it: one merged
+# `(2N, K)` weight, one accumulator of width `2 * BLOCK_N`, and an epilogue that splits it in halves.)
+# FLOPs: 2 x M x N x K per weight, so 4MNK; `mlp_config` has tile sizes for few and for many rows.
+
+# %%
+def mlp_config(M: int, element_size: int = 2) -> dict:
+    """Tiles for the MLP's gate/up kernels: narrow ones for few rows (memory-bound), big ones for many.
+
+    BLOCK_K is counted in 128-byte slices of a row (64 fp16/bf16 elements, 32 fp32), so a pipeline
+    stage takes the same shared memory in every dtype.
+    """
+    if current().interpret:  # few, large programs: the interpreter runs them one after another
+        return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=2)
+    k_slice = 128 // element_size
+    if M <= 16:  # decode-sized: stream the weights through every SM; 16 rows is tl.dot's minimum
+        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=2 * k_slice, GROUP_M=1, num_warps=4, num_stages=4)
+    if M <= 64:
+        return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
+    # Compute-bound: two 128 x 128 accumulators are one 128 x 256 tile, a cuBLAS-sized tile.
+    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=8, num_warps=8, num_stages=3)
+
+
+@triton.jit
+def gate_up_silu_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
+                        stride_xm, stride_xk, stride_gn, stride_gk, stride_un, stride_uk,
+                        stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # BEGIN SOLUTION
+    # Grouped order (lesson 03): GROUP_M consecutive row-tiles sweep the columns together.
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of x and out
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) rows of w, columns of out
+    rk = tl.arange(0, BLOCK_K)
+    # Rows and columns past the edge load a valid row again (% M, % N) instead of being masked:
+    # the loads stay unmasked along M and N, and the store below drops those rows.
+    rm_in = rm % M
+    rn_in = rn % N
+    x_ptrs = x_ptr + rm_in[:, None].to(tl.int64) * stride_xm + rk[None, :] * stride_xk  # (BLOCK_M, BLOCK_K)
+    g_ptrs = wg_ptr + rn_in[None, :].to(tl.int64) * stride_gn + rk[:, None] * stride_gk  # (BLOCK_K, BLOCK_N)
+    u_ptrs = wu_ptr + rn_in[None, :].to(tl.int64) * stride_un + rk[:, None] * stride_uk
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # x @ w_gate.T
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # x @ w_up.T
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = rk + k0 < K  # the last K block is partial when K is no multiple of BLOCK_K
+        x = tl.load(x_ptrs, mask=k_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_K)
+        wg = tl.load(g_ptrs, mask=k_ok[:, None], other=0.0)  # (BLOCK_K, BLOCK_N) of w_gate.T
+        wu = tl.load(u_ptrs, mask=k_ok[:, None], other=0.0)
+        acc_g = tl.dot(x, wg, acc_g)  # the same x tile feeds both dots
+        acc_u = tl.dot(x, wu, acc_u)
+        x_ptrs += BLOCK_K * stride_xk
+        g_ptrs += BLOCK_K * stride_gk
+        u_ptrs += BLOCK_K * stride_uk
+    h = acc_g * tl.sigmoid(acc_g) * acc_u  # silu(gate) * up, in fp32, in registers
+    tl.store(out_ptr + rm[:, None].to(tl.int64) * stride_om + rn[None, :] * stride_on,
+             h.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    # END SOLUTION
+
+
+def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out: torch.Tensor,
+                 config: dict | None = None) -> None:
+    """out = silu(x @ w_gate.T) * (x @ w_up.T); x (M, K), w_gate and w_up (N, K), out (M, N)."""
+    # BEGIN SOLUTION
+    M, K = x.shape
+    N = w_gate.shape[0]
+    cfg = config or mlp_config(M, x.element_size())
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)  # one program per out tile
+    gate_up_silu_kernel[grid](
+        x, w_gate, w_up, out, M, N, K, x.stride(0), x.stride(1), w_gate.stride(0), w_gate.stride(1),
+        w_up.stride(0), w_up.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    # END SOLUTION
+
+
+# %% [check] 06.gate_up_silu
+
+# %% [markdown]
+# ## 06.rmsnorm_mlp: `rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out)`
+#
+# The whole block, `out = (silu(n @ w_gate.T) * (n @ w_up.T)) @ w_down.T` with `n = rmsnorm(x)`,
+# without ever writing `n`. The trick (section 4 of "About GPU fuzed kernel"): `1 / rms(x)` is one
+# number per row, so it commutes with the matmul,
+#
+# ```
+# rmsnorm(x) @ W.T = ((x * norm_weight) @ W.T) / rms(x)      (row by row)
+# ```
+#
+# The gate/up kernel already streams every tile of `x` through its K loop, so it can also add up
+# `sum(x**2)` per row (in fp32) on the way, multiply the tile by `norm_weight` as it loads it, and in
+# the epilogue scale both accumulators' rows by `1 / sqrt(sum / K + eps)` before the SiLU. Then
+# `h` (rows, intermediate) is written once and the down projection is a plain matmul: lesson 03's
+# `matmul(h, w_down.t(), out)`. Two launches for the block instead of Hugging Face's 13 (in fp16).
+#
+# For many rows the gate/up kernel is compute-bound (8192 x 1024 x 22016 at the prefill size): use
+# big tiles and the grouped program order of lesson 03 so that neighbouring programs share tiles of
+# `x` and of the weights in L2.
+
+# %%
+@triton.jit
+def rmsnorm_gate_up_silu_kernel(x_ptr, nw_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K, eps,
+                                stride_xm, stride_xk, stride_nw, stride_gn, stride_gk, stride_un, stride_uk,
+                                stride_hm, stride_hn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # BEGIN SOLUTION
+    # Grouped order (lesson 03): GROUP_M consecutive row-tiles sweep the columns together.
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of x and h
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) rows of w, columns of h
+    rk = tl.arange(0, BLOCK_K)
+    # Rows and columns past the edge load a valid row again (% M, % N) instead of being masked:
+    # the loads stay unmasked along M and N, and the store below drops those rows.
+    rm_in = rm % M
+    rn_in = rn % N
+    x_ptrs = x_ptr + rm_in[:, None].to(tl.int64) * stride_xm + rk[None, :] * stride_xk  # (BLOCK_M, BLOCK_K)
+    g_ptrs = wg_ptr + rn_in[None, :].to(tl.int64) * stride_gn + rk[:, None] * stride_gk  # (BLOCK_K, BLOCK_N)
+    u_ptrs = wu_ptr + rn_in[None, :].to(tl.int64) * stride_un + rk[:, None] * stride_uk
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (x * norm_weight) @ w_gate.T
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (x * norm_weight) @ w_up.T
+    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)  # sum(x**2) of each row, built up tile by tile
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = rk + k0 < K  # the last K block is partial when K is no multiple of BLOCK_K
+        x = tl.load(x_ptrs, mask=k_ok[None, :], other=0.0).to(tl.float32)  # (BLOCK_M, BLOCK_K)
+        nw = tl.load(nw_ptr + (rk + k0) * stride_nw, mask=k_ok, other=0.0).to(tl.float32)  # (BLOCK_K,)
+        sum_sq += tl.sum(x * x, axis=1)  # fp32: the statistic never sees fp16's range
+        a = (x * nw[None, :]).to(wg_ptr.dtype.element_ty)  # x * norm_weight, back to the weights' dtype
+        wg = tl.load(g_ptrs, mask=k_ok[:, None], other=0.0)  # (BLOCK_K, BLOCK_N) of w_gate.T
+        wu = tl.load(u_ptrs, mask=k_ok[:, None], other=0.0)
+        acc_g = tl.dot(a, wg, acc_g)  # the same x tile feeds both dots
+        acc_u = tl.dot(a, wu, acc_u)
+        x_ptrs += BLOCK_K * stride_xk
+        g_ptrs += BLOCK_K * stride_gk
+        u_ptrs += BLOCK_K * stride_uk
+    rstd = tl.rsqrt(sum_sq / K + eps)  # (BLOCK_M,) 1 / rms(x), eps inside the square root
+    g = acc_g * rstd[:, None]  # = rmsnorm(x) @ w_gate.T: the scale goes in BEFORE the silu
+    u = acc_u * rstd[:, None]
+    h = g * tl.sigmoid(g) * u  # silu(gate) * up, in fp32, in registers
+    tl.store(h_ptr + rm[:, None].to(tl.int64) * stride_hm + rn[None, :] * stride_hn,
+             h.to(h_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    # END SOLUTION
+
+
+def down_tile(M: int, element_size: int = 2) -> triton.Config | None:
+    """The down projection's tile for lesson 03's matmul; None lets its autotuner choose (many rows)."""
+    if current().interpret:
+        return triton.Config(dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1), num_warps=4, num_stages=1)
+    if M <= 64:  # (M, 11008) @ (11008, 1024): 16-wide column tiles give 64 programs streaming w_down
+        return triton.Config(dict(BLOCK_M=16 if M <= 16 else 64, BLOCK_N=16, BLOCK_K=512 // element_size,
+                                  GROUP_M=1), num_warps=4, num_stages=4)
+    return None
+
+
+def rmsnorm_mlp(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                w_down: torch.Tensor, eps: float, out: torch.Tensor, config: dict | None = None,
+                down: triton.Config | None = None) -> None:
+    """out = down(silu(gate(n)) * up(n)), n = rmsnorm(x); x and out (rows, hidden), weights nn.Linear layout.
+
+    x is 2-D: pass a (batch, seq, hidden) activation as x.view(-1, hidden) (FusedRMSNormMLP does).
+    config: tiles of the fused gate/up kernel (default mlp_config); down: lesson 03's matmul config
+    for the down projection (default down_tile).
+    """
+    # BEGIN SOLUTION
+    M, K = x.shape
+    N = w_gate.shape[0]
+    cfg = config or mlp_config(M, x.element_size())
+    h = torch.empty((M, N), device=x.device, dtype=x.dtype)  # (rows, intermediate): the only intermediate
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    rmsnorm_gate_up_silu_kernel[grid](
+        x, norm_weight, w_gate, w_up, h, M, N, K, eps, x.stride(0), x.stride(1), norm_weight.stride(0),
+        w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), h.stride(0), h.stride(1),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    # (rows, intermediate) @ (intermediate, hidden): lesson 03's matmul; w_down.t() is a view, no copy
+    matmul(h, w_down.t(), out, config=down or down_tile(M, x.element_size()))
+    # END SOLUTION
+
+
+# %% [check] 06.rmsnorm_mlp
+
+# %% [markdown]
+# ## Into the Hugging Face model
+#
+# A Llama decoder layer ends with `residual + mlp(post_attention_layernorm(h))`. Replace the norm by
+# an identity and the MLP by a module that runs `rmsnorm_mlp` on the same weights, and the model
+# computes the same logits with two kernels where it launched 13.
+
+# %%
+class FusedRMSNormMLP(nn.Module):
+    """mlp(norm(x)) of a Llama layer computed by `rmsnorm_mlp`; shares the parameters of both."""
+
+    def __init__(self, norm: nn.Module, mlp: nn.Module):
+        super().__init__()
+        self.norm_weight = norm.weight  # (hidden,)
+        self.eps = norm.variance_epsilon
+        self.w_gate = mlp.gate_proj.weight  # (intermediate, hidden)
+        self.w_up = mlp.up_proj.weight  # (intermediate, hidden)
+        self.w_down = mlp.down_proj.weight  # (hidden, intermediate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., hidden)
+        rows = x.reshape(-1, x.shape[-1])  # (rows, hidden): a view of a contiguous activation
+        out = torch.empty_like(rows)
+        rmsnorm_mlp(rows, self.norm_weight, self.w_gate, self.w_up, self.w_down, self.eps, out)
+        return out.view(x.shape)
+
+
+def swap_in_fused_mlp(model: nn.Module, layer: int = 0) -> nn.Module:
+    """Replace post_attention_layernorm + mlp of one decoder layer by FusedRMSNormMLP, in place."""
+    block = model.model.layers[layer]
+    block.mlp = FusedRMSNormMLP(block.post_attention_layernorm, block.mlp)
+    block.post_attention_layernorm = nn.Identity()
+    return model
+
+
+# %% [markdown]
+# Your kernels inside the small toy Llama (runs once the checks above pass):
+
+# %%
+if __name__ == "__main__":
+    from course_utils.llama import toy_config, toy_llama
+
+    reference, fused = toy_llama(small=True), swap_in_fused_mlp(toy_llama(small=True))
+    vocab = toy_config(small=True).vocab_size
+    ids = torch.randint(vocab, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        diff = (fused(ids, use_cache=False).logits - reference(ids, use_cache=False).logits).abs().max()
+    print(f"logits of the toy Llama with your fused block: max |diff| = {diff:.2e}")
+
+# %% [progress] 06

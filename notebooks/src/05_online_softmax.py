@@ -1,0 +1,489 @@
+# %% [markdown]
+# # 05 · Online softmax, a fused softmax kernel, FlashAttention
+#
+# **What you will learn**: why the textbook softmax overflows and how the "safe" softmax fixes it
+# with three passes over the data; the *online normalizer* (Milakov & Gimelshein, 2018) that finds the
+# max and the sum in one pass; how the statistics of two blocks merge, so any split of a row works; a
+# fused row-softmax kernel that reads a row once when it fits in registers and twice when it does not,
+# measured in GB/s against a copy and `torch.softmax`; and FlashAttention, which is the same trick
+# applied to the rows of `Q K^T`, so the `S x S` score matrix never reaches memory. Last, the memory
+# arithmetic of the KV cache, and what multi-query and grouped-query attention save.
+
+# %%
+from course_utils import setup
+
+mode = setup()
+
+# %%
+import inspect
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from course_utils import size
+from course_utils.bench import Table, can_time, load_results, plot, show_results
+from course_utils.lessons.l05_online_softmax import (
+    ONE_PASS_MAX_COLS,
+    attention,
+    attention_kernel,
+    attention_ref,
+    kv_cache_bytes,
+    merge_stats,
+    online_softmax_stats,
+    softmax,
+    softmax_config,
+    softmax_kernel,
+    softmax_online_kernel,
+    softmax_ref,
+)
+from course_utils.llama import toy_config, toy_llama
+
+# %% [markdown]
+# ## The textbook softmax overflows
+#
+# `softmax(x)_i = exp(x_i) / sum_j exp(x_j)`. In fp32, `exp(x)` is `inf` as soon as `x > 88.7`
+# (`log` of the largest fp32, 3.4e38), and `inf / inf` is NaN. Logits near 100 are nothing unusual
+# (a language model's output before softmax, attention scores of a large head dimension). Below -103
+# the opposite happens: every `exp` rounds to 0 and the sum is `0 / 0`.
+
+# %%
+x = torch.tensor([100.0, 101.0, 102.0])  # fp32
+naive = torch.exp(x) / torch.exp(x).sum()
+biggest = torch.finfo(torch.float32).max
+print(f"largest finite fp32: {biggest:.4g} = exp({math.log(biggest):.2f})")
+print("exp(x):", torch.exp(x))
+print("naive softmax:", naive)
+print("torch.softmax:", torch.softmax(x, dim=0))
+
+# %% [markdown]
+# ## The safe softmax: three passes
+#
+# Softmax does not change when every `x_i` is shifted by the same constant `c`:
+# `exp(x_i - c) / sum_j exp(x_j - c)` is the same fraction. With `c = max(x)` every exponent is
+# `<= 0`, so every `exp` is in `(0, 1]` and the sum is between 1 and n: nothing can overflow. The price
+# is three passes over the row:
+#
+# 1. `m = max_j x_j` (read x)
+# 2. `d = sum_j exp(x_j - m)` (read x)
+# 3. `y_i = exp(x_i - m) / d` (read x, write y)
+#
+# Written in eager PyTorch (`softmax_ref`), every line is one or two kernels, and every intermediate
+# goes through GPU memory:
+
+# %%
+print(inspect.getsource(softmax_ref))
+y = softmax_ref(x[None, :])
+torch.testing.assert_close(y, torch.softmax(x[None, :], dim=1))
+print(y)
+
+# %% [markdown]
+# ### Napkin maths: bytes moved
+#
+# For a `(rows, n)` fp32 tensor, count the bytes each version moves (N = rows x n elements, 4 bytes
+# each). Softmax does about 5 FLOPs per element (max, subtract, exp, add, multiply): against a few
+# hundred FLOPs per byte a GPU can do, every version is memory-bound, and the time is bytes / bandwidth.
+#
+# | version | reads | writes | bytes |
+# |---|---|---|---|
+# | eager `softmax_ref`: amax, sub, exp, sum, div | 5N | 3N | 32N |
+# | three passes in one kernel, row not in registers | 3N | N | 16N |
+# | online two passes in one kernel | 2N | N | 12N |
+# | one pass, the whole row in registers | N | N | 8N (= a copy) |
+
+# %%
+hbm = 3.35e12  # H100 SXM HBM3, bytes/s (datasheet; a copy measures about 90% of it)
+for rows, n in [(4096, 32768), (32768, 4096), (16384, 1024)]:
+    N = rows * n
+    line = ", ".join(f"{name} {per * N / hbm * 1e3:.3f} ms"
+                     for name, per in [("eager", 32), ("3-pass", 16), ("online", 12), ("1-pass", 8)])
+    print(f"{rows:>6} x {n:<6} ({8 * N / 1e9:.2f} GB moved by a copy): {line}")
+
+# %% [markdown]
+# Rows of up to 32768 fp32 values (128 KiB) still fit in the registers of one program (16 warps x 32
+# threads x 64 values), so for them the one-pass kernel is possible. Longer rows, or rows that are
+# produced block by block (as in attention), need a way to find `m` and `d` without holding the row.
+
+# %% [markdown]
+# ## The online normalizer
+#
+# Milakov and Gimelshein ("Online normalizer calculation for softmax", 2018) compute `m` and `d`
+# together, in one pass, element by element. After `j` elements, `m_j` is their max and
+# `d_j = sum_{i <= j} exp(x_i - m_j)`. The next element may raise the max, and then every term
+# already summed is too large by the factor `exp(m_j - m_{j+1})`, so multiply the sum by it:
+#
+#     m_j = max(m_{j-1}, x_j)
+#     d_j = d_{j-1} * exp(m_{j-1} - m_j) + exp(x_j - m_j)
+#
+# Every exponent is `<= 0` again. A softmax is then two passes (statistics, then normalize), and a
+# logsumexp (`m + log d`) or a cross-entropy only one.
+
+# %%
+def online_stats_per_element(x: torch.Tensor) -> tuple[float, float]:
+    m, d = -math.inf, 0.0
+    for value in x.tolist():
+        m_new = max(m, value)
+        d = d * math.exp(m - m_new) + math.exp(value - m_new)
+        m = m_new
+    return m, d
+
+
+x = torch.randn(1000, dtype=torch.float64) * 3 + 100
+m, d = online_stats_per_element(x)
+print(f"online:    m = {m:.6f}, d = {d:.6f}, logsumexp = {m + math.log(d):.9f}")
+print(f"two-pass:  m = {x.max():.6f}, d = {torch.exp(x - x.max()).sum():.6f}, "
+      f"logsumexp = {torch.logsumexp(x, 0):.9f}")
+
+# %% [markdown]
+# ## Merging the statistics of two blocks
+#
+# Element by element is too fine for a GPU. But the same algebra merges any two *blocks*: block 1
+# with `(m1, d1)`, block 2 with `(m2, d2)`, together
+#
+#     m = max(m1, m2)        d = d1 * exp(m1 - m) + d2 * exp(m2 - m)
+#
+# The merge is associative and commutative (up to rounding), so a row can be cut into blocks in any
+# way, the blocks' statistics computed in parallel (one block per lane, per warp or per program) and
+# merged in any order: the per-element recurrence is the special case of blocks of one element. An
+# empty block has statistics `(-inf, 0)`, and merging two of those must not compute `-inf - (-inf)`.
+# This is exercise `05.merge_stats`; `online_softmax_stats` (exercise `05.online_softmax_stats`)
+# walks a tensor block by block with it.
+
+# %%
+print(inspect.getsource(merge_stats))
+blocks = list(x.split(128))
+stats = [(float(b.max()), float(torch.exp(b - b.max()).sum())) for b in blocks]
+left_to_right = (-math.inf, 0.0)
+for s in stats:
+    left_to_right = merge_stats(*left_to_right, *s)
+pairs = stats
+while len(pairs) > 1:  # a tree of merges, as a parallel reduction does it
+    pairs = [merge_stats(*pairs[i], *pairs[i + 1]) if i + 1 < len(pairs) else pairs[i]
+             for i in range(0, len(pairs), 2)]
+print("left to right:", left_to_right)
+print("as a tree:    ", pairs[0])
+print("in one pass:  ", online_softmax_stats(x, 128))
+print("empty blocks: ", merge_stats(-math.inf, 0.0, -math.inf, 0.0))
+
+# %% [markdown]
+# ## Step by step: m and d across the blocks of one row
+#
+# One row of 48 values in six blocks of eight. The top panel shows the values, the blocks and the
+# running max after each block. The bottom panel shows the running sum `d` after each block as a
+# stacked bar: in grey what is left of the previous `d` after rescaling by `exp(m_old - m_new)`, in
+# colour the new block's own terms `sum exp(x - m_new)`. Where the max jumps (blocks 2 to 5 here)
+# the grey part is smaller than the whole previous bar: the old terms were measured against a max
+# that was too small. In block 6 the max stays, and the previous `d` carries over whole. The final
+# `d` equals the two-pass sum (dashed line).
+
+# %%
+gen = torch.Generator().manual_seed(5)
+offsets = torch.tensor([0, 0, 2.5, 2.5, 4, 4], dtype=torch.float64).repeat_interleave(8)  # a rising row
+row = torch.randn(48, generator=gen, dtype=torch.float64) + offsets
+block = 8
+m_run, d_run, kept, added, m_steps = -math.inf, 0.0, [], [], []
+for start in range(0, row.numel(), block):
+    b = row[start:start + block]
+    m_new = max(m_run, float(b.max()))
+    old = d_run * math.exp(m_run - m_new) if m_run > -math.inf else 0.0  # the rescaled old sum
+    new = float(torch.exp(b - m_new).sum())
+    kept.append(old)
+    added.append(new)
+    m_run, d_run = m_new, old + new
+    m_steps.append(m_run)
+
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=False)
+top.plot(range(row.numel()), row.tolist(), "o", ms=4, color="tab:blue", label="x")
+for i, m_i in enumerate(m_steps):
+    top.hlines(m_i, i * block - 0.5, (i + 1) * block - 0.5, color="tab:red", lw=2,
+               label="running max m after the block" if i == 0 else None)
+    if i:
+        top.axvline(i * block - 0.5, color="0.8", lw=1)
+top.set_xlabel("position in the row")
+top.set_title("values and the running max, block by block", fontsize=10, loc="left")
+top.legend(fontsize=8, loc="upper left")
+idx = range(1, len(kept) + 1)
+bottom.bar(idx, kept, color="0.7", label="previous d x exp(m_old - m_new)")
+bottom.bar(idx, added, bottom=kept, color="tab:orange", label="this block: sum exp(x - m_new)")
+bottom.axhline(float(torch.exp(row - row.max()).sum()), color="k", ls="--", lw=1, label="two-pass d")
+bottom.set_xlabel("after block")
+bottom.set_ylabel("d")
+bottom.set_title("the running sum d, rescaled whenever m grows", fontsize=10, loc="left")
+bottom.legend(fontsize=8, loc="upper left")
+fig.tight_layout()
+plt.show()
+print("final (m, d):", (m_run, d_run))
+print("two-pass:    ", (float(row.max()), float(torch.exp(row - row.max()).sum())))
+
+# %% [markdown]
+# ## The fused row-softmax kernels
+#
+# Two kernels, picked by row length (`softmax_config`):
+#
+# - **one pass** (`softmax_kernel`): a program loads a `(ROWS, BLOCK_N)` tile holding `ROWS` whole
+#   rows, computes max, exp, sum and the division in registers and stores the tile: the bytes of a
+#   copy. Short rows are packed several to a program so that each program moves a few KB; the loop
+#   over row blocks lets a launch use fewer programs than row blocks (a persistent grid).
+# - **online** (`softmax_online_kernel`), for rows longer than `ONE_PASS_MAX_COLS`: one program per
+#   row walks it in blocks of `BLOCK_N`. Each of the `BLOCK_N` lanes keeps its own running `(m, d)`
+#   (no cross-lane reduction inside the loop), and the lanes are merged with the formula above at
+#   the end. A second pass reads the row again and writes `exp(x - m) / d`, last block first, since
+#   those bytes were read most recently and are the likeliest to still be in L2.
+#
+# Both pad with `-inf` (`exp(-inf) = 0`), compute in fp32 whatever the storage dtype, and take both
+# strides of `x`, so a transposed or sliced input works.
+
+# %%
+print(f"ONE_PASS_MAX_COLS = {ONE_PASS_MAX_COLS}")
+print(inspect.getsource(softmax_config))
+print(inspect.getsource(softmax_kernel.fn))
+print(inspect.getsource(softmax_online_kernel.fn))
+print(inspect.getsource(softmax))
+
+# %% [markdown]
+# ## Check against PyTorch
+#
+# An awkward shape for the one-pass kernel (781 columns: no power of 2) and rows longer than any
+# block for the online kernel, with a few `-inf` entries and values near 100.
+
+# %%
+for rows, n in [size((1823, 781), (37, 781)), size((64, 100_000), (3, 40_000))]:
+    xs = torch.randn(rows, n, device=mode.device) * 3 + 100
+    xs[:, ::7] = float("-inf")
+    out = torch.empty_like(xs)
+    softmax(xs, out)
+    torch.testing.assert_close(out, torch.softmax(xs, dim=1), rtol=2e-5, atol=1e-12)
+    kind = "online" if softmax_config(rows, n).online else "one pass"
+    print(f"{rows} x {n}: matches torch.softmax ({kind} kernel, {softmax_config(rows, n)})")
+
+# %% [markdown]
+# ## How fast? GB/s against a copy and torch.softmax
+#
+# Bandwidth is counted as the bytes a softmax must move, read once and write once (8 bytes per fp32
+# element), whatever a kernel actually moves: a kernel that reads twice shows up as lower GB/s. The
+# copy (`out.copy_(x)`) moves exactly those bytes and nothing else, so it is the ceiling.
+# The full sweep (rows per program, warps, one pass against online, persistent grids) is
+# `python -m course_utils bench 05` (course_utils/benches/l05.py); here a short version on a GPU, the
+# committed results on a CPU.
+
+# %%
+def time_softmax(table: Table, rows: int, n: int) -> None:
+    xs = torch.randn(rows, n, device="cuda")
+    out = torch.empty_like(xs)
+    softmax(xs, out)
+    torch.testing.assert_close(out, torch.softmax(xs, dim=1), rtol=2e-5, atol=1e-12)  # checked, then timed
+    group, n_bytes = f"softmax fp32 {rows}x{n}", 2 * xs.numel() * 4  # read once, write once
+    table.time(group, "copy ceiling", lambda: out.copy_(xs), n_bytes=n_bytes)
+    table.time(group, "torch.softmax", lambda: torch.softmax(xs, dim=1), n_bytes=n_bytes)
+    table.time(group, "triton (ours)", lambda: softmax(xs, out), n_bytes=n_bytes)
+
+
+if can_time():
+    table = Table("05")
+    for rows, n in [(4096, 32768), (32768, 4096), (16384, 1024)]:
+        time_softmax(table, rows, n)
+    table.show()
+    plot(table.rows, f"softmax on {torch.cuda.get_device_name()}")
+else:
+    show_results("05")
+
+# %% [markdown]
+# ## What the plot shows
+#
+# Each group compares our kernel, `torch.softmax` and a copy of the same tensor, in GB/s of the
+# bytes a softmax must move. The copy is the ceiling: a one-pass kernel moves exactly its bytes, so
+# the gap between the two bars is what the reductions, the exponentials and the scheduling of the
+# programs cost. A kernel that reads a row twice (the online kernel, or a three-pass one) can still
+# come close when the second read hits L2, but it cannot pass the copy. The short rows of
+# 16384 x 1024 make the hardest case: the whole job lasts a few tens of microseconds, so the last
+# partial wave of programs and the cross-warp reductions weigh more, and rows per program and warps
+# matter (the bench's sweep rows show which settings win). The targets the design sets (at least
+# `torch.softmax`'s speed, stretch 0.88 x the copy) and the ratios the committed run measured:
+
+# %%
+for target in (load_results("05") or {}).get("targets", []):
+    ratio = f"{target['ratio']:.2f}" if target["ratio"] is not None else "not measured"
+    print(f"{target['group']}: {target['ours']} at {ratio} x {target['peer']} ({target['metric']}), "
+          f"needs {target['minimum']}")
+
+# %% [markdown]
+# ## Attention: the three-kernel version
+#
+# Attention for one head: `O = softmax(Q K^T / sqrt(D)) V`, with `Q, K, V, O` of shape `(S, D)`. The
+# straightforward version runs three kernels and writes the `(S, S)` scores and probabilities to
+# memory in between (`attention_ref`):
+#
+# 1. `scores = Q @ K^T / sqrt(D)`: read Q, K; write S x S
+# 2. `P = softmax(scores)` (masked when causal): read S x S, write S x S
+# 3. `O = P @ V`: read S x S, V; write O
+#
+# Three trips of an `S x S` matrix per head through HBM, against `4 S D` values for Q, K, V and O.
+
+# %%
+print(inspect.getsource(attention_ref))
+B, H, S, D = 4, 16, 4096, 128
+bytes_per = 2  # bf16
+flops = 4 * B * H * S * S * D  # two matmuls of 2 S^2 D FLOPs each, per head
+qkvo = 4 * B * H * S * D * bytes_per
+scores = B * H * S * S * bytes_per
+peak_flops = 989e12  # H100 SXM dense bf16, datasheet
+print(f"(B, H, S, D) = {(B, H, S, D)} bf16")
+print(f"  Q, K, V, O:           {qkvo / 1e9:6.2f} GB")
+four = 4 * scores  # written by the matmul, read and written by the softmax, read by the second matmul
+print(f"  one S x S matrix:     {scores / 1e9:6.2f} GB; moved 4 times: {four / 1e9:.1f} GB "
+      f"-> {four / hbm * 1e3:.2f} ms at 3.35 TB/s")
+print(f"  FLOPs:                {flops / 1e9:6.0f} GFLOP -> {flops / peak_flops * 1e3:.2f} ms at 989 TFLOP/s")
+print(f"  FlashAttention moves: {qkvo / 1e9:6.2f} GB -> {qkvo / hbm * 1e3:.3f} ms: compute-bound")
+
+# %% [markdown]
+# The score traffic alone takes longer than all the arithmetic, and the scores need 2 GB of memory
+# per copy. FlashAttention (Dao et al., 2022; FlashAttention-2, 2023) never writes them.
+#
+# ## FlashAttention: online softmax on tiles of Q K^T
+#
+# ![FlashAttention tiles](img/05_flash_attention.png)
+#
+# A program owns a tile of `BLOCK_M` query rows and keeps it in registers. It walks the keys and
+# values in tiles of `BLOCK_N`. For each tile it computes the `(BLOCK_M, BLOCK_N)` scores with one
+# `tl.dot`, and folds them into per-row running statistics, exactly the merge above with one block
+# per tile:
+#
+#     m_new = max(m, rowmax(s))                alpha = exp(m - m_new)
+#     p = exp(s - m_new)                       l = l * alpha + rowsum(p)
+#     acc = acc * alpha + p @ V_tile           m = m_new
+#
+# The output accumulator `acc` is a sum of `exp(s - m) * v` terms, so it needs the same rescaling as
+# `l` when the max grows. At the end `O = acc / l`. The score tile lives in registers and disappears:
+# HBM traffic is Q, K, V and O (K and V once per query tile, mostly from L2).
+#
+# Details of the FlashAttention-2 forward pass in our kernel:
+# - `exp2` instead of `exp`, with the scale premultiplied by `log2(e)`: `exp(x) = 2^(x log2 e)`, and
+#   `exp2` is one hardware instruction.
+# - The key loop is split in two: tiles that need no mask (every key `< S`; when causal, every key
+#   before the query tile) and the tiles that do (the partial last tile; the causal diagonal). No
+#   `where` in the hot loop, and the causal kernel skips the tiles above the diagonal: half the work.
+# - Causal programs start with the last query tiles, which have the most keys to walk.
+# - `p` is cast to the dtype of V (bf16/fp16) for the second `tl.dot`; accumulation stays fp32.
+
+# %%
+print(inspect.getsource(attention_kernel.fn))
+print(inspect.getsource(attention))
+
+# %% [markdown]
+# ### Check against PyTorch
+#
+# S = 100 is no multiple of the tile, in both modes, against `attention_ref` and
+# `F.scaled_dot_product_attention`. (On a CPU the interpreter has no bf16 `tl.dot`: fp32 here.)
+
+# %%
+B, H, S, D = size((2, 8, 1000, 128), (1, 2, 100, 32))
+half = torch.bfloat16 if mode.gpu and torch.cuda.get_device_capability()[0] >= 8 else torch.float16
+dtype = half if mode.gpu else torch.float32
+q, k, v = (torch.randn(B, H, S, D, device=mode.device, dtype=dtype) for _ in range(3))
+for causal in (False, True):
+    out = torch.empty_like(q)
+    attention(q, k, v, out, causal)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    tol = {torch.bfloat16: 2e-2, torch.float16: 3e-3}.get(dtype, 1e-4)
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    ref32 = attention_ref(q.float(), k.float(), v.float(), causal)
+    torch.testing.assert_close(out.float(), ref32, atol=tol, rtol=tol)
+    print(f"causal={causal}: matches SDPA and attention_ref, worst difference {(out - ref).abs().max():.2e}")
+
+# %% [markdown]
+# ### How fast? Against `F.scaled_dot_product_attention`
+#
+# On an H100 SDPA dispatches to FlashAttention-2 or cuDNN kernels. The design asks our kernel for at
+# least 0.7 x its speed at (4, 16, 4096, 128) in bf16, causal and not. FLOPs are counted as
+# `4 B H S^2 D`, halved when causal.
+
+# %%
+if can_time():
+    table = Table("05")
+    B, H, S, D = 4, 16, 4096, 128
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=half) for _ in range(3))
+    out = torch.empty_like(q)
+    for causal in (False, True):
+        attention(q, k, v, out, causal)
+        sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(out, sdpa, atol=2e-2, rtol=2e-2)  # checked, then timed
+        group = f"attention {str(half)[6:]} {(B, H, S, D)} causal={causal}"
+        work = 4 * B * H * S * S * D / (2 if causal else 1)  # FLOPs; causal: half the score matrix
+        table.time(group, "F.scaled_dot_product_attention", lambda c=causal: F.scaled_dot_product_attention(
+            q, k, v, is_causal=c), flops=work)
+        table.time(group, "triton (ours)", lambda c=causal: attention(q, k, v, out, c), flops=work)
+    table.show()
+else:
+    print("the attention rows of the committed results are in the table printed above (show_results('05'))")
+
+# %% [markdown]
+# ## The KV cache, and what MQA and GQA save
+#
+# When a model generates text, each new token attends to the keys and values of all earlier tokens.
+# Recomputing them every step would redo the whole prefix, so they are kept: the **KV cache**. Per
+# token it holds, for every layer, one key and one value vector per K/V head:
+#
+#     bytes per token = 2 (K and V) x n_layers x n_kv_heads x head_dim x bytes per element
+#
+# and the cache of a batch is that times `B x tokens`. With plain multi-head attention
+# `n_kv_heads x head_dim = hidden`. **Multi-query attention** (MQA) shares one K/V head among all
+# query heads; **grouped-query attention** (GQA) shares each K/V head among a group of query heads
+# (Llama-3-8B: 32 query heads, 8 K/V heads). The cache shrinks by `n_heads / n_kv_heads`. A
+# FlashAttention kernel serves GQA by pointing the query heads of one group at the same K/V head.
+
+# %%
+models = [
+    # name, layers, query heads, K/V heads, head_dim, context
+    ("toy Llama (hidden 1024, 1 layer)", 1, 4, 4, 1024 // 4, 2048),
+    ("Llama-2-7B (MHA)", 32, 32, 32, 4096 // 32, 4096),
+    ("Llama-3-8B (GQA, 8 K/V heads)", 32, 32, 8, 4096 // 32, 8192),
+    ("Llama-2-7B shape with MQA (1 K/V head)", 32, 32, 1, 4096 // 32, 4096),
+]
+print(f"{'model':<40} {'per token':>10} {'full context':>13} {'batch 32 at full context':>25}")
+for name, layers, heads, kv_heads, head_dim, context in models:
+    per_token = kv_cache_bytes(layers, kv_heads, head_dim)  # bf16/fp16: 2 bytes
+    full = kv_cache_bytes(layers, kv_heads, head_dim, tokens=context)
+    batch = kv_cache_bytes(layers, kv_heads, head_dim, tokens=context, batch=32)
+    print(f"{name:<40} {per_token / 2**10:>7.0f} KiB {full / 2**30:>9.3f} GiB  ({context} tokens) "
+          f"{batch / 2**30:>9.1f} GiB")
+
+# %% [markdown]
+# Llama-2-7B's 13.5 GB of bf16 weights leave about 60 GB of an 80 GB GPU for the cache: at 2 GiB per
+# 4096-token sequence, about 30 sequences. Llama-3-8B with GQA stores a quarter of that per token, so
+# four times the batch (or the context) fits, and decoding, which reads the whole cache for every new
+# token, reads four times fewer bytes.
+#
+# The formula, checked against the cache a Hugging Face model actually builds (the small toy Llama,
+# fp32, a batch of 2 prompts of 7 tokens):
+
+# %%
+config = toy_config(small=True)
+model = toy_llama(small=True)
+ids = torch.randint(0, config.vocab_size, (2, 7))
+with torch.no_grad():
+    cache = model(input_ids=ids, use_cache=True).past_key_values
+layers = getattr(cache, "layers", None)
+tensors = [t for layer in layers for t in (layer.keys, layer.values)] if layers is not None else [
+    *cache.key_cache, *cache.value_cache]
+measured = sum(t.numel() * t.element_size() for t in tensors)
+head_dim = config.hidden_size // config.num_attention_heads
+formula = kv_cache_bytes(config.num_hidden_layers, config.num_key_value_heads, head_dim, tokens=7, batch=2,
+                         bytes_per_element=4)
+print(f"cache tensors: {[tuple(t.shape) for t in tensors]}")
+print(f"measured {measured} bytes, formula {formula} bytes")
+assert measured == formula
+
+# %% [markdown]
+# ## Summary
+#
+# - Subtract the max: softmax is shift-invariant, and the shift makes every `exp` safe.
+# - Statistics `(m, d)` merge: `m = max(m1, m2)`, `d = d1 exp(m1 - m) + d2 exp(m2 - m)`. Any split
+#   of a row works, in any order, in one pass.
+# - A row that fits in registers is read once: softmax at copy bandwidth. A longer row is read twice.
+# - FlashAttention is the online softmax over key tiles, with the output accumulator rescaled
+#   alongside the sum: the `S x S` matrix never leaves the chip.
+# - The KV cache grows with layers x K/V heads x head_dim per token; GQA and MQA divide it.
+#
+# Now open `exercises/05_online_softmax.ipynb`: merge two blocks' statistics, compute them in one
+# pass, write the fused softmax, and (bonus) FlashAttention.

@@ -1,0 +1,382 @@
+"""Lesson 03: the solutions pass their checks, plausible wrong answers fail with messages that point at
+the mistake, and the autotune pruning, precision switch, tolerances and napkin maths do what they say."""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from course_utils.benches import l03 as bench
+from course_utils.checks.l03_matmul import dot_tolerance, grouped_order
+from course_utils.grading import CheckFailed, check
+from course_utils.lessons.l03_matmul import (SMALL_PROBLEM_FLOPS, dot_precision, grouped_pid, grouped_tile,
+                                             linear_relu, matmul, matmul_configs, matmul_kernel, matmul_naive,
+                                             matmul_naive_kernel, select_configs)
+from course_utils.mode import current
+
+# On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
+# test with it: missing-mask answers are tested in the interpreter, which checks each address first.
+interpreter_only = pytest.mark.skipif(current().gpu, reason="may break the CUDA context")
+
+TILE = matmul_configs()[0]  # the interpreter's one config (on a GPU, the first of the list)
+
+
+def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> str:
+    """Check `candidate`, which must fail; every string in `expected` must be in the message."""
+    with pytest.raises(CheckFailed) as info:
+        check(exercise_id, candidate, seed=seed, quiet=True)
+    message = str(info.value)
+    for text in expected:
+        assert text in message, f"{text!r} not in:\n{message}"
+    return message
+
+
+# --- the solutions ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("exercise_id, solution", [
+    ("03.grouped_pid", grouped_pid), ("03.matmul_naive", matmul_naive), ("03.matmul", matmul),
+    ("03.linear_relu", linear_relu)])
+def test_solution_passes(exercise_id, solution):
+    check(exercise_id, solution, seed=0, quiet=True)
+
+
+def test_grouped_pid_passes_other_seeds():
+    for seed in range(1, 6):
+        check("03.grouped_pid", grouped_pid, seed=seed, quiet=True)
+
+
+def test_matmul_passes_with_each_ieee_and_tf32_precision():
+    check("03.matmul", lambda a, b, out: matmul(a, b, out, input_precision="ieee"), seed=2, quiet=True)
+    check("03.matmul", lambda a, b, out: matmul(a, b, out, input_precision="tf32"), seed=3, quiet=True)
+
+
+def test_matmul_passes_with_an_explicit_config():
+    check("03.matmul", lambda a, b, out: matmul(a, b, out, config=TILE), seed=4, quiet=True)
+
+
+# --- 03.grouped_pid: wrong answers --------------------------------------------------------------
+
+def test_grouped_pid_row_major_fails():
+    def row_major(pid, num_pid_m, num_pid_n, group_m):
+        return pid // num_pid_n, pid % num_pid_n
+
+    failure("03.grouped_pid", row_major, "row-major order", "expected")
+
+
+def test_grouped_pid_column_major_fails():
+    def column_major(pid, num_pid_m, num_pid_n, group_m):
+        return pid % num_pid_m, pid // num_pid_m
+
+    failure("03.grouped_pid", column_major, "column-major order")
+
+
+def test_grouped_pid_unclipped_last_group_fails():
+    def full_groups(pid, num_pid_m, num_pid_n, group_m):
+        group_pids = group_m * num_pid_n
+        first = pid // group_pids * group_m
+        # no min(): the last group is as tall as the others
+        return first + pid % group_pids % group_m, pid % group_pids // group_m
+
+    failure("03.grouped_pid", full_groups, "outside the grid", "group_size_m = min(")
+
+
+def test_grouped_pid_non_bijection_fails():
+    def collides(pid, num_pid_m, num_pid_n, group_m):
+        group_pids = group_m * num_pid_n
+        first = pid // group_pids * group_m
+        rows = min(num_pid_m - first, group_m)
+        return first + pid % group_pids % rows, pid % group_pids // group_m  # divides by group_m, not rows
+
+    failure("03.grouped_pid", collides, "which pid", "already", "bijection")
+
+
+def test_grouped_pid_returning_nothing_fails():
+    failure("03.grouped_pid", lambda pid, num_pid_m, num_pid_n, group_m: None, "expected a tuple")
+
+
+@triton.jit
+def _tiles_kernel(out_ptr, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
+    tl.store(out_ptr + 2 * pid, pid_m)
+    tl.store(out_ptr + 2 * pid + 1, pid_n)
+
+
+@pytest.mark.parametrize("num_pid_m, num_pid_n, group_m", [(5, 3, 2), (7, 4, 3), (3, 9, 8), (6, 2, 1)])
+def test_grouped_tile_in_a_kernel_matches_grouped_pid(num_pid_m, num_pid_n, group_m):
+    n = num_pid_m * num_pid_n
+    out = torch.empty(2 * n, dtype=torch.int32, device=current().device)
+    _tiles_kernel[(n,)](out, num_pid_m, num_pid_n, GROUP_M=group_m)
+    got = [tuple(pair) for pair in out.view(n, 2).tolist()]
+    assert got == [grouped_pid(p, num_pid_m, num_pid_n, group_m) for p in range(n)]
+
+
+def test_grouped_order_is_the_lessons_example_and_a_permutation():
+    order = grouped_order(5, 3, 2)
+    assert order[:6] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    assert order[12:] == [(4, 0), (4, 1), (4, 2)]  # the last group has one row
+    for grid in [(5, 3, 2), (8, 8, 4), (7, 1, 3), (1, 7, 8)]:
+        tiles = grouped_order(*grid)
+        assert sorted(tiles) == [(m, n) for m in range(grid[0]) for n in range(grid[1])]
+
+
+# --- 03.matmul_naive: wrong answers -------------------------------------------------------------
+
+def _naive_launch(a, b, out, strides, grid=None, BLOCK_K=128):
+    M, K = a.shape
+    N = b.shape[1]
+    matmul_naive_kernel[grid or (M, N)](a, b, out, M, N, K, *strides, out.stride(0), out.stride(1),
+                                        BLOCK_K=BLOCK_K)
+
+
+def test_naive_assuming_contiguous_inputs_fails():
+    def contiguous_only(a, b, out):
+        M, K = a.shape
+        _naive_launch(a, b, out, (K, 1, b.shape[1], 1))  # the strides of contiguous tensors, not a's and b's
+
+    failure("03.matmul_naive", contiguous_only, "transposed", "differ beyond")
+
+
+def test_naive_one_column_of_programs_fails():
+    def rows_only(a, b, out):
+        _naive_launch(a, b, out, (a.stride(0), a.stride(1), b.stride(0), b.stride(1)), grid=(a.shape[0], 1))
+
+    failure("03.matmul_naive", rows_only, "never written")
+
+
+@triton.jit
+def _naive_one_chunk_kernel(a_ptr, b_ptr, c_ptr, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                            stride_cn, BLOCK_K: tl.constexpr):
+    m = tl.program_id(0)
+    n = tl.program_id(1)
+    k = tl.arange(0, BLOCK_K)
+    a = tl.load(a_ptr + m * stride_am + k * stride_ak, mask=k < K, other=0.0)
+    b = tl.load(b_ptr + k * stride_bk + n * stride_bn, mask=k < K, other=0.0)
+    tl.store(c_ptr + m * stride_cm + n * stride_cn, tl.sum(a.to(tl.float32) * b.to(tl.float32), axis=0))
+
+
+def test_naive_without_a_k_loop_fails():
+    def one_chunk(a, b, out):  # only the first BLOCK_K terms of each dot
+        _naive_one_chunk_kernel[(a.shape[0], b.shape[1])](a, b, out, a.shape[1], a.stride(0), a.stride(1),
+                                                          b.stride(0), b.stride(1), out.stride(0),
+                                                          out.stride(1), BLOCK_K=128)
+
+    failure("03.matmul_naive", one_chunk, "M = 1", "differ beyond")
+
+
+@triton.jit
+def _naive_unmasked_kernel(a_ptr, b_ptr, c_ptr, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                           stride_cn, BLOCK_K: tl.constexpr):
+    m = tl.program_id(0)
+    n = tl.program_id(1)
+    acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        acc += tl.load(a_ptr + m * stride_am + k * stride_ak) * tl.load(b_ptr + k * stride_bk + n * stride_bn)
+    tl.store(c_ptr + m * stride_cm + n * stride_cn, tl.sum(acc, axis=0))
+
+
+@interpreter_only
+def test_naive_without_the_k_mask_fails():
+    def unmasked(a, b, out):
+        _naive_unmasked_kernel[(a.shape[0], b.shape[1])](a, b, out, a.shape[1], a.stride(0), a.stride(1),
+                                                         b.stride(0), b.stride(1), out.stride(0),
+                                                         out.stride(1), BLOCK_K=32)
+
+    failure("03.matmul_naive", unmasked, "tl.load out of bounds", "mask")
+
+
+# --- 03.matmul: wrong answers -------------------------------------------------------------------
+
+def _launch(kernel, a, b, out, K=None, grid=None, strides=None):
+    """Launch a matmul-shaped kernel with the interpreter's tile (or the GPU list's first config)."""
+    M, K_ = a.shape
+    N = b.shape[1]
+    meta = TILE.kwargs
+    grid = grid or (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    strides = strides or (a.stride(0), a.stride(1), b.stride(0), b.stride(1))
+    kernel[grid](a, b, out, out, M, N, K_ if K is None else K, *strides, out.stride(0), out.stride(1),
+                 HAS_BIAS=False, RELU=False, INPUT_PRECISION=dot_precision(a.dtype), **TILE.all_kwargs())
+
+
+def test_matmul_only_for_multiples_of_block_k_fails():
+    def full_blocks_only(a, b, out):  # as if the K loop ran K // BLOCK_K times
+        K = a.shape[1]
+        _launch(matmul_kernel.fn, a, b, out, K=K - K % TILE.kwargs["BLOCK_K"])
+
+    failure("03.matmul", full_blocks_only, "1 x 1 x 1", "differ beyond", "mask the K loads")
+
+
+@triton.jit
+def _unmasked_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                     stride_cm, stride_cn, HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
+                     INPUT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """A tiled matmul with no masks at all: right only when M, N, K are multiples of the blocks."""
+    pid = tl.program_id(0)
+    pid_m, pid_n = grouped_tile(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = k * BLOCK_K + offs_k
+        a = tl.load(a_ptr + rows[:, None] * stride_am + kk[None, :] * stride_ak)
+        b = tl.load(b_ptr + kk[:, None] * stride_bk + cols[None, :] * stride_bn)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty))
+
+
+@interpreter_only
+def test_matmul_without_masks_fails():
+    failure("03.matmul", lambda a, b, out: _launch(_unmasked_kernel, a, b, out), "out of bounds",
+            "Is a mask missing")
+
+
+def test_matmul_assuming_contiguous_inputs_fails():
+    def contiguous_only(a, b, out):
+        M, K = a.shape
+        _launch(matmul_kernel.fn, a, b, out, strides=(K, 1, b.shape[1], 1))
+
+    failure("03.matmul", contiguous_only, "transposed", "differ beyond", "use all six strides")
+
+
+def test_matmul_grid_over_rows_only_fails():
+    def rows_only(a, b, out):
+        _launch(matmul_kernel.fn, a, b, out, grid=(triton.cdiv(a.shape[0], TILE.kwargs["BLOCK_M"]),))
+
+    failure("03.matmul", rows_only, "never written")
+
+
+def test_matmul_with_torch_on_the_host_fails():
+    def torch_matmul(a, b, out):
+        out.copy_(a @ b)
+
+    failure("03.matmul", torch_matmul, "no Triton kernel was launched", "computed with torch operations")
+
+
+# --- 03.linear_relu: wrong answers --------------------------------------------------------------
+
+def test_linear_relu_without_relu_fails():
+    failure("03.linear_relu", lambda x, w, bias, out: matmul(x, w.t(), out, bias=bias), "differ beyond")
+
+
+def test_linear_relu_without_bias_fails():
+    failure("03.linear_relu", lambda x, w, bias, out: matmul(x, w.t(), out, relu=True), "differ beyond",
+            "bias[n]")
+
+
+@interpreter_only
+def test_linear_relu_with_w_not_transposed_fails():
+    failure("03.linear_relu", lambda x, w, bias, out: matmul(x, w, out, bias=bias, relu=True))
+
+
+# --- autotune pruning, precision, tolerances ----------------------------------------------------
+
+def _named(dtype, M, N, K):
+    return {"a_ptr": torch.empty(0, dtype=dtype), "M": M, "N": N, "K": K}
+
+
+def test_select_configs_fits_block_k_to_the_dtype():
+    gpu_configs = matmul_configs(interpret=False)
+    for dtype, block_k in [(torch.float16, 64), (torch.bfloat16, 64), (torch.float32, 32)]:
+        kept = select_configs(gpu_configs, _named(dtype, 4096, 4096, 4096))
+        assert len(kept) > 1
+        assert {c.kwargs["BLOCK_K"] for c in kept} == {block_k}
+
+
+def test_select_configs_gives_small_problems_one_small_tile():
+    gpu_configs = matmul_configs(interpret=False)
+    for M, N, K in [(64, 256, 128), (128, 256, 256), (1823, 781, 517)]:
+        assert 2 * M * N * K < SMALL_PROBLEM_FLOPS
+        (only,) = select_configs(gpu_configs, _named(torch.float16, M, N, K))
+        assert only.kwargs["BLOCK_M"] * only.kwargs["BLOCK_N"] == min(
+            c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] for c in gpu_configs)
+    assert len(select_configs(gpu_configs, _named(torch.float16, 1024, 1024, 1024))) > 1
+
+
+def test_interpreter_autotunes_nothing():
+    if current().interpret:
+        assert len(matmul_configs()) == 1
+
+
+def test_dot_precision_follows_torch():
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert dot_precision(torch.float32) == "ieee"
+        torch.set_float32_matmul_precision("high")
+        assert dot_precision(torch.float32) == "tf32"
+        assert dot_precision(torch.float16) == "tf32"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_matmul_epilogue_with_an_explicit_config():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 45, generator=gen).to(current().device)
+    w = torch.randn(29, 45, generator=gen).to(current().device)
+    bias = torch.randn(29, generator=gen).to(current().device)
+    out = torch.empty(37, 29, device=current().device)
+    matmul(x, w.t(), out, bias=bias, relu=True, config=TILE, input_precision="ieee")
+    expected = torch.relu(x.double().cpu() @ w.double().cpu().t() + bias.double().cpu())
+    torch.testing.assert_close(out.double().cpu(), expected, atol=1e-4, rtol=1e-5)
+    assert (out == 0).any() and (out > 0).any()
+
+
+@pytest.mark.parametrize("k", [17, 300, 4099])
+def test_dot_tolerance_covers_fp32_accumulation(k):
+    gen = torch.Generator().manual_seed(k)
+    a, b = torch.randn(64, k, generator=gen), torch.randn(k, 64, generator=gen)
+    exact = a.double() @ b.double()
+    atol, rtol = dot_tolerance(torch.float32, k)
+    err = ((a @ b).double() - exact).abs()
+    assert bool((err <= atol + rtol * exact.abs()).all())
+    if current().interpret:  # exact fp32 products: far tighter than the error of dropping one term
+        assert atol < 0.01 * float(exact.abs().mean()) / k**0.5
+
+
+def test_dot_tolerance_covers_rounding_to_fp16():
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(64, 500, generator=gen).half(), torch.randn(500, 64, generator=gen).half()
+    exact = a.double() @ b.double()
+    atol, rtol = dot_tolerance(torch.float16, 500)
+    assert bool(((exact.half().double() - exact).abs() <= atol + rtol * exact.abs()).all())
+
+
+# --- napkin maths and the benchmark's helpers ---------------------------------------------------
+
+def test_tiled_traffic_is_2n3_over_l():
+    n = 4096
+    for tile in (1, 16, 64, 128):
+        assert bench.tiled_load_bytes(n, n, n, tile, tile, 2) == 2 * n**3 // tile * 2
+    assert bench.tiled_load_bytes(n, n, n, 1, 1, 2) == bench.naive_load_bytes(n, n, n, 2)
+    # partial tiles load as much as whole ones
+    assert bench.tiled_load_bytes(100, 100, 50, 64, 64, 4) == 4 * (64 + 64) * 50 * 4
+
+
+def test_fusing_the_epilogue_saves_2mn():
+    for M, N, K in bench.LINEAR_SHAPES:
+        saved = bench.linear_relu_bytes(M, N, K, 2, False) - bench.linear_relu_bytes(M, N, K, 2, True)
+        assert saved == 2 * M * N * 2
+    assert bench.linear_relu_bytes(4, 3, 2, 2, True) == bench.min_bytes(4, 3, 2, 2) + 3 * 2
+
+
+def test_matmul_flops_and_names():
+    assert bench.matmul_flops(2, 3, 4) == 48
+    assert bench.size_of("matmul fp16 4096^3") == 4096
+    assert bench.size_of("matmul fp32 tf32 4096^3") is None
+    assert bench.size_of("linear_relu fp16 (64,256,128)") is None
+    assert bench.config_name(matmul_configs(interpret=False)[0]) == "128x256x64 w8 s3 g8"
+
+
+def test_plot_vs_size_draws_one_line_per_implementation_and_dtype():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rows = [{"group": f"matmul {dt} {n}^3", "name": name, "tflops": n / 100}
+            for dt in ("fp16", "bf16") for n in (512, 1024) for name in (bench.CUBLAS, bench.OURS)]
+    rows.append({"group": "tile size fp16 4096^3", "name": "triton (ours) L=16", "tflops": 1.0})
+    fig = bench.plot_vs_size(rows)
+    assert len(fig.axes[0].lines) == 4

@@ -1,0 +1,484 @@
+"""Lesson 05: the solutions pass their checks, the classic mistakes of online softmax and FlashAttention
+fail with messages that point at them, and the maths (merging statistics, KV-cache bytes) holds."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from course_utils.benches.l05 import ATTENTION_SWEEP, SOFTMAX_SHAPES, softmax_variants
+from course_utils.checks.l05_online_softmax import _ReadLog
+from course_utils.grading import CheckFailed, check
+from course_utils.lessons.l05_online_softmax import (
+    LOG2E,
+    ONE_PASS_MAX_COLS,
+    SoftmaxConfig,
+    attention,
+    attention_ref,
+    kv_cache_bytes,
+    merge_stats,
+    online_softmax_stats,
+    softmax,
+    softmax_config,
+    softmax_ref,
+)
+from course_utils.llama import toy_config, toy_llama
+
+NEG_INF = float("-inf")
+
+
+def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> str:
+    """Check `candidate`, which must fail; every string in `expected` must be in the message."""
+    with pytest.raises(CheckFailed) as info:
+        check(exercise_id, candidate, seed=seed, quiet=True)
+    message = str(info.value)
+    for text in expected:
+        assert text in message, f"{text!r} not in:\n{message}"
+    return message
+
+
+# --- the solutions ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("exercise_id, solution", [
+    ("05.merge_stats", merge_stats), ("05.online_softmax_stats", online_softmax_stats),
+    ("05.softmax", softmax), ("05.attention", attention)])
+def test_solution_passes(exercise_id, solution):
+    check(exercise_id, solution, seed=0, quiet=True)
+
+
+def test_solutions_pass_another_seed():
+    check("05.merge_stats", merge_stats, seed=7, quiet=True)
+    check("05.online_softmax_stats", online_softmax_stats, seed=7, quiet=True)
+
+
+# --- 05.merge_stats: wrong answers ------------------------------------------------------------
+
+def test_merge_without_rescaling_fails():
+    failure("05.merge_stats", lambda m1, d1, m2, d2: (max(m1, m2), d1 + d2), "that is d1 + d2", "rescaled")
+
+
+def test_merge_with_flipped_exponents_fails():
+    def flipped(m1, d1, m2, d2):
+        m = max(m1, m2)
+        return m, d1 * math.exp(m - m1) + d2 * math.exp(m - m2)
+
+    failure("05.merge_stats", flipped, "exponents are flipped")
+
+
+def test_merge_of_two_empty_blocks_must_not_be_nan():
+    def unguarded(m1, d1, m2, d2):
+        m = max(m1, m2)
+        return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)
+
+    failure("05.merge_stats", unguarded, "both blocks empty", "NaN", "(-inf, 0)")
+
+
+def test_merge_without_max_subtraction_fails():
+    def absolute(m1, d1, m2, d2):  # sum(exp(x)) of both blocks, then shifted: exp(1000) overflows
+        m = max(m1, m2)
+        return m, (d1 * math.exp(m1) + d2 * math.exp(m2)) * math.exp(-m)
+
+    failure("05.merge_stats", absolute, "exp(m) overflows", "OverflowError")
+
+
+def test_merge_with_the_wrong_max_fails():
+    failure("05.merge_stats", lambda m1, d1, m2, d2: (min(m1, m2), d1 + d2), "expected max(m1, m2)")
+
+
+def test_merge_accepts_tensors_and_returns_a_pair():
+    m, d = merge_stats(torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0), torch.tensor(0.5))
+    assert float(m) == 3.0 and float(d) == pytest.approx(2.0 * math.exp(-2.0) + 0.5)
+    failure("05.merge_stats", lambda m1, d1, m2, d2: max(m1, m2), "expected a tuple (m, d)")
+
+
+# --- 05.online_softmax_stats: wrong answers -----------------------------------------------------
+
+def _blocks(x, block):
+    return [x[s:s + block] for s in range(0, x.numel(), block)]
+
+
+def test_stats_with_the_global_max_first_fails():
+    def global_max(x, block):
+        m = float(x.max())  # a whole pass of its own
+        return m, sum(float(torch.exp(b.double() - m).sum()) for b in _blocks(x, block))
+
+    failure("05.online_softmax_stats", global_max, "at once", "pass of its own")
+
+
+def test_stats_in_two_passes_over_blocks_fails():
+    def two_passes(x, block):
+        m = max(float(b.max()) for b in _blocks(x, block))  # pass 1, block by block
+        return m, sum(float(torch.exp(b.double() - m).sum()) for b in _blocks(x, block))  # pass 2
+
+    failure("05.online_softmax_stats", two_passes, "second pass")
+
+
+def test_stats_without_rescaling_fails():
+    def no_rescale(x, block):
+        m, d = NEG_INF, 0.0
+        for b in _blocks(x, block):
+            m = max(m, float(b.max()))
+            d += float(torch.exp(b.double() - m).sum())  # the old d still refers to the old max
+        return m, d
+
+    failure("05.online_softmax_stats", no_rescale, "forgetting to rescale")
+
+
+def test_stats_without_max_subtraction_fails():
+    def no_max(x, block):
+        m, d = NEG_INF, 0.0
+        for b in _blocks(x, block):
+            m = max(m, float(b.max()))
+            d += float(torch.exp(b).sum())
+        return m, d / math.exp(m) if math.isfinite(d) else d
+
+    failure("05.online_softmax_stats", no_max, "near +100", "subtract the running max")
+
+
+def test_stats_nan_on_an_all_minus_inf_block_fails():
+    def unguarded(x, block):
+        m, d = NEG_INF, 0.0
+        for b in _blocks(x, block):
+            m_b = float(b.max())
+            d_b = float(torch.exp(b.double() - m_b).sum())  # all -inf: exp(nan)
+            m_new = max(m, m_b)
+            d = d * math.exp(m - m_new) + d_b * math.exp(m_b - m_new)
+            m = m_new
+        return m, d
+
+    failure("05.online_softmax_stats", unguarded, "whole first block -inf", "NaN", "(-inf, 0)")
+
+
+def test_stats_with_logsumexp_is_refused():
+    def lse(x, block):
+        m = max(float(b.max()) for b in _blocks(x, block))
+        return m, sum(math.exp(float(torch.logsumexp(b.double(), 0)) - m) for b in _blocks(x, block))
+
+    failure("05.online_softmax_stats", lse, "aten.logsumexp")
+
+
+def test_read_log_sees_reads_not_views():
+    x = _ReadLog.watch(torch.arange(10.0))
+    first, rest = x[2:5], x.split(5)[1]  # views: nothing read yet
+    assert x.numel() == 10 and len(x) == 10 and x.shape == (10,)
+    assert x._reads == []
+    first.max()
+    torch.exp(rest - 1.0).sum()
+    float(x[9])
+    assert x._reads == [("max", 2, 3), ("sub", 5, 5), ("__float__", 9, 1)]
+    assert type(rest - 1.0) is torch.Tensor  # computed values are plain tensors
+
+
+# --- 05.softmax: wrong answers ------------------------------------------------------------------
+
+ROWS = 16  # rows per program: the interpreter runs programs one by one, so fewer programs run faster
+
+
+@triton.jit
+def _softmax_whole_row_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, son, BLOCK: tl.constexpr,
+                              BUG: tl.constexpr):
+    """Whole rows per program (any length in the interpreter). BUG 1: no max; 2: pad with 0."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    safe_rows = tl.minimum(rows, n_rows - 1)
+    cols = tl.arange(0, BLOCK)
+    mask = cols[None, :] < n_cols
+    ptrs = x_ptr + safe_rows[:, None] * sxm + cols[None, :] * sxn
+    if BUG == 2:
+        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    else:
+        x = tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
+    if BUG == 1:
+        p = tl.exp(x)
+    else:
+        p = tl.exp(x - tl.max(x, 1)[:, None])
+    y = p / tl.sum(p, 1)[:, None]
+    tl.store(out_ptr + rows[:, None] * som + cols[None, :] * son, y.to(out_ptr.dtype.element_ty),
+             mask=mask & (rows[:, None] < n_rows))
+
+
+def _whole_row(bug):
+    def softmax_whole_row(x, out):
+        n_rows, n_cols = x.shape
+        grid = (triton.cdiv(n_rows, ROWS),)
+        _softmax_whole_row_kernel[grid](x, out, n_rows, n_cols, *x.stride(), *out.stride(),
+                                        BLOCK=triton.next_power_of_2(n_cols), BUG=bug)
+    return softmax_whole_row
+
+
+@triton.jit
+def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, son, BLOCK_N: tl.constexpr,
+                                 BUG: tl.constexpr):
+    """The online kernel for every row length. BUG 1: d not rescaled; 2: no guard for lanes still at -inf."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    safe_rows = tl.minimum(rows, n_rows - 1)
+    cols = tl.arange(0, BLOCK_N)
+    m = tl.full((ROWS, BLOCK_N), float("-inf"), tl.float32)
+    d = tl.zeros((ROWS, BLOCK_N), tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        mask = start + cols[None, :] < n_cols
+        x = tl.load(x_ptr + safe_rows[:, None] * sxm + (start + cols[None, :]) * sxn, mask=mask,
+                    other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        if BUG == 2:
+            m_ref = m_new
+        else:
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        if BUG == 1:
+            d = d + tl.exp(x - m_ref)
+        else:
+            d = d * tl.exp(m - m_ref) + tl.exp(x - m_ref)
+        m = m_new
+    m_row = tl.max(m, 1)
+    d_row = tl.sum(d * tl.exp(m - m_row[:, None]), 1)
+    for start in range(0, n_cols, BLOCK_N):
+        mask = start + cols[None, :] < n_cols
+        x = tl.load(x_ptr + safe_rows[:, None] * sxm + (start + cols[None, :]) * sxn, mask=mask,
+                    other=float("-inf")).to(tl.float32)
+        y = tl.exp(x - m_row[:, None]) / d_row[:, None]
+        tl.store(out_ptr + rows[:, None] * som + (start + cols[None, :]) * son,
+                 y.to(out_ptr.dtype.element_ty), mask=mask & (rows[:, None] < n_rows))
+
+
+def _online(bug):
+    def softmax_online(x, out):
+        n_rows, n_cols = x.shape
+        _softmax_online_buggy_kernel[(triton.cdiv(n_rows, ROWS),)](x, out, n_rows, n_cols, *x.stride(),
+                                                                   *out.stride(), BLOCK_N=8192, BUG=bug)
+    return softmax_online
+
+
+def test_the_wrong_answer_kernels_are_right_without_their_bug():
+    check("05.softmax", _whole_row(0), seed=1, quiet=True)
+    check("05.softmax", _online(0), seed=1, quiet=True)
+
+
+def test_softmax_without_max_subtraction_fails():
+    failure("05.softmax", _whole_row(1), "values near +100", "subtract the row max")
+
+
+def test_softmax_padding_with_zero_fails():
+    failure("05.softmax", _whole_row(2), "no multiple of any block (pad with -inf, not 0)")
+
+
+def test_softmax_online_without_rescaling_fails():
+    failure("05.softmax", _online(1), "longer than one block, the running max changes", "rescale d by exp")
+
+
+def test_softmax_online_without_minus_inf_guard_fails():
+    failure("05.softmax", _online(2), "must subtract 0, not -inf")
+
+
+def test_softmax_with_torch_on_the_host_fails():
+    def torch_softmax(x, out):
+        _whole_row(0)(x, out)
+        out.copy_(torch.softmax(x, dim=1))
+
+    failure("05.softmax", torch_softmax, "torch operations on the host")
+
+
+def test_softmax_in_two_launches_fails():
+    def twice(x, out):
+        softmax(x, out)
+        softmax(x, out)
+
+    failure("05.softmax", twice, "launched 2 kernels")
+
+
+# --- 05.attention: wrong answers ----------------------------------------------------------------
+
+@triton.jit
+def _attention_buggy_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, S, qk_scale,
+                            sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sos, sod,
+                            CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                            BLOCK_N: tl.constexpr, BUG: tl.constexpr):
+    """One masked loop over all key tiles. BUG 1: causal j <= i + 1; 2: no key mask; 3: acc not rescaled."""
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :] * sqd,
+                mask=offs_m[:, None] < S, other=0.0)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    for start in range(0, S, BLOCK_N):
+        keys = start + offs_n
+        k = tl.load(k_ptr + b * skb + h * skh + keys[None, :] * sks + offs_d[:, None] * skd,
+                    mask=keys[None, :] < S, other=0.0)
+        v = tl.load(v_ptr + b * svb + h * svh + keys[:, None] * svs + offs_d[None, :] * svd,
+                    mask=keys[:, None] < S, other=0.0)
+        s = tl.dot(q, k) * qk_scale
+        if BUG == 2:
+            keep = keys[None, :] >= 0
+        else:
+            keep = keys[None, :] < S
+        if CAUSAL:
+            if BUG == 1:
+                keep = keep & (keys[None, :] <= offs_m[:, None] + 1)
+            else:
+                keep = keep & (keys[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_ref[:, None])
+        alpha = tl.exp2(m_i - m_ref)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if BUG == 3:
+            acc = tl.dot(p.to(v.dtype), v, acc)
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    tl.store(o_ptr + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :] * sod,
+             (acc / l_i[:, None]).to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < S)
+
+
+def _buggy_attention(bug, scale=None):
+    def attention_buggy(q, k, v, out, causal):
+        B, H, S, D = q.shape
+        qk_scale = LOG2E / math.sqrt(D) if scale is None else scale
+        _attention_buggy_kernel[(triton.cdiv(S, 32), B * H)](
+            q, k, v, out, H, S, qk_scale, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            CAUSAL=causal, D=D, BLOCK_M=32, BLOCK_N=16, BUG=bug)
+    return attention_buggy
+
+
+def test_the_wrong_attention_is_right_without_its_bug():
+    check("05.attention", _buggy_attention(0), seed=1, quiet=True)
+
+
+def test_attention_causal_off_by_one_fails():
+    failure("05.attention", _buggy_attention(1), "causal", "query i sees keys j <= i")
+
+
+def test_attention_without_key_mask_on_the_last_tile_fails():
+    failure("05.attention", _buggy_attention(2), "keys >= S get -inf")
+
+
+def test_attention_without_rescaling_acc_fails():
+    failure("05.attention", _buggy_attention(3), "rescale acc and l")
+
+
+def test_attention_without_the_scale_fails():
+    failure("05.attention", _buggy_attention(0, scale=LOG2E), "1/sqrt(D)")
+
+
+# --- the maths and the kernels beyond the checks --------------------------------------------------
+
+def test_merging_in_any_order_gives_logsumexp():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, generator=gen, dtype=torch.float64) * 20
+    blocks = [x[s:s + 37] for s in range(0, 1000, 37)]
+    stats = [(float(b.max()), float(torch.exp(b - b.max()).sum())) for b in blocks]
+    order = torch.randperm(len(stats), generator=gen).tolist()
+    m, d = NEG_INF, 0.0
+    for i in order:
+        m, d = merge_stats(m, d, *stats[i])
+    assert m == float(x.max())
+    assert m + math.log(d) == pytest.approx(float(torch.logsumexp(x, 0)), rel=1e-12)
+    assert online_softmax_stats(x, 64)[0] == m
+    assert online_softmax_stats(x, 64)[1] == pytest.approx(d, rel=1e-12)
+
+
+def test_softmax_config_picks_the_kernel_by_row_length():
+    assert not softmax_config(10, ONE_PASS_MAX_COLS).online
+    assert softmax_config(10, ONE_PASS_MAX_COLS + 1).online
+    short = softmax_config(100, 100)
+    assert short.block_n == 128 and short.rows > 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_both_softmax_kernels_agree_with_torch(dtype):
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(3000, 5, generator=gen) * 4).to(dtype).t()  # (5, 3000) with strides (1, 5)
+    x[:, 1000:2100] = NEG_INF
+    want = torch.softmax(x.double(), dim=1)
+    tol = 2e-5 if dtype == torch.float32 else 2e-3
+    configs = [SoftmaxConfig(False, 4096, 2, 4), SoftmaxConfig(False, 4096, 4, 4, programs=2),
+               SoftmaxConfig(True, 512, num_warps=4), SoftmaxConfig(True, 1024, num_warps=4)]
+    for cfg in configs:
+        out = torch.full(x.shape, float("nan"), dtype=dtype)
+        softmax(x, out, cfg)
+        torch.testing.assert_close(out.double(), want, atol=1e-7, rtol=tol, msg=lambda m, c=cfg: f"{c}: {m}")
+
+
+def test_softmax_ref_is_the_safe_softmax():
+    x = torch.randn(4, 50) * 30 + 100
+    torch.testing.assert_close(softmax_ref(x), torch.softmax(x, dim=1))
+
+
+@pytest.mark.parametrize("shape, blocks", [((1, 2, 70, 16), (32, 16)), ((2, 1, 45, 32), (32, 32)),
+                                           ((1, 1, 100, 16), (64, 16))])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_matches_sdpa(shape, blocks, causal):
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(shape, generator=gen) for _ in range(3))
+    out = torch.empty_like(q)
+    attention(q, k, v, out, causal, *blocks)
+    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(out, sdpa, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, attention_ref(q, k, v, causal), atol=1e-5, rtol=1e-5)
+
+
+def test_attention_refuses_head_dims_tl_dot_cannot_tile():
+    q = torch.randn(1, 1, 8, 24)
+    with pytest.raises(ValueError, match="power of 2"):
+        attention(q, q, q, torch.empty_like(q), False)
+
+
+def _cache_bytes(model, batch: int, tokens: int) -> int:
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (batch, tokens), generator=gen)
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    layers = getattr(cache, "layers", None)
+    tensors = ([t for layer in layers for t in (layer.keys, layer.values)] if layers is not None
+               else [*cache.key_cache, *cache.value_cache])
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def test_kv_cache_bytes_match_a_hugging_face_cache():
+    config = toy_config(small=True)
+    measured = _cache_bytes(toy_llama(small=True), batch=3, tokens=5)
+    head_dim = config.hidden_size // config.num_attention_heads
+    assert measured == kv_cache_bytes(config.num_hidden_layers, config.num_key_value_heads, head_dim,
+                                      tokens=5, batch=3, bytes_per_element=4)
+
+
+def test_gqa_divides_the_cache_by_the_group_size():
+    sizes = {"hidden_size": 64, "intermediate_size": 128, "vocab_size": 100, "num_hidden_layers": 2,
+             "num_attention_heads": 8, "max_position_embeddings": 64}
+    torch.manual_seed(0)
+    mha = _cache_bytes(LlamaForCausalLM(LlamaConfig(**sizes, num_key_value_heads=8)).eval(), 2, 6)
+    gqa = _cache_bytes(LlamaForCausalLM(LlamaConfig(**sizes, num_key_value_heads=2)).eval(), 2, 6)
+    mqa = _cache_bytes(LlamaForCausalLM(LlamaConfig(**sizes, num_key_value_heads=1)).eval(), 2, 6)
+    assert mha == kv_cache_bytes(2, 8, 8, tokens=6, batch=2, bytes_per_element=4)
+    assert (mha // gqa, mha // mqa) == (4, 8)
+    assert gqa == kv_cache_bytes(2, 2, 8, tokens=6, batch=2, bytes_per_element=4)
+
+
+# --- the benchmark's sweep: every configuration it times computes a correct softmax -------------
+
+@pytest.mark.parametrize("n_cols", sorted({n for _, n in SOFTMAX_SHAPES}))
+def test_every_softmax_configuration_of_the_bench_is_correct(n_cols):
+    x = torch.randn(3, n_cols) * 3
+    want = torch.softmax(x, dim=1)
+    for name, cfg in softmax_variants(3, n_cols, sm_count=1):
+        out = torch.full_like(x, float("nan"))
+        softmax(x, out, cfg)
+        torch.testing.assert_close(out, want, atol=1e-9, rtol=2e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_attention_configuration_of_the_bench_is_correct(causal):
+    q, k, v = (torch.randn(1, 1, 150, 128) for _ in range(3))
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    for bm, bn, warps, stages in ATTENTION_SWEEP:
+        out = torch.full_like(q, float("nan"))
+        attention(q, k, v, out, causal, bm, bn, warps, stages)
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,340 @@
+"""Lesson 06: the solutions pass their checks, plausible wrong answers fail with a message that names the
+mistake, the maths behind the fused kernel, and the fused block swapped into the Hugging Face model."""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from course_utils import setup
+
+setup("interpret", quiet=True)
+
+from course_utils.grading import CheckFailed, check  # noqa: E402
+from course_utils.lessons import l06_fused_rmsnorm_mlp as l06  # noqa: E402
+from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402
+from course_utils.llama import mlp_block, toy_config, toy_llama  # noqa: E402
+
+SEED = 1234
+
+
+def fails(exercise: str, candidate) -> str:
+    with pytest.raises(CheckFailed) as info:
+        check(exercise, candidate, seed=SEED, quiet=True)
+    return str(info.value)
+
+
+# --- the solutions ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("exercise, solution", [
+    ("06.rmsnorm", l06.rmsnorm), ("06.gate_up_silu", l06.gate_up_silu), ("06.rmsnorm_mlp", l06.rmsnorm_mlp)])
+def test_solution_passes(exercise, solution):
+    check(exercise, solution, seed=SEED, quiet=True)
+
+
+# --- wrong RMSNorms: one kernel, one mistake per BUG ------------------------------------------
+
+@triton.jit
+def _rmsnorm_bug_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, stride_xm, stride_xn, stride_om, eps,
+                        BUG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    load_mask = (rows[:, None] < n_rows) if BUG == "no column mask" else mask
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=load_mask, other=0.0)
+    if BUG != "fp16 statistics":  # the bug: square and sum in the input dtype
+        x = x.to(tl.float32)
+    if BUG == "wrong axis":
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)[None, :]  # one "rms" per column
+    elif BUG == "eps outside sqrt":
+        rstd = (1.0 / (tl.sqrt(tl.sum(x * x, axis=1) / n_cols) + eps))[:, None]
+    else:
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)[:, None]
+    y = x.to(tl.float32) * rstd
+    if BUG != "no weight":
+        y = y * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _buggy_rmsnorm(bug: str):
+    def rmsnorm(x, weight, eps, out):
+        n_rows, n_cols = x.shape
+        grid = (triton.cdiv(n_rows, 4),)
+        _rmsnorm_bug_kernel[grid](x, weight, out, n_rows, n_cols, x.stride(0), x.stride(1), out.stride(0),
+                                  eps, BUG=bug, BLOCK_M=4, BLOCK_N=triton.next_power_of_2(n_cols))
+    return rmsnorm
+
+
+def test_buggy_rmsnorm_without_bug_passes():
+    check("06.rmsnorm", _buggy_rmsnorm("none"), seed=SEED, quiet=True)  # the harness behind the tests below
+
+
+@pytest.mark.parametrize("bug, says", [
+    ("fp16 statistics", "overflows fp16"),
+    ("eps outside sqrt", "eps inside the square root"),
+    ("no weight", "times the weight"),
+    ("wrong axis", "axis 1"),
+    ("no column mask", "Is a mask missing"),
+])
+def test_rmsnorm_mistakes_are_named(bug, says):
+    message = fails("06.rmsnorm", _buggy_rmsnorm(bug))
+    assert says in message, message
+
+
+def test_rmsnorm_statistics_in_fp16_pass_fp32_and_ordinary_fp16():
+    message = fails("06.rmsnorm", _buggy_rmsnorm("fp16 statistics"))
+    assert "values ~300 in fp16" in message.splitlines()[0]  # the first case it fails is the big one
+
+
+def test_rmsnorm_in_torch_on_the_host_is_rejected():
+    def rmsnorm(x, weight, eps, out):
+        out.copy_(l06.rmsnorm_ref(x, weight, eps))
+
+    message = fails("06.rmsnorm", rmsnorm)
+    assert "no Triton kernel was launched" in message
+
+
+# --- wrong gate/up kernels ----------------------------------------------------------------------
+
+@triton.jit
+def _gate_up_bug_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+                        BUG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        k_ok = (kk < K) | (BUG == "no K mask")
+        x_mask = (rm[:, None] < M) & k_ok[None, :]
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=x_mask, other=0.0)
+        if BUG == "weights as (K, N)":  # reads w[k, n] of an (N, K) tensor as if it were w.T
+            offs = kk[:, None] * stride_wn + rn[None, :]
+        else:
+            offs = rn[None, :] * stride_wn + kk[:, None]
+        w_mask = k_ok[:, None] & (rn[None, :] < N)
+        acc_g = tl.dot(x, tl.load(wg_ptr + offs, mask=w_mask, other=0.0), acc_g)
+        acc_u = tl.dot(x, tl.load(wu_ptr + offs, mask=w_mask, other=0.0), acc_u)
+    if BUG == "silu on up":
+        h = acc_g * acc_u * tl.sigmoid(acc_u)
+    else:
+        h = acc_g * tl.sigmoid(acc_g) * acc_u
+    tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], h.to(out_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _buggy_gate_up(bug: str):
+    def gate_up_silu(x, w_gate, w_up, out):
+        M, K = x.shape
+        N = w_gate.shape[0]
+        _gate_up_bug_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 64))](
+            x, w_gate, w_up, out, M, N, K, x.stride(0), w_gate.stride(0), out.stride(0),
+            BUG=bug, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32)
+    return gate_up_silu
+
+
+def test_buggy_gate_up_without_bug_passes():
+    check("06.gate_up_silu", _buggy_gate_up("none"), seed=SEED, quiet=True)
+
+
+@pytest.mark.parametrize("bug, says", [
+    ("silu on up", "silu on the gate"),
+    ("no K mask", "Is a mask missing"),
+    ("weights as (K, N)", "w_ptr + n * w.stride(0) + k * w.stride(1)"),
+])
+def test_gate_up_mistakes_are_named(bug, says):
+    message = fails("06.gate_up_silu", _buggy_gate_up(bug))
+    assert says in message, message
+
+
+def test_gate_up_as_two_kernels_is_rejected_by_the_values_or_the_ops():
+    def gate_up_silu(x, w_gate, w_up, out):  # matmuls in Triton, the SiLU and product in torch
+        g = torch.empty_like(out)
+        u = torch.empty_like(out)
+        matmul(x, w_gate.t(), g)
+        matmul(x, w_up.t(), u)
+        torch.mul(torch.nn.functional.silu(g), u, out=out)
+
+    message = fails("06.gate_up_silu", gate_up_silu)
+    assert "computed with torch operations on the host" in message
+
+
+# --- wrong fused blocks -----------------------------------------------------------------------
+
+@triton.jit
+def _fused_bug_kernel(x_ptr, nw_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K, eps, stride_xm, stride_wn, stride_hm,
+                      BUG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), 1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        k_ok = (kk < K) | (BUG == "no K mask")
+        x = tl.load(x_ptr + (rm % M)[:, None] * stride_xm + kk[None, :], mask=k_ok[None, :], other=0.0)
+        if BUG == "fp16 statistics":
+            sum_sq += tl.sum(x * x, axis=1).to(tl.float32)
+        else:
+            sum_sq += tl.sum(x.to(tl.float32) * x.to(tl.float32), axis=1)
+        if BUG != "no weight":
+            x = (x.to(tl.float32) * tl.load(nw_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)[None, :])
+        a = x.to(wg_ptr.dtype.element_ty)
+        offs = (rn % N)[None, :] * stride_wn + kk[:, None]
+        acc_g = tl.dot(a, tl.load(wg_ptr + offs, mask=k_ok[:, None], other=0.0), acc_g)
+        acc_u = tl.dot(a, tl.load(wu_ptr + offs, mask=k_ok[:, None], other=0.0), acc_u)
+    if BUG == "eps outside sqrt":
+        rstd = 1.0 / (tl.sqrt(sum_sq / K) + eps)
+    else:
+        rstd = tl.rsqrt(sum_sq / K + eps)
+    if BUG == "scale after silu":  # 1/rms does not commute with the silu
+        h = acc_g * tl.sigmoid(acc_g) * acc_u * (rstd * rstd)[:, None]
+    elif BUG == "silu on up":
+        g, u = acc_g * rstd[:, None], acc_u * rstd[:, None]
+        h = g * u * tl.sigmoid(u)
+    else:
+        g, u = acc_g * rstd[:, None], acc_u * rstd[:, None]
+        h = g * tl.sigmoid(g) * u
+    tl.store(h_ptr + rm[:, None] * stride_hm + rn[None, :], h.to(h_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _buggy_mlp(bug: str):
+    def rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out):
+        M, K = x.shape
+        N = w_gate.shape[0]
+        h = torch.empty((M, N), dtype=x.dtype)
+        _fused_bug_kernel[(triton.cdiv(M, 16) * triton.cdiv(N, 64),)](
+            x, norm_weight, w_gate, w_up, h, M, N, K, eps, x.stride(0), w_gate.stride(0), h.stride(0),
+            BUG=bug, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32)
+        matmul(h, w_down.t(), out)
+    return rmsnorm_mlp
+
+
+@pytest.mark.parametrize("bug, says", [
+    ("fp16 statistics", "overflows fp16"),
+    ("eps outside sqrt", "eps inside the square root"),
+    ("no weight", "norm_weight (random 0.5..1.5"),
+    ("silu on up", "silu on the gate"),
+    ("scale after silu", "before the silu"),
+    ("no K mask", "Is a mask missing"),
+])
+def test_mlp_mistakes_are_named(bug, says):
+    message = fails("06.rmsnorm_mlp", _buggy_mlp(bug))
+    assert says in message, message
+
+
+def test_unfused_block_from_earlier_kernels_passes():
+    """rmsnorm, then gate_up_silu, then lesson 03's matmul: three launches, also a correct answer."""
+    def rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out):
+        n = torch.empty_like(x)
+        h = torch.empty((x.shape[0], w_gate.shape[0]), dtype=x.dtype)
+        l06.rmsnorm(x, norm_weight, eps, n)
+        l06.gate_up_silu(n, w_gate, w_up, h)
+        matmul(h, w_down.t(), out)
+
+    check("06.rmsnorm_mlp", rmsnorm_mlp, seed=SEED, quiet=True)
+
+
+# --- the maths --------------------------------------------------------------------------------
+
+def test_rms_commutes_with_the_matmul_row_by_row():
+    gen = torch.Generator().manual_seed(0)
+    scales = torch.rand(7, 1, dtype=torch.float64, generator=gen)
+    x = torch.randn(7, 40, dtype=torch.float64, generator=gen) * scales
+    w_norm = torch.rand(40, dtype=torch.float64, generator=gen) + 0.5
+    w = torch.randn(24, 40, dtype=torch.float64, generator=gen)
+    rms = (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()  # (7, 1)
+    torch.testing.assert_close(l06.rmsnorm_ref(x, w_norm, 1e-6) @ w.T, ((x * w_norm) @ w.T) / rms)
+    # ... but not with the silu: scaling after it is a different function
+    g, u = (x * w_norm) @ w[:12].T, (x * w_norm) @ w[12:].T
+    right = torch.nn.functional.silu(g / rms) * (u / rms)
+    assert not torch.allclose(right, torch.nn.functional.silu(g) * u / rms**2)
+
+
+def test_rmsnorm_ref_is_hugging_face_rmsnorm():
+    layer = toy_llama(small=True).model.layers[0]
+    norm = layer.post_attention_layernorm
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(0))
+        x = torch.randn(3, 5, toy_config(small=True).hidden_size)
+        torch.testing.assert_close(l06.rmsnorm_ref(x, norm.weight, norm.variance_epsilon), norm(x))
+        ref = l06.rmsnorm_mlp_ref(x, norm.weight, layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight,
+                                  layer.mlp.down_proj.weight, norm.variance_epsilon)
+        torch.testing.assert_close(ref, mlp_block(toy_llama(small=True).eval()).mlp(norm(x)))
+
+
+def test_fused_block_swapped_into_hugging_face_gives_the_same_logits():
+    model = toy_llama(small=True)
+    reference = toy_llama(small=True)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in (model, reference):  # a norm weight that is not all ones, the same in both
+            m.model.layers[0].post_attention_layernorm.weight.uniform_(0.5, 1.5, generator=gen.manual_seed(0))
+        l06.swap_in_fused_mlp(model)
+        layer = model.model.layers[0]
+        assert isinstance(layer.mlp, l06.FusedRMSNormMLP) and isinstance(layer.post_attention_layernorm,
+                                                                          torch.nn.Identity)
+        ids = torch.randint(toy_config(small=True).vocab_size, (2, 9), generator=gen)
+        got = model(ids, use_cache=False).logits
+        want = reference(ids, use_cache=False).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_fused_module_shares_the_layer_parameters():
+    model = toy_llama(small=True)
+    block = model.model.layers[0]
+    mlp, norm = block.mlp, block.post_attention_layernorm
+    fused = l06.FusedRMSNormMLP(norm, mlp)
+    assert fused.w_gate is mlp.gate_proj.weight and fused.w_down is mlp.down_proj.weight
+    assert fused.norm_weight is norm.weight and fused.eps == norm.variance_epsilon
+
+
+# --- configurations: what the GPU will be asked to compile ------------------------------------
+
+SHARED_MEMORY = 227 * 1024  # H100 / H200: the most one program may use
+
+
+def _stage_bytes(cfg: dict, element_size: int) -> int:
+    """Shared memory of one pipeline stage of the gate/up kernel: an x tile and two weight tiles."""
+    return (cfg["BLOCK_M"] * cfg["BLOCK_K"] + 2 * cfg["BLOCK_K"] * cfg["BLOCK_N"]) * element_size
+
+
+@pytest.mark.parametrize("element_size", [2, 4])
+@pytest.mark.parametrize("rows", [1, 16, 17, 64, 65, 8192])
+def test_default_tiles_fit_in_shared_memory(monkeypatch, rows, element_size):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the GPU configs, without a GPU
+    cfg = l06.mlp_config(rows, element_size)
+    assert min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) >= 16  # tl.dot's minimum on a GPU
+    assert _stage_bytes(cfg, element_size) * cfg["num_stages"] <= SHARED_MEMORY
+    down = l06.down_tile(rows, element_size)
+    if down is not None:
+        kw = down.kwargs
+        assert min(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]) >= 16
+        stage = (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * element_size
+        assert stage * down.num_stages <= SHARED_MEMORY
+
+
+def test_bench_sweep_tiles_fit_in_shared_memory():
+    from course_utils.benches import l06 as bench
+
+    for cfg in bench.GATE_UP_SWEEP["small"] + bench.GATE_UP_SWEEP["large"]:
+        assert _stage_bytes(cfg, 2) * cfg["num_stages"] <= SHARED_MEMORY, cfg
+    for down in bench.DOWN_SWEEP:
+        kw = down.kwargs
+        assert (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * 2 * down.num_stages <= SHARED_MEMORY
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 48), (37, 80), (16384, 4096), (65536, 1024), (8, 16384)])
+def test_rmsnorm_config_holds_whole_rows(rows, cols):
+    cfg = l06.rmsnorm_config(rows, cols)
+    block_n = triton.next_power_of_2(cols)
+    assert cfg["BLOCK_M"] >= 1 and cfg["BLOCK_M"] * block_n <= max(4096, block_n)
+    assert cfg["num_warps"] in (4, 8, 16)
+    if cols <= 1024 and rows >= 64:
+        assert cfg["BLOCK_M"] >= 4  # short rows: several per program
