@@ -23,6 +23,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from course_utils.lessons.l02_first_kernels import copy_2d  # noqa: E402
+
 # %% [markdown]
 # ## 03.grouped_pid: the launch order of the tiles
 #
@@ -159,6 +161,7 @@ def matmul_configs(interpret: bool | None = None) -> list[triton.Config]:
             _config(128, 256, bk, warps=8, stages=3),  # shared memory per stage: (128 + 256) x 128 B = 48 KiB
             _config(128, 256, bk, warps=8, stages=4),
             _config(256, 128, bk, warps=8, stages=3),
+            _config(256, 128, bk, warps=8, stages=4),  # measured best for K-major b (nn.Linear weights)
             _config(128, 128, bk, warps=8, stages=4),
             _config(128, 128, bk, warps=4, stages=4),
             _config(128, 64, bk, warps=4, stages=4),
@@ -180,6 +183,11 @@ def select_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> 
         smallest = min(fitting, key=lambda c: (c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"], c.num_warps))
         return [smallest]
     return fitting
+
+
+def hopper() -> bool:
+    """A Hopper GPU (sm_90), whose wgmma instruction wants tf32 operands K-major."""
+    return mode.gpu and torch.cuda.get_device_capability()[0] == 9
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -269,6 +277,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
     M, K = a.shape
     N = b.shape[1]
     precision = input_precision or dot_precision(a.dtype)
+    if precision == "tf32" and b.stride(0) != 1 and hopper():
+        # Hopper's tf32 tensor-core instruction (wgmma) reads both operands K-major; with a row-major
+        # b Triton falls back to an older, 3-4x slower path (measured on an H200). One transposing
+        # copy with lesson 02's kernel (read and write K x N x 4 bytes) is far cheaper.
+        b_kmajor = torch.empty((N, K), device=b.device, dtype=b.dtype)
+        copy_2d(b.t(), b_kmajor)
+        b = b_kmajor.t()  # (K, N) again, strides (1, K)
     kernel = matmul_kernel if config is None else matmul_kernel.fn  # .fn: the kernel under the autotuner
     meta = {} if config is None else config.all_kwargs()
 

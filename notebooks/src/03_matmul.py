@@ -461,6 +461,18 @@ if rows:
 # intensity grows, and flatten at the large sizes, where ours and cuBLAS are both limited by the
 # tensor cores; the ratios the design asks for are below. The naive kernel stays far below at every
 # size: its traffic grows as fast as its arithmetic.
+#
+# Two things the committed H200 run showed that the napkin maths does not:
+# - **Operand layout matters.** Hopper's tensor-core instruction (`wgmma`) reads its operands from
+#   shared memory in a fixed orientation. In fp16/bf16 Triton handles either layout of `b`, but a
+#   K-major `b` (an `nn.Linear` weight used as `w.t()`) ran at 520-600 TFLOP/s where a row-major `b`
+#   ran at up to 700: that is why `linear_relu` at 4096^3 falls short of `torch.compile`'s cuBLAS
+#   call while the plain matmul matches cuBLAS. In tf32, `wgmma` *requires* both operands K-major;
+#   with a row-major `b` Triton fell back to an older instruction at under 150 TFLOP/s, so `matmul`
+#   now transposes `b` once with lesson 02's `copy_2d` (8KN bytes, a few percent of the time) and
+#   the tf32 kernel runs on `wgmma`.
+# - **Autotuning has noise.** The tuner times each candidate once; two configurations within a few
+#   percent can swap places from run to run, which is why the sweep rows are in the results too.
 
 # %%
 for t in targets:

@@ -1,0 +1,253 @@
+"""Lesson 07 on a GPU: row-wise e4m3 quantization against the copy ceiling, the FP8 matmul against
+cuBLAS bf16 and torch._scaled_mm, and the W8A16 GEMV against the bf16 GEMV.
+
+Every configuration of our kernels is its own row ("triton (ours) ..."), checked before it is timed;
+the best one is then recorded again as "triton (ours)" and compared with the design's targets.
+A configuration that fails to compile (shared memory) or to match is noted and skipped.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..bench import Table
+from ..fp8 import E4M3_MAX, fp8_matmul_ref, quantize_rowwise_ref
+from ..lessons.l07_fp8_quantization import fp8_matmul, quantize_int8_ref, quantize_rowwise, w8a16_gemv
+
+E4M3 = torch.float8_e4m3fn
+DEVICE = "cuda"
+QUANTIZE_SHAPE = (8192, 8192)
+MATMUL_SIZE = 8192  # M = N = K
+GEMV_SHAPES = ((14336, 4096), (4096, 14336))  # (N, K): Llama-3-8B's up and down projections, one token
+
+
+def _try(table: Table, what: str, fn) -> bool:
+    """Run fn (a correctness check); on any error note it in the table and return False."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        return True
+    except Exception as exc:  # noqa: BLE001 - out of shared memory, an op this torch lacks, a wrong result
+        table.notes.append(f"{what}: skipped ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
+        print(table.notes[-1])
+        return False
+
+
+def _best(table: Table, group: str, prefix: str):
+    """The fastest row of `group` whose name starts with `prefix` (to reuse its configuration)."""
+    rows = [r for r in table.rows if r.group == group and r.name.startswith(prefix)]
+    return min(rows, key=lambda r: r.ms) if rows else None
+
+
+# --- quantize_rowwise -------------------------------------------------------------------------
+
+def _quantize(table: Table) -> None:
+    rows, cols = QUANTIZE_SHAPE
+    x = torch.randn(rows, cols, device=DEVICE, dtype=torch.bfloat16)
+    x[7, 100] = 3e4  # an outlier row, and a row of zeros: the kernel must handle both at full speed
+    x[9] = 0
+    out = torch.empty(rows, cols, device=DEVICE, dtype=E4M3)
+    scale = torch.empty(rows, device=DEVICE, dtype=torch.float32)
+    q_ref, s_ref = quantize_rowwise_ref(x)
+
+    def verify(q, s):
+        torch.testing.assert_close(s, s_ref, rtol=1e-5, atol=0)
+        step = q_ref.float().abs() / 8 + 2.0**-9  # one e4m3 step
+        assert bool(((q.float() - q_ref.float()).abs() <= step).all()), "quantized values differ from torch"
+
+    group = f"quantize_rowwise bf16->e4m3 {rows}x{cols}"
+    n_bytes = rows * cols * (2 + 1) + rows * 4  # read bf16, write e4m3, write one fp32 scale per row
+    y = torch.empty_like(x)
+    table.time(group, "copy ceiling (bf16 x -> y)", lambda: y.copy_(x), n_bytes=rows * cols * 4)
+
+    def eager():
+        amax = x.abs().amax(dim=1, keepdim=True).float()  # (rows, 1)
+        s = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+        return (x.float() / s).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), s[:, 0]
+
+    if _try(table, "torch eager quantize", lambda: verify(*eager())):
+        table.time(group, "torch eager", eager, n_bytes=n_bytes)
+    compiled = torch.compile(eager)
+    if _try(table, "torch.compile quantize", lambda: verify(*compiled())):
+        table.time(group, "torch.compile", compiled, n_bytes=n_bytes)
+
+    # BLOCK = cols: the whole row in registers, one read. cols / 4: four chunks, two passes (via L2).
+    for block, warps in ((cols, 4), (cols, 8), (cols, 16), (cols // 4, 4), (cols // 4, 8)):
+        name = f"triton (ours) BLOCK={block} warps={warps}"
+
+        def run(b=block, w=warps):
+            quantize_rowwise(x, out, scale, BLOCK=b, num_warps=w)
+
+        if _try(table, name, lambda: (run(), verify(out, scale))):
+            table.time(group, name, run, n_bytes=n_bytes)
+    table.add_best(group, n_bytes=n_bytes)
+    table.target(group, "triton (ours)", "copy ceiling (bf16 x -> y)", 0.85, 0.92, metric="gbps")
+
+
+# --- fp8_matmul -------------------------------------------------------------------------------
+
+MATMUL_CONFIGS = (  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages
+    (128, 256, 128, 8, 3),
+    (128, 256, 128, 8, 4),
+    (256, 128, 128, 8, 3),
+    (256, 128, 128, 8, 4),
+    (128, 128, 128, 8, 4),
+    (128, 128, 128, 4, 5),
+    (128, 256, 64, 8, 4),
+)
+
+
+def _matmul(table: Table) -> None:
+    M = N = K = MATMUL_SIZE
+    a_hp = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
+    b_hp = torch.randn(N, K, device=DEVICE, dtype=torch.bfloat16)  # nn.Linear layout (N, K)
+    a, sa = quantize_rowwise_ref(a_hp)  # (M, K) e4m3, (M,) fp32
+    b, sb = quantize_rowwise_ref(b_hp)  # (N, K) e4m3, (N,) fp32
+    out = torch.empty(M, N, device=DEVICE, dtype=torch.bfloat16)
+    out_hp = torch.empty(M, N, device=DEVICE, dtype=torch.bfloat16)
+    check_rows = 256
+    ref = (a[:check_rows].float() * sa[:check_rows, None]) @ (b.float() * sb[:, None]).T  # fp32, no TF32
+
+    def verify(o):
+        err = ((o[:check_rows].float() - ref).norm() / ref.norm()).item()
+        assert err < 1e-2, f"relative error {err:.3g} against the fp32 reference"
+
+    group = f"fp8 matmul {M}^3 (bf16 out)"
+    flops = 2 * M * N * K
+    table.time(group, "torch.matmul bf16 (cuBLAS)", lambda: torch.matmul(a_hp, b_hp.T, out=out_hp),
+               flops=flops)
+
+    # torch._scaled_mm wants the second operand column-major: b.t() of the row-major (N, K) b is exactly that.
+    def scaled_mm(fast=False):
+        return torch._scaled_mm(a, b.t(), scale_a=sa.view(-1, 1), scale_b=sb.view(1, -1),
+                                out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+    if _try(table, "torch._scaled_mm rowwise", lambda: verify(scaled_mm())):
+        table.time(group, "torch._scaled_mm rowwise", scaled_mm, flops=flops)
+    if _try(table, "torch._scaled_mm rowwise fast_accum", lambda: verify(scaled_mm(True))):
+        table.time(group, "torch._scaled_mm rowwise fast_accum", lambda: scaled_mm(True), flops=flops)
+
+    def config_name(cfg, extra=""):
+        bm, bn, bk, w, s = cfg
+        return f"triton (ours) {bm}x{bn}x{bk} w{w} s{s}{extra}"
+
+    def ours(cfg, b_operand, promote=False):
+        bm, bn, bk, w, s = cfg
+        return lambda: fp8_matmul(a, sa, b_operand, sb, out, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                  num_warps=w, num_stages=s, promote=promote)
+
+    for cfg in MATMUL_CONFIGS:
+        fn = ours(cfg, b)
+        if _try(table, config_name(cfg), lambda fn=fn: (fn(), verify(out))):
+            table.time(group, config_name(cfg), fn, flops=flops)
+    best = _best(table, group, "triton (ours) ")
+    if best is None:
+        return
+    table.add_best(group, flops=flops)
+    best_cfg = next(c for c in MATMUL_CONFIGS if config_name(c) == best.name)
+
+    # The same kernel and config, accumulating in fp32 every BLOCK_K instead of in the tensor cores'
+    # narrower fp8 accumulator (DeepSeek-V3's "promotion"); and with b in the textbook (K, N) layout.
+    for cfg in dict.fromkeys((best_cfg, MATMUL_CONFIGS[0])):  # promotion may prefer another tile
+        name = config_name(cfg, " promoted")
+        fn = ours(cfg, b, promote=True)
+        if _try(table, name, lambda fn=fn: (fn(), verify(out))):
+            table.time(group, name, fn, flops=flops)
+    b_kn = b.t().contiguous()  # (K, N) row-major: N contiguous
+    name = config_name(best_cfg, " b (K, N) layout")
+    fn = ours(best_cfg, b_kn.t())
+    if _try(table, name, lambda: (fn(), verify(out))):
+        table.time(group, name, fn, flops=flops)
+
+    table.target(group, "triton (ours)", "torch.matmul bf16 (cuBLAS)", 1.6, 1.75)
+    table.target(group, "triton (ours)", "torch._scaled_mm rowwise", 0.9, 1.0)
+
+
+ACCUMULATION_K = (1024, 4096, 16384)
+
+
+def _accumulation(table: Table) -> None:
+    """What accumulation alone adds: the kernel (fp32 out) against float64 on the same e4m3 inputs.
+
+    On Hopper an fp8 tensor-core instruction accumulates with fewer bits than fp32 (DeepSeek-V3 measured
+    about 14); Triton leaves the whole K loop there unless max_num_imprecise_acc asks for promotion.
+    Recorded as notes: the lesson prints them on machines without such a GPU.
+    """
+    M = N = 256
+    for K in ACCUMULATION_K:
+        a, sa = quantize_rowwise_ref(torch.randn(M, K, device=DEVICE))
+        b, sb = quantize_rowwise_ref(torch.randn(N, K, device=DEVICE))
+        exact = fp8_matmul_ref(a, sa, b, sb)  # (M, N) float64
+        errors = []
+        for promote in (False, True):
+            out = torch.empty(M, N, device=DEVICE, dtype=torch.float32)
+            fp8_matmul(a, sa, b, sb, out, promote=promote)
+            errors.append(((out.cpu().double() - exact).norm() / exact.norm()).item())
+        table.notes.append(f"accumulation error K={K}: default {errors[0]:.2e}, promoted {errors[1]:.2e}")
+
+
+# --- W8A16 GEMV -------------------------------------------------------------------------------
+
+GEMV_CONFIGS = (  # BLOCK_N, BLOCK_K, warps, stages
+    (16, 512, 4, 3),
+    (8, 1024, 4, 3),
+    (32, 256, 4, 3),
+    (16, 1024, 8, 3),
+    (32, 512, 8, 4),
+    (64, 256, 8, 3),
+    (4, 2048, 4, 2),
+    (4, 2048, 4, 3),
+    (2, 4096, 4, 2),
+    (8, 2048, 8, 3),
+)
+
+
+def _gemv(table: Table) -> None:
+    for N, K in GEMV_SHAPES:
+        _gemv_shape(table, N, K)
+
+
+def _gemv_shape(table: Table, N: int, K: int) -> None:
+    x = torch.randn(1, K, device=DEVICE, dtype=torch.bfloat16)
+    w = (torch.randn(N, K, device=DEVICE) * 0.02).to(torch.bfloat16)
+    w_int8, scale = quantize_int8_ref(w)
+    out = torch.empty(1, N, device=DEVICE, dtype=torch.bfloat16)
+    out_hp = torch.empty(1, N, device=DEVICE, dtype=torch.bfloat16)
+    ref = x.float() @ (w_int8.float() * scale[:, None]).T
+
+    def verify(o):
+        err = ((o.float() - ref).norm() / ref.norm()).item()
+        assert err < 1e-2, f"relative error {err:.3g}"
+
+    group = f"W8A16 GEMV 1x{K} @ ({N}x{K}).T"
+    bytes_bf16 = 2 * N * K + 2 * K + 2 * N
+    bytes_int8 = N * K + 4 * N + 2 * K + 2 * N  # int8 weights, fp32 scales, bf16 x and out
+    table.time(group, "torch.matmul bf16 (cuBLAS)", lambda: torch.matmul(x, w.T, out=out_hp),
+               n_bytes=bytes_bf16)
+    dequant = torch.compile(lambda x, w8, s: (x @ w8.to(torch.bfloat16).T) * s.to(torch.bfloat16))
+    if _try(table, f"{group} torch.compile", lambda: verify(dequant(x, w_int8, scale))):
+        table.time(group, "torch.compile int8 dequant + matmul", lambda: dequant(x, w_int8, scale),
+                   n_bytes=bytes_int8)
+    for bn, bk, warps, stages in GEMV_CONFIGS:
+        name = f"triton (ours) W8A16 {bn}x{bk} w{warps} s{stages}"
+
+        def run(bn=bn, bk=bk, warps=warps, stages=stages):
+            w8a16_gemv(x, w_int8, scale, out, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+
+        if _try(table, f"{group} {name}", lambda run=run: (run(), verify(out))):
+            table.time(group, name, run, n_bytes=bytes_int8)
+    table.add_best(group, "triton (ours) W8A16", n_bytes=bytes_int8)
+    # Half the bytes of bf16 weights: up to 2x if both run at the bandwidth. The design asks "faster".
+    table.target(group, "triton (ours) W8A16", "torch.matmul bf16 (cuBLAS)", 1.0)
+
+
+def run(table: Table) -> None:
+    major, minor = torch.cuda.get_device_capability(0)
+    if (major, minor) < (8, 9):
+        table.notes.append(f"sm_{major}{minor}: no float8_e4m3fn in Triton before sm_89; "
+                           "only the W8A16 GEMV ran")
+        _gemv(table)
+        return
+    _quantize(table)
+    _matmul(table)
+    _accumulation(table)
+    _gemv(table)

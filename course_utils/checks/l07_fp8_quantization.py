@@ -1,0 +1,288 @@
+"""Exercises of lesson 07: e4m3 decoding, row-wise FP8 quantization, an FP8 matmul, int4 packing."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..fp8 import E4M3_MAX, fp8_matmul_ref, install_fp8_fix, quantize_rowwise_ref
+from ..grading import Case, Exercise, Out, register
+from ..grading.inputs import EPS, f64, randn, transposed, uniform
+from ..mode import current, size
+
+install_fp8_fix()  # checks of fp8 kernels in the interpreter need its float -> fp8 cast to be right
+
+E4M3 = torch.float8_e4m3fn
+
+
+# --- 07.decode_e4m3 ---------------------------------------------------------------------------
+
+def _fields(bits: int) -> str:
+    return f"{bits >> 7} {(bits >> 3) & 0xF:04b} {bits & 0x7:03b}"
+
+
+def _kind(bits: int) -> str:
+    exponent, mantissa = (bits >> 3) & 0xF, bits & 0x7
+    if exponent == 0xF and mantissa == 0x7:
+        return "NaN"
+    if exponent == 0:
+        return "zero" if mantissa == 0 else "subnormal"
+    return "normal"
+
+
+def _decode_verify(result, case: Case) -> list[str]:
+    bits, expected = case.args[0], case.expected
+    if isinstance(result, torch.Tensor) or not isinstance(result, int | float):
+        return [f"returned {type(result).__name__}; return a Python float"]
+    result = float(result)
+    where = f"bits 0x{bits:02X} = {_fields(bits)} ({_kind(bits)})"
+    if math.isnan(expected):
+        if math.isnan(result):
+            return []
+        return [(f"{where}: expected NaN, got {result!r}. In e4m3fn S 1111 111 is NaN, and it is the only "
+                 "special value: there is no infinity")]
+    if math.isnan(result):
+        return [f"{where}: expected {expected!r}, got NaN; only S 1111 111 is NaN"]
+    if result != expected:
+        hint = ""
+        if _kind(bits) in ("subnormal", "zero"):
+            hint = (". Exponent field 0 is a subnormal: no implicit leading 1, value = (M/8) * 2^-6 "
+                    "(the exponent is 1 - bias, not 0 - bias)")
+        elif _kind(bits) == "normal":
+            hint = ". A normal number is (1 + M/8) * 2^(E - 7): bias 7, implicit leading 1"
+        return [f"{where}: expected {expected!r}, got {result!r}{hint}"]
+    if math.copysign(1.0, result) != math.copysign(1.0, expected):
+        return [f"{where}: expected {expected!r}, got {result!r}: the sign bit applies to zero too"]
+    return []
+
+
+def _decode_cases(gen):
+    codes = torch.arange(256, dtype=torch.uint8).view(E4M3).to(torch.float64).tolist()
+    for bits in range(256):
+        yield Case(f"bits 0x{bits:02X} = {_fields(bits)} ({_kind(bits)})", (bits,), codes[bits],
+                   verify=_decode_verify)
+
+
+# --- 07.quantize_rowwise ----------------------------------------------------------------------
+
+def _quantize_verify(outs, case: Case) -> list[str]:
+    x = f64(case.args[0])  # (rows, cols)
+    q = f64(outs["out"])
+    s = f64(outs["scale_out"])  # (rows,)
+    amax = x.abs().amax(dim=1)
+    nonzero = amax > 0
+    problems = []
+    bad_scale = ~torch.isfinite(s)
+    if bool(bad_scale.any()):
+        i = int(bad_scale.nonzero()[0, 0])
+        problems.append(f"scale_out[{i}] = {float(s[i])} (the row's amax is {float(amax[i]):g}); "
+                        "an all-zero row needs a finite scale, e.g. 1")
+        return problems
+    want = amax / E4M3_MAX
+    rel = ((s - want).abs() / want.clamp_min(1e-300))[nonzero]
+    if rel.numel() and float(rel.max()) > 1e-5:
+        i = int(nonzero.nonzero()[int(rel.argmax()), 0])
+        got, exp = float(s[i]), float(want[i])
+        why = ""
+        if math.isclose(got, float(amax[i]) / 127, rel_tol=1e-4):
+            why = ": that is amax / 127, int8's maximum; e4m3's largest finite value is 448"
+        elif math.isclose(got, 1 / exp, rel_tol=1e-4):
+            why = (": that is 448 / amax, the inverse; store the dequantization scale amax / 448 "
+                   "(x ~ out * scale)")
+        problems.append(f"scale_out[{i}] = {got:.6g}, expected amax / 448 = {exp:.6g}{why}")
+        return problems
+    row_max = q.abs().amax(dim=1)
+    off = nonzero & (row_max != E4M3_MAX)
+    if bool(off.any()):
+        i = int(off.nonzero()[0, 0])
+        problems.append(f"row {i}: its largest |out| is {float(row_max[i]):g}; amax must map to exactly 448 "
+                        "(out = x / scale_out, clamped to [-448, 448])")
+    zero_rows = ~nonzero
+    if bool(zero_rows.any()) and bool((q[zero_rows] != 0).any()):
+        i = int((zero_rows & (q != 0).any(dim=1)).nonzero()[0, 0])
+        problems.append(f"row {i} is all zeros, but out[{i}] is not")
+    err = (q * s[:, None] - x).abs()
+    bound = 2.0**-4 * x.abs() * (1 + 1e-5) + s[:, None] * 2.0**-10 * 1.01  # half an e4m3 step
+    over = err > bound
+    if bool(over.any()):
+        i, j = (int(v) for v in over.nonzero()[0])
+        problems.append(f"out[{i}, {j}] * scale_out[{i}] = {float(q[i, j] * s[i]):.6g} is more than half an "
+                        f"e4m3 step away from x[{i}, {j}] = {float(x[i, j]):.6g}: round to nearest")
+    return problems
+
+
+def _quantize_case(label, x):
+    rows, cols = x.shape
+    q, scale = quantize_rowwise_ref(x.cpu())
+    # Outputs are judged by `_quantize_verify` (exact scale, amax -> 448, half a step of rounding error),
+    # not by distance to the reference: a kernel that divides where the reference multiplies may land
+    # one e4m3 step away on a near-tie, and an all-zero row may have any finite scale. The comparison
+    # with atol=inf still catches NaN and elements never written.
+    return Case(label, (x, Out("out", (rows, cols), E4M3), Out("scale_out", (rows,), torch.float32)),
+                {"out": f64(q), "scale_out": f64(scale)}, math.inf, 0.0, verify=_quantize_verify)
+
+
+def _quantize_cases(gen):
+    half = torch.bfloat16 if current().gpu else torch.float16  # the interpreter has no bf16 arithmetic
+    rows, cols = size((1823, 781), (37, 781))
+    yield _quantize_case("1 x 1", randn((1, 1), gen=gen))
+    yield _quantize_case(f"{rows} x {cols}: no multiple of any block", randn((rows, cols), gen=gen))
+    yield _quantize_case(f"{rows} x {cols} {str(half)[6:]}", randn((rows, cols), half, gen))
+    yield _quantize_case("one column", randn((rows, 1), gen=gen))
+    x = randn((7, 300), gen=gen)
+    x[2] = 0
+    yield _quantize_case("7 x 300, row 2 all zeros (amax 0: a 0/0 here is NaN)", x)
+    yield _quantize_case("3 x 64, every row all zeros", torch.zeros((3, 64), device=current().device))
+    x = randn((rows, 500), gen=gen)
+    where = torch.randint(0, 500, (rows,), generator=gen).to(x.device)
+    x[torch.arange(rows, device=x.device), where] = 1e4  # one outlier per row sets its scale
+    yield _quantize_case(f"{rows} x 500, one outlier of 1e4 per row", x)
+    yield _quantize_case(f"{rows} x 300, values up to 1e6, far beyond 448",
+                         randn((rows, 300), gen=gen, scale=2e5))
+    yield _quantize_case(f"{rows} x 300, values around 1e-6", randn((rows, 300), gen=gen, scale=1e-6))
+    yield _quantize_case(f"{rows} x 300 transposed: strides (1, {rows})", transposed((rows, 300), gen=gen))
+    wide = size(20000, 5000)
+    yield _quantize_case(f"3 x {wide}: a long row", randn((3, wide), gen=gen))
+
+
+# --- 07.fp8_matmul ----------------------------------------------------------------------------
+
+def _fp8_matrix(shape, gen):
+    """An e4m3 matrix spanning the format's range, like a quantized tensor: rows scaled to amax 448."""
+    x = randn(shape, gen=gen)
+    q, _ = quantize_rowwise_ref(x.cpu())
+    return q.to(x.device)
+
+
+def _matmul_case(label, M, N, K, out_dtype, gen, b_transposed=False):
+    a = _fp8_matrix((M, K), gen)
+    b = _fp8_matrix((K, N), gen).t() if b_transposed else _fp8_matrix((N, K), gen)  # (N, K)
+    a_scale = uniform((M,), 1e-3, 1e-2, gen=gen)
+    b_scale = uniform((N,), 1e-3, 1e-2, gen=gen)
+    a64, b64 = f64(a) * f64(a_scale)[:, None], f64(b) * f64(b_scale)[:, None]
+    expected = fp8_matmul_ref(a, a_scale, b, b_scale)
+    # Products of e4m3 values are exact in fp32; what is left is the accumulation (fp32 in the
+    # interpreter; on Hopper fp8 tensor cores keep fewer bits, so allow 2^-9 of sum |a_i b_i|) and the
+    # rounding of the output to its dtype.
+    magnitude = (a64.abs() @ b64.abs().T).max().item()
+    atol = magnitude * (2.0**-9 if current().gpu else 2.0**-16)
+    rtol = 2 * EPS[out_dtype]
+    args = (a, a_scale, b, b_scale, Out("out", (M, N), out_dtype))
+    return Case(f"{label}, out {str(out_dtype)[6:]}", args, {"out": expected}, atol, rtol)
+
+
+def _matmul_cases(gen):
+    outs = (torch.bfloat16, torch.float32) if current().gpu else (torch.float32, torch.float16)
+    m, n, k = size((1823, 781, 1000), (67, 45, 100))
+    yield _matmul_case("1 x 1 x 1", 1, 1, 1, outs[0], gen)
+    yield _matmul_case(f"{m} x {n} x {k}: K no multiple of any tile", m, n, k, outs[0], gen)
+    yield _matmul_case(f"{m} x {n} x {k}", m, n, k, outs[1], gen)
+    yield _matmul_case("one token: 1 x 256 x 256", 1, 256, 256, outs[0], gen)
+    yield _matmul_case("K = 1", 33, 17, 1, outs[0], gen)
+    yield _matmul_case(f"b as the transposed view of a (K, N) tensor: strides (1, {n})", m, n, k, outs[0],
+                       gen, b_transposed=True)
+
+
+# --- 07.pack_int4 / 07.unpack_int4 ------------------------------------------------------------
+
+def _nibbles(shape, gen):
+    return torch.randint(0, 16, shape, generator=gen, dtype=torch.uint8)
+
+
+def _pack_verify(result, case: Case) -> list[str]:
+    lo, hi = case.args
+    want = case.expected
+    if not isinstance(result, torch.Tensor):
+        return [f"returned {type(result).__name__}; return a uint8 tensor"]
+    if result.dtype != torch.uint8:
+        return [f"returned a {str(result.dtype)[6:]} tensor; return uint8 (one byte per pair)"]
+    if tuple(result.shape) != tuple(want.shape):
+        return [f"returned shape {tuple(result.shape)}, expected {tuple(want.shape)} (that of lo and hi)"]
+    got = result.cpu()
+    if torch.equal(got, want):
+        return []
+    if torch.equal(got, (hi.to(torch.uint8) | (lo.to(torch.uint8) << 4))):
+        return ["the nibbles are swapped: lo goes in bits 0-3 (the low nibble), hi in bits 4-7"]
+    i = int((got != want).flatten().nonzero()[0, 0])
+    return [(f"element {i}: lo={int(lo.flatten()[i])}, hi={int(hi.flatten()[i])} should pack to "
+             f"0x{int(want.flatten()[i]):02X}, got 0x{int(got.flatten()[i]):02X}")]
+
+
+def _pack_case(label, lo, hi):
+    expected = lo | (hi << 4)
+    return Case(label, (lo.clone(), hi.clone()), expected, verify=_pack_verify)
+
+
+def _pack_cases(gen):
+    every = torch.arange(256, dtype=torch.int32)
+    yield _pack_case("one pair", _nibbles((1,), gen), _nibbles((1,), gen))
+    yield _pack_case("all 256 (lo, hi) pairs", (every & 0xF).to(torch.uint8), (every >> 4).to(torch.uint8))
+    yield _pack_case("3 x 7", _nibbles((3, 7), gen), _nibbles((3, 7), gen))
+    yield _pack_case("0 and 15 only", (_nibbles((64,), gen) > 7).to(torch.uint8) * 15,
+                     (_nibbles((64,), gen) > 7).to(torch.uint8) * 15)
+
+
+def _unpack_verify(result, case: Case) -> list[str]:
+    (packed,) = case.args
+    want_lo, want_hi = case.expected
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        return [f"returned {type(result).__name__}; return a tuple (lo, hi) of two tensors"]
+    problems = []
+    for name, got, want in (("lo", result[0], want_lo), ("hi", result[1], want_hi)):
+        if not isinstance(got, torch.Tensor):
+            return [f"{name} is a {type(got).__name__}; return tensors"]
+        if tuple(got.shape) != tuple(want.shape):
+            return [f"{name} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"]
+        if got.dtype != torch.uint8:
+            problems.append(f"{name} is {str(got.dtype)[6:]}; return uint8 tensors")
+            continue
+        got = got.cpu()
+        if not torch.equal(got, want):
+            if torch.equal(got, want_hi if name == "lo" else want_lo):
+                return ["lo and hi are swapped: lo is bits 0-3 (packed & 0xF), hi is bits 4-7 (packed >> 4)"]
+            i = int((got != want).flatten().nonzero()[0, 0])
+            byte = int(packed.flatten()[i])
+            problems.append(f"{name} of byte 0x{byte:02X} should be {int(want.flatten()[i])}, "
+                            f"got {int(got.flatten()[i])}")
+    return problems
+
+
+def _unpack_case(label, packed):
+    return Case(label, (packed.clone(),), (packed & 0xF, packed >> 4), verify=_unpack_verify)
+
+
+def _unpack_cases(gen):
+    yield _unpack_case("all 256 byte values", torch.arange(256, dtype=torch.int32).to(torch.uint8))
+    yield _unpack_case("one byte", torch.randint(0, 256, (1,), generator=gen, dtype=torch.uint8))
+    yield _unpack_case("5 x 9", torch.randint(0, 256, (5, 9), generator=gen, dtype=torch.uint8))
+
+
+# --- registration -----------------------------------------------------------------------------
+
+register(Exercise(
+    "07.decode_e4m3", "decode a float8_e4m3fn bit pattern", "decode_e4m3(bits)", _decode_cases,
+    hint="sign = bit 7, exponent = bits 6-3 (bias 7), mantissa = bits 2-0; exponent 0 is subnormal "
+         "(M/8 * 2^-6), S 1111 111 is NaN, there is no infinity",
+    kernel=False,
+    # A decoder built on torch's own fp8 (`.view(torch.float8_e4m3fn)`, `.to(...)`, `.item()`) would
+    # only check torch against itself. Those ops are what such a shortcut needs and a bit-arithmetic
+    # answer never does (it need not touch torch at all). numpy or ml_dtypes shortcuts are not seen.
+    forbidden_ops=("view", "_to_copy", "_local_scalar_dense")))
+register(Exercise(
+    "07.quantize_rowwise", "row-wise e4m3 quantization", "quantize_rowwise(x, out, scale_out)",
+    _quantize_cases,
+    hint="per row: amax = max |x| in fp32; scale_out = amax / 448 (not amax / 127, not 448 / amax); "
+         "out = clamp(x * (448 / amax), -448, 448) cast to e4m3; an all-zero row gets scale 1 (no 0/0); "
+         "address x with both of its strides"))
+register(Exercise(
+    "07.fp8_matmul", "FP8 matmul with per-row scales", "fp8_matmul(a, a_scale, b, b_scale, out)",
+    _matmul_cases,
+    hint="b is (N, K): load its tile as (BLOCK_N, BLOCK_K) with b.stride(0), b.stride(1) and use "
+         "tl.dot(a, tl.trans(b)); mask the K tail; multiply the fp32 accumulator by a_scale[rows, None] "
+         "and b_scale[None, cols] after the K loop"))
+register(Exercise(
+    "07.pack_int4", "pack two nibbles per byte", "pack_int4(lo, hi)", _pack_cases,
+    hint="byte = lo | (hi << 4) in uint8", kernel=False))
+register(Exercise(
+    "07.unpack_int4", "unpack two nibbles per byte", "unpack_int4(packed)", _unpack_cases,
+    hint="lo = packed & 0xF, hi = packed >> 4, both uint8", kernel=False))

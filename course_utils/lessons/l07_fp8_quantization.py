@@ -1,0 +1,323 @@
+# %% [markdown]
+# # Lesson 07 exercises: FP8 quantization, an FP8 matmul, int4 packing
+#
+# Five exercises, each checked by `check(...)` on fresh inputs:
+# - `07.decode_e4m3`: the value of one float8_e4m3fn bit pattern, in plain Python;
+# - `07.quantize_rowwise`: a Triton kernel that turns each row into e4m3 plus one fp32 scale;
+# - `07.fp8_matmul`: a Triton matmul of two e4m3 matrices with per-row scales;
+# - `07.pack_int4` / `07.unpack_int4`: two 4-bit values per byte, with torch bit operations.
+#
+# On a GPU older than sm_89 (no e4m3 in Triton) and on a CPU, the kernels run in Triton's
+# interpreter at small sizes. The interpreter's own float -> fp8 cast rounds about 1% of values wrongly
+# (the lesson shows how); `install_fp8_fix()` gives it an exact one, so a correct kernel passes there too.
+# At the end, a worked example that is not an exercise: the W8A16 GEMV of the lesson and its benchmark.
+
+# %%
+from course_utils import check, progress, setup  # noqa: F401
+from course_utils.fp8 import fp8_mode, install_fp8_fix
+
+# In a notebook on a GPU older than sm_89, fp8_mode() picks the interpreter (and says why).
+mode = setup(fp8_mode() if __name__ == "__main__" else None, quiet=__name__ != "__main__")
+install_fp8_fix()  # a no-op on a GPU
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+E4M3_MAX = 448.0  # largest finite float8_e4m3fn: 0 1111 110 = 1.75 * 2^8
+
+# %% [markdown]
+# ## 07.decode_e4m3: `decode_e4m3(bits) -> float`
+#
+# A float8_e4m3fn byte is `S EEEE MMM`: 1 sign bit, 4 exponent bits with bias 7, 3 mantissa bits.
+# - exponent field 1..15: a normal number, `(-1)^S * (1 + M/8) * 2^(E - 7)`;
+# - exponent field 0: a subnormal, no implicit leading 1: `(-1)^S * (M/8) * 2^-6` (so 0x00 is 0 and
+#   0x80 is -0.0);
+# - `S 1111 111` is NaN, the only special value: "fn" means *finite*, no infinities. That frees
+#   `S 1111 000..110` for numbers, so the largest is `0 1111 110` = 1.75 * 2^8 = 448.
+#
+# Return a Python float for any `bits` in 0..255, equal to `torch.float8_e4m3fn`'s value (NaN for
+# NaN). Do it with arithmetic on the bits: the check rejects torch's own fp8 view and cast.
+
+# %%
+def decode_e4m3(bits: int) -> float:
+    """The value of the float8_e4m3fn bit pattern `bits` (an int in 0..255)."""
+    # BEGIN SOLUTION
+    sign = -1.0 if bits & 0x80 else 1.0
+    exponent = (bits >> 3) & 0xF  # 4 bits, bias 7
+    mantissa = bits & 0x7  # 3 bits
+    if exponent == 0xF and mantissa == 0x7:
+        return math.nan
+    if exponent == 0:  # subnormal: 0.MMM * 2^(1 - 7)
+        return sign * (mantissa / 8) * 2.0**-6
+    return sign * (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+    # END SOLUTION
+
+
+# %% [check] 07.decode_e4m3
+
+# %% [markdown]
+# ## 07.quantize_rowwise: `quantize_rowwise(x, out, scale_out)`
+#
+# Per-row scaled quantization: for each row `i` of `x` (rows, cols), any strides,
+# - `amax = max_j |x[i, j]|` (in fp32),
+# - `scale_out[i] = amax / 448`, the *dequantization* scale, so that `x[i] ~ out[i] * scale_out[i]`,
+# - `out[i, j] = e4m3(clamp(x[i, j] / scale_out[i], -448, 448))`: the row's largest value becomes exactly
+#   +-448, the top of e4m3's range, and everything else keeps 3 mantissa bits of relative precision.
+#
+# An all-zero row has amax 0: `0 / 0` is NaN, so give such a row scale 1 (out is then zeros).
+# `out` is a contiguous float8_e4m3fn tensor: `.to(out_ptr.dtype.element_ty)` (that is
+# `tl.float8e4nv`) rounds to nearest even. Clamp before the cast: Triton saturates on a GPU, but
+# torch before 2.12 and other tools turn values beyond 464 into NaN.
+#
+# Traffic for bf16 input: read 2 bytes, write 1 byte per element (+ 4 bytes per row). One program per
+# row keeps the row in registers, so x is read once: the target is the copy bandwidth.
+#
+# The kernel's signature is a suggestion: `ONE_PASS` says that one block of `BLOCK` columns covers the
+# whole row (the host decides); a row longer than the largest block you want takes two passes, one for
+# amax and one to quantize. Start with `BLOCK = triton.next_power_of_2(cols)`, which is always one pass.
+
+# %%
+@triton.jit
+def quantize_rowwise_kernel(x_ptr, out_ptr, scale_ptr, n_cols, stride_xr, stride_xc, stride_or,
+                            BLOCK: tl.constexpr, ONE_PASS: tl.constexpr, FP8_MAX: tl.constexpr):
+    # BEGIN SOLUTION
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_xr
+    out_row = out_ptr + row * stride_or
+    cols = tl.arange(0, BLOCK)  # (BLOCK,)
+    if ONE_PASS:  # the whole row fits in one block: read it once, keep it in registers
+        mask = cols < n_cols
+        x = tl.load(x_row + cols * stride_xc, mask=mask, other=0.0).to(tl.float32)
+        amax = tl.max(tl.abs(x), axis=0)
+        safe = tl.where(amax > 0, amax, FP8_MAX)  # an all-zero row gets scale 1, not 0/0
+        inv = FP8_MAX / safe
+        q = tl.minimum(tl.maximum(x * inv, -FP8_MAX), FP8_MAX)
+        tl.store(out_row + cols, q.to(out_ptr.dtype.element_ty), mask=mask)
+    else:  # a long row: one pass for amax, a second one (from L2) to quantize
+        running = tl.zeros((BLOCK,), dtype=tl.float32)  # elementwise max so far; reduced once at the end
+        for start in range(0, n_cols, BLOCK):
+            mask = start + cols < n_cols
+            x = tl.load(x_row + (start + cols) * stride_xc, mask=mask, other=0.0).to(tl.float32)
+            running = tl.maximum(running, tl.abs(x))
+        amax = tl.max(running, axis=0)
+        safe = tl.where(amax > 0, amax, FP8_MAX)
+        inv = FP8_MAX / safe
+        for start in range(0, n_cols, BLOCK):
+            mask = start + cols < n_cols
+            x = tl.load(x_row + (start + cols) * stride_xc, mask=mask, other=0.0).to(tl.float32)
+            q = tl.minimum(tl.maximum(x * inv, -FP8_MAX), FP8_MAX)
+            tl.store(out_row + start + cols, q.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(scale_ptr + row, safe / FP8_MAX)  # dequantization scale: x ~ out * scale
+    # END SOLUTION
+
+
+def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor,
+                     BLOCK: int | None = None, num_warps: int | None = None) -> None:
+    """out (rows, cols) e4m3 and scale_out (rows,) fp32 with x ~ out * scale_out[:, None]."""
+    # BEGIN SOLUTION
+    rows, cols = x.shape
+    if BLOCK is None:  # the whole row when it fits: 8192 bf16 = 16 KiB of registers per program
+        BLOCK = min(triton.next_power_of_2(cols), 16384)
+    if num_warps is None:
+        num_warps = max(1, min(16, BLOCK // 1024))
+    quantize_rowwise_kernel[(rows,)](
+        x, out, scale_out, cols, x.stride(0), x.stride(1), out.stride(0),
+        BLOCK=BLOCK, ONE_PASS=BLOCK >= cols, FP8_MAX=E4M3_MAX, num_warps=num_warps)
+    # END SOLUTION
+
+
+# %% [check] 07.quantize_rowwise
+
+# %% [markdown]
+# ## 07.fp8_matmul: `fp8_matmul(a, a_scale, b, b_scale, out)`
+#
+# `out = (a * a_scale[:, None]) @ (b * b_scale[:, None]).T` where
+# - `a` (M, K) float8_e4m3fn, `a_scale` (M,) fp32: one scale per row of a (per token);
+# - `b` (N, K) float8_e4m3fn, `b_scale` (N,) fp32: the weight in `nn.Linear` layout, one scale per
+#   output channel. **Any strides**: pass `b.stride()` to the kernel (the check also hands you a `b`
+#   that is the transposed view of a (K, N) tensor);
+# - `out` (M, N): bf16 on a GPU, fp32 or fp16 on the CPU; any M, N, K >= 1.
+#
+# The tiled matmul of lesson 03 with three changes. The loop multiplies raw e4m3 tiles with `tl.dot`
+# into an fp32 accumulator (an fp8 x fp8 tensor-core instruction on sm_89+, an fp16 upcast in the
+# interpreter). The scales are constant along K, so they leave the loop: multiply the finished
+# (BLOCK_M, BLOCK_N) accumulator by `a_scale` of its rows and `b_scale` of its columns, once, in the
+# epilogue. And b's tile is loaded as (BLOCK_N, BLOCK_K) rows of b (K contiguous in memory) and handed
+# to the dot as `tl.trans(b_tile)`: Hopper's fp8 tensor-core instruction reads B only "K-major".
+#
+# Mask the K tail (K need not be a multiple of BLOCK_K) and the output edges; `tl.dot` needs every block
+# dimension >= 16 on a GPU. Work: 2MNK FLOPs for (M + N) K bytes of input.
+#
+# In the suggested signature `EVEN_K` says K is a multiple of BLOCK_K (no K mask needed: faster loads),
+# and `PROMOTE` asks for `tl.dot(..., max_num_imprecise_acc=BLOCK_K)`, a more accurate accumulation on
+# Hopper that the lesson explains; the check passes without it.
+
+# %%
+@triton.jit
+def fp8_matmul_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, out_ptr, M, N, K,
+                      stride_am, stride_ak, stride_bn, stride_bk, stride_om, stride_on,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, PROMOTE: tl.constexpr):
+    # BEGIN SOLUTION
+    # Grouped order (lesson 03): GROUP_M rows of tiles share columns of b while they sit in L2.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_pid_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_m
+    pid_n = (pid % per_group) // group_m
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    rows_in = rows % M  # wrapped: loads stay in bounds, the store below is masked
+    cols_in = cols % N
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows_in[:, None] * stride_am + ks[None, :] * stride_ak  # (BLOCK_M, BLOCK_K)
+    b_ptrs = b_ptr + cols_in[:, None] * stride_bn + ks[None, :] * stride_bk  # (BLOCK_N, BLOCK_K), K-major
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=ks[None, :] < k_left, other=0.0)
+        if PROMOTE:  # add the tensor cores' partial sums into fp32 every BLOCK_K (see the lesson)
+            acc = tl.dot(a, tl.trans(b), acc, max_num_imprecise_acc=BLOCK_K)
+        else:
+            acc = tl.dot(a, tl.trans(b), acc)  # e4m3 x e4m3 -> fp32
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    # Epilogue: the scales, once per output element instead of once per product.
+    a_scale = tl.load(a_scale_ptr + rows_in)  # (BLOCK_M,)
+    b_scale = tl.load(b_scale_ptr + cols_in)  # (BLOCK_N,)
+    acc = acc * a_scale[:, None] * b_scale[None, :]
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    out_ptrs = out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    # END SOLUTION
+
+
+def fp8_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+               out: torch.Tensor, BLOCK_M: int | None = None, BLOCK_N: int | None = None,
+               BLOCK_K: int | None = None, GROUP_M: int = 8, num_warps: int | None = None,
+               num_stages: int | None = None, promote: bool = False) -> None:
+    """out (M, N) = (a * a_scale[:, None]) @ (b * b_scale[:, None]).T
+
+    a (M, K) and b (N, K) e4m3 with any strides, a_scale (M,) and b_scale (N,) fp32.
+    """
+    # BEGIN SOLUTION
+    M, K = a.shape
+    N = b.shape[0]
+    if not out.is_cuda:  # the interpreter: small tiles, few programs
+        config = (32, 32, 32, 4, 1)
+    elif torch.cuda.get_device_capability(out.device)[0] in (9, 10):  # Hopper, Blackwell: 228 KiB of smem
+        # 128 x 128 tiles, BLOCK_K 128 (128 bytes of e4m3 per row: a full cache line), 5 stages of
+        # 32 KiB: the fastest of the benchmark's sweep on an H200.
+        config = (128, 128, 128, 4, 5)
+    else:  # Ada (sm_89) and others: ~100 KiB of shared memory, 3 stages of 16 KiB
+        config = (128, 128, 64, 4, 3)
+    BLOCK_M, BLOCK_N, BLOCK_K = BLOCK_M or config[0], BLOCK_N or config[1], BLOCK_K or config[2]
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    fp8_matmul_kernel[grid](
+        a, a_scale, b, b_scale, out, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+        EVEN_K=K % BLOCK_K == 0, PROMOTE=promote,
+        num_warps=num_warps or config[3], num_stages=num_stages or config[4])
+    # END SOLUTION
+
+
+# %% [check] 07.fp8_matmul
+
+# %% [markdown]
+# ## 07.pack_int4 and 07.unpack_int4
+#
+# int4 weights take half the bytes of int8: two 4-bit values share a byte. `lo` and `hi` are uint8
+# tensors of the same shape holding values 0..15 (nibbles); `pack_int4` returns one uint8 tensor of
+# that shape with `lo` in the low nibble (bits 0-3) and `hi` in the high nibble (bits 4-7):
+# `byte = lo | (hi << 4)`. `unpack_int4(packed)` returns the tuple `(lo, hi)` as uint8 tensors.
+# Plain torch bit operations (`&`, `|`, `<<`, `>>`) on the host: the practice here is the bits.
+# Watch the dtype: `>>` on an int8 copies the sign bit in (0xF0 >> 4 is -1, not 15).
+
+# %%
+def pack_int4(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """uint8 tensor: lo (values 0..15) in bits 0-3, hi (0..15) in bits 4-7."""
+    # BEGIN SOLUTION
+    return (lo.to(torch.uint8) & 0xF) | ((hi.to(torch.uint8) & 0xF) << 4)
+    # END SOLUTION
+
+
+# %% [check] 07.pack_int4
+
+# %%
+def unpack_int4(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi) uint8 tensors: bits 0-3 and bits 4-7 of each byte of `packed` (uint8)."""
+    # BEGIN SOLUTION
+    return packed & 0xF, packed >> 4
+    # END SOLUTION
+
+
+# %% [check] 07.unpack_int4
+
+# %% [markdown]
+# ## Worked example (not an exercise): W8A16, an int8-weight GEMV for decoding
+#
+# Generating one token multiplies a single activation row x (1, K) by every weight matrix (N, K):
+# 2NK FLOPs for 2NK bytes of bf16 weights, 1 FLOP per byte, far below any GPU's ridge point. The time
+# is the time to read the weights. Store them as int8 with one fp32 scale per output channel
+# (`w ~ w_int8 * scale[:, None]`) and there are half as many bytes to read; the kernel converts each
+# int8 to fp32 in registers, where it costs nothing that memory would notice, and applies the scale
+# once per output. Activations stay 16-bit: "W8A16".
+#
+# One program computes BLOCK_N outputs: it walks along K, multiplying a (BLOCK_N, BLOCK_K) int8 tile
+# by a BLOCK_K slice of x, accumulating in a (BLOCK_N, BLOCK_K) fp32 block that is summed once at the end.
+# Narrow, long tiles (8 x 1024) leave enough programs for every SM even when N is only 4096.
+
+# %%
+def quantize_int8_ref(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8: (w_int8 (N, K), scale fp32 (N,)), w ~ w_int8 * scale[:, None]."""
+    amax = w.float().abs().amax(dim=1)  # (N,)
+    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    w_int8 = torch.round(w.float() / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return w_int8, scale
+
+
+@triton.jit
+def w8a16_gemv_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, N, K, stride_xm, stride_wn, stride_om,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_n = tl.program_id(0)
+    m = tl.program_id(1)  # one activation row per program row (decode: M = 1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    n_mask = offs_n < N
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for start in range(0, K, BLOCK_K):
+        k_mask = start + ks < K
+        x = tl.load(x_ptr + m * stride_xm + start + ks, mask=k_mask, other=0.0).to(tl.float32)  # (BLOCK_K,)
+        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + (start + ks)[None, :],
+                    mask=n_mask[:, None] & k_mask[None, :], other=0)  # (BLOCK_N, BLOCK_K) int8: 1 byte each
+        acc += w.to(tl.float32) * x[None, :]
+    scale = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)
+    y = tl.sum(acc, axis=1) * scale  # (BLOCK_N,): the scale once per output, not per weight
+    tl.store(out_ptr + m * stride_om + offs_n, y.to(out_ptr.dtype.element_ty), mask=n_mask)
+
+
+def w8a16_gemv(x: torch.Tensor, w_int8: torch.Tensor, scale: torch.Tensor, out: torch.Tensor,
+               BLOCK_N: int = 8, BLOCK_K: int = 1024, num_warps: int = 4, num_stages: int = 3) -> None:
+    """out (M, N) = x (M, K) @ (w_int8 (N, K) * scale[:, None]).T; x, w_int8 and out with unit last stride."""
+    M, K = x.shape
+    N = w_int8.shape[0]
+    grid = (triton.cdiv(N, BLOCK_N), M)
+    w8a16_gemv_kernel[grid](x, w_int8, scale, out, N, K, x.stride(0), w_int8.stride(0), out.stride(0),
+                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
+
+
+# %% [progress] 07
