@@ -83,6 +83,9 @@ def setup(mode: str | None = None, *, quiet: bool = False) -> Mode:
     previous = current().name
     if requested == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"
+        from .fp8 import install_fp8_fix  # the interpreter's float -> fp8 cast is wrong: see lesson 07
+
+        install_fp8_fix()
     else:
         os.environ.pop("TRITON_INTERPRET", None)
     _sync_triton_knob(requested == "interpret")
