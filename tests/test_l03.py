@@ -380,3 +380,19 @@ def test_plot_vs_size_draws_one_line_per_implementation_and_dtype():
     rows.append({"group": "tile size fp16 4096^3", "name": "triton (ours) L=16", "tflops": 1.0})
     fig = bench.plot_vs_size(rows)
     assert len(fig.axes[0].lines) == 4
+
+
+def test_only_tf32_gets_the_k_major_copy_on_hopper(monkeypatch):
+    """On Hopper, fp32 tf32 transposes a row-major b first (a second launch); fp16/bf16 never do."""
+    import course_utils.lessons.l03_matmul as l03
+    from course_utils.grading.guard import watching
+
+    monkeypatch.setattr(l03, "hopper", lambda: True)
+    for dtype, precision, launches in ((torch.float16, None, 1), (torch.float32, "tf32", 2), (torch.float32, "ieee", 1)):
+        a = torch.randn(32, 48).to(dtype)
+        b = torch.randn(48, 40).to(dtype)
+        out = torch.empty(32, 40, dtype=dtype)
+        with watching() as watch:
+            l03.matmul(a, b, out, input_precision=precision)
+        assert len(watch.launches) == launches, (dtype, precision, watch.launches)
+        torch.testing.assert_close(out.float(), (a.double() @ b.double()).float(), atol=0.05, rtol=0.01)

@@ -277,7 +277,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
     M, K = a.shape
     N = b.shape[1]
     precision = input_precision or dot_precision(a.dtype)
-    if precision == "tf32" and b.stride(0) != 1 and hopper():
+    if a.dtype == torch.float32 and precision == "tf32" and b.stride(0) != 1 and hopper():
         # Hopper's tf32 tensor-core instruction (wgmma) reads both operands K-major; with a row-major
         # b Triton falls back to an older, 3-4x slower path (measured on an H200). One transposing
         # copy with lesson 02's kernel (read and write K x N x 4 bytes) is far cheaper.
