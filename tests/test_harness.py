@@ -21,6 +21,7 @@ from course_utils.grading.inputs import f64, randn
 from course_utils.grading.progress import Progress, progress
 from course_utils.lessons.l02_first_kernels import add, add_kernel, copy_2d, copy_2d_kernel, relu, relu_kernel
 from course_utils.mode import current, size
+from helpers import failure
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERPRET = current().interpret
@@ -30,16 +31,6 @@ cpu_only = pytest.mark.skipif(not INTERPRET, reason="host memory tricks: on a GP
 def out_of_bounds(*interpreter: str) -> tuple[str, ...]:
     """What a missing mask looks like: caught before the access in the interpreter, in the guard on a GPU."""
     return interpreter if INTERPRET else ("written past its end",)
-
-
-def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> CheckFailed:
-    """Check `candidate`, which must fail; every string in `expected` must be in the message."""
-    with pytest.raises(CheckFailed) as info:
-        check(exercise_id, candidate, seed=seed, quiet=True)
-    message = str(info.value)
-    for text in expected:
-        assert text in message, f"{text!r} not in:\n{message}"
-    return info.value
 
 
 # --- kernels with the mistakes students make ---------------------------------------------------

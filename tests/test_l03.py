@@ -9,27 +9,17 @@ import triton.language as tl
 
 from course_utils.benches import l03 as bench
 from course_utils.checks.l03_matmul import dot_tolerance, grouped_order
-from course_utils.grading import CheckFailed, check
+from course_utils.grading import check
 from course_utils.lessons.l03_matmul import (SMALL_PROBLEM_FLOPS, dot_precision, grouped_pid, grouped_tile,
                                              linear_relu, matmul, matmul_configs, matmul_kernel, matmul_naive,
                                              matmul_naive_kernel, select_configs)
 from course_utils.mode import current
+from helpers import failure, interpreter_only
 
 # On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
 # test with it: missing-mask answers are tested in the interpreter, which checks each address first.
-interpreter_only = pytest.mark.skipif(current().gpu, reason="may break the CUDA context")
 
 TILE = matmul_configs()[0]  # the interpreter's one config (on a GPU, the first of the list)
-
-
-def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> str:
-    """Check `candidate`, which must fail; every string in `expected` must be in the message."""
-    with pytest.raises(CheckFailed) as info:
-        check(exercise_id, candidate, seed=seed, quiet=True)
-    message = str(info.value)
-    for text in expected:
-        assert text in message, f"{text!r} not in:\n{message}"
-    return message
 
 
 # --- the solutions ------------------------------------------------------------------------------

@@ -11,23 +11,12 @@ import triton
 import triton.language as tl
 
 from course_utils.benches import l04 as bench04
-from course_utils.grading import CheckFailed, check
+from course_utils.grading import check
 from course_utils.lessons.l04_fusion import bytes_moved, silu_mul, silu_mul_ref, sin4, sin4_kernel, sin4_ref
-from course_utils.mode import current
+from helpers import failure, interpreter_only
 
 # On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
 # test with it: missing-mask answers are tested in the interpreter, which checks each address first.
-interpreter_only = pytest.mark.skipif(current().gpu, reason="may break the CUDA context")
-
-
-def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> str:
-    """Check `candidate`, which must fail; every string in `expected` must be in the message."""
-    with pytest.raises(CheckFailed) as info:
-        check(exercise_id, candidate, seed=seed, quiet=True)
-    message = str(info.value)
-    for text in expected:
-        assert text in message, f"{text!r} not in:\n{message}"
-    return message
 
 
 # --- the solutions ----------------------------------------------------------------------------

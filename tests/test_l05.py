@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from course_utils.benches.l05 import ATTENTION_SWEEP, SOFTMAX_SHAPES, softmax_variants
 from course_utils.checks.l05_online_softmax import _ReadLog
-from course_utils.grading import CheckFailed, check
+from course_utils.grading import check
 from course_utils.lessons.l05_online_softmax import (
     LOG2E,
     ONE_PASS_MAX_COLS,
@@ -28,18 +28,9 @@ from course_utils.lessons.l05_online_softmax import (
     softmax_ref,
 )
 from course_utils.llama import toy_config, toy_llama
+from helpers import failure
 
 NEG_INF = float("-inf")
-
-
-def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> str:
-    """Check `candidate`, which must fail; every string in `expected` must be in the message."""
-    with pytest.raises(CheckFailed) as info:
-        check(exercise_id, candidate, seed=seed, quiet=True)
-    message = str(info.value)
-    for text in expected:
-        assert text in message, f"{text!r} not in:\n{message}"
-    return message
 
 
 # --- the solutions ----------------------------------------------------------------------------

@@ -13,10 +13,10 @@ from course_utils import fp8
 from course_utils.grading import CheckFailed, check
 from course_utils.lessons import l07_fp8_quantization as l07
 from course_utils.mode import current
+from helpers import interpreter_only
 
 # The fix concerns the interpreter; its tests cast CPU tensors in kernels. On a GPU they are skipped,
 # and so are answers that may read out of bounds (that can break the CUDA context for later tests).
-interpreter_only = pytest.mark.skipif(current().gpu, reason="interpreter only / may break the CUDA context")
 # Triton has no float8_e4m3fn before sm_89: there the lesson itself switches to the interpreter.
 needs_fp8 = pytest.mark.skipif(not fp8.fp8_dot_supported(), reason="no e4m3 in Triton on this GPU")
 

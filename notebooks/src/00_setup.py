@@ -59,7 +59,6 @@ print(f"a vector of {n:,} fp32 elements: {n * 4 / 2**20:.3f} MiB")
 # Here is a plausible first attempt at a vector add: it forgets the mask.
 
 # %%
-import torch
 import triton
 import triton.language as tl
 

@@ -15,12 +15,11 @@ import inspect
 
 import torch
 import triton
-import triton.language as tl
 
 from course_utils import check, size
 from course_utils import benches
 from course_utils.bench import can_time, plot, show_results
-from course_utils.lessons.l02_first_kernels import add, add_kernel, copy_2d_kernel, relu
+from course_utils.lessons.l02_first_kernels import add, add_kernel, copy_2d_kernel
 
 # %% [markdown]
 # ## Napkin maths first
