@@ -171,6 +171,9 @@ def plot(rows: list[dict] | list[Row], title: str, path: Path | None = None):
     import matplotlib.pyplot as plt
 
     rows = [r if isinstance(r, dict) else asdict(r) for r in rows]
+    # A sweep's rows ("triton (ours) BLOCK=...") stay in the tables; the plot shows its best row.
+    best = {r["group"] for r in rows if r["name"] == "triton (ours)"}
+    rows = [r for r in rows if not (r["group"] in best and r["name"].startswith("triton (ours) "))]
     groups = list(dict.fromkeys(r["group"] for r in rows))
     fig, axes = plt.subplots(len(groups), 1, figsize=(8, 0.8 + 0.8 * len(groups) + 0.3 * len(rows)),
                              squeeze=False)

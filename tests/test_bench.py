@@ -50,3 +50,12 @@ def test_save_and_show_results(tmp_path, monkeypatch, capsys):
     bench.show_results("99")
     out = capsys.readouterr().out
     assert "triton (ours)" in out and "1.11" in out
+
+
+def test_plot_shows_the_best_of_a_sweep_only(tmp_path):
+    rows = [bench.Row("g", "torch", 1.0, gbps=100.0), bench.Row("g", "triton (ours) BLOCK=1024", 0.9, gbps=111.0),
+            bench.Row("g", "triton (ours) BLOCK=4096", 1.1, gbps=91.0), bench.Row("g", "triton (ours)", 0.9, gbps=111.0),
+            bench.Row("h", "triton (ours) only a sweep", 2.0, gbps=50.0)]
+    fig = bench.plot(rows, "t", tmp_path / "p.png")
+    labels = [[t.get_text() for t in ax.get_yticklabels()] for ax in fig.axes]
+    assert labels == [["torch", "triton (ours)"], ["triton (ours) only a sweep"]]
