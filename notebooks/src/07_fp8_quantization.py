@@ -568,23 +568,24 @@ else:
 # The committed run is from an H200 (torch 2.11, Triton 3.6); on another GPU the times move, the ratios
 # much less.
 #
-# - **Quantize**: 3.79 TB/s, 0.96 x the copy's 3.96 TB/s, counting the 3 bytes per element it must move.
+# - **Quantize**: 3.75 TB/s, 0.95 x the copy's 3.94 TB/s, counting the 3 bytes per element it must move.
 #   Each row sits in one program's registers, so x is read once. `torch.compile` fuses the same steps
-#   into 2.86 TB/s; eager PyTorch runs one kernel per step (abs, amax, divide, clamp, cast) and is 14
+#   into 2.88 TB/s; eager PyTorch runs one kernel per step (abs, amax, divide, clamp, cast) and is 14
 #   times slower. Splitting rows into four blocks (BLOCK = 2048) forces the second pass over each row
-#   (from L2) and costs 20 to 25%; the number of warps hardly matters.
-# - **FP8 matmul**: 1315 TFLOP/s, **1.88 x** cuBLAS in bf16 (699) and 1.07 x `torch._scaled_mm` with
-#   row-wise scales (1224), level with its `use_fast_accum` mode (1313). The best tile was 128 x 128 x 128
-#   with 4 warps and 5 stages; the other shapes are within 15%. The same kernel with b in the textbook
-#   (K, N) layout runs at **197 TFLOP/s, 6.7 x slower**: only b's strides differ, and the FP8 tiles now
-#   have to be transposed before Hopper's tensor cores can read them. Promotion (`max_num_imprecise_acc`)
-#   halves the speed (688 TFLOP/s) in Triton, where the partial sums are added after every BLOCK_K step
-#   instead of overlapping with the next one; cuBLAS pays 7% for its accurate mode.
-# - **W8A16**: 1.26 x (up projection) and 1.31 x (down projection) faster than cuBLAS's bf16 GEMV: 32 us
-#   against 41 and 42 us. Half the bytes would allow 2 x; our kernel moves its bytes at 1.8 TB/s, less
-#   than half the copy bandwidth, so it is not yet at the memory's limit (more bytes in flight per SM
-#   would be the next step). Narrow, long tiles (4 to 8 rows, 1024 to 2048 columns) won; on the down
-#   projection wide tiles (32 or 64 rows) leave too few programs for 132 SMs and lose half the speed.
-#   `torch.compile` of "dequantize, then matmul" is 3 x slower than the plain bf16 GEMV.
+#   (from L2) and costs 10 to 20%; the number of warps hardly matters.
+# - **FP8 matmul**: 1265 TFLOP/s, **1.82 x** cuBLAS in bf16 (695) and 1.02 x `torch._scaled_mm` with
+#   row-wise scales (1238); its `use_fast_accum` mode reaches 1356. The best tile was 128 x 256 x 128
+#   with 8 warps and 3 stages; the other shapes are within 10% (an earlier run preferred 128 x 128 x 128
+#   with 4 warps and 5 stages). The same kernel with b in the textbook (K, N) layout runs at
+#   **106 TFLOP/s, 12 x slower**: only b's strides differ, and the FP8 tiles now have to be transposed
+#   before Hopper's tensor cores can read them. Promotion (`max_num_imprecise_acc`) costs nearly 3 x
+#   (450 TFLOP/s) in Triton, where the partial sums are added after every BLOCK_K step instead of
+#   overlapping with the next one.
+# - **W8A16**: 1.26 x (up projection) and 1.30 x (down projection) faster than cuBLAS's bf16 GEMV: about
+#   32 us against 41 and 42 us. Half the bytes would allow 2 x; our kernel moves its bytes at about
+#   1.8 TB/s, less than half the copy bandwidth, so it is not yet at the memory's limit (more bytes in
+#   flight per SM would be the next step). Narrow, long tiles (4 to 8 rows, 1024 to 2048 columns) won;
+#   on the down projection wide tiles (32 or 64 rows) leave too few programs for 132 SMs.
+#   `torch.compile` of "dequantize, then matmul" is 2 to 3 x slower than the plain bf16 GEMV.
 #
 # Next: the exercises in `exercises/07_fp8_quantization.ipynb`.
