@@ -241,6 +241,150 @@ def test_unfused_block_from_earlier_kernels_passes():
     check("06.rmsnorm_mlp", rmsnorm_mlp, seed=SEED, quiet=True)
 
 
+# --- the packed weights and the split epilogue ----------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_packing_is_exact(dtype):
+    gen = torch.Generator().manual_seed(1)
+    wide = torch.randn(136, 47, generator=gen).to(dtype)
+    w_gate = wide[:, 2:42]  # a slice: row stride 47, offset 2; copy_2d reads any strides
+    w_up = torch.randn(136, 40, generator=gen).to(dtype)
+    w_down = torch.randn(136, 40, generator=gen).to(dtype).t()  # (40, 136), a transposed view
+    norm_weight = torch.rand(40, generator=gen).to(dtype)
+    packed = l06.pack_mlp_weights(norm_weight, w_gate, w_up, w_down)
+    assert packed.w_gu.shape == (40, 272) and packed.w_gu.is_contiguous()  # (H, 2I) row-major
+    assert packed.w_down_t.shape == (136, 40) and packed.w_down_t.is_contiguous()  # (I, H) row-major
+    assert packed.norm_weight is norm_weight
+    for j in (0, 1, 77, 135):
+        assert torch.equal(packed.w_gu[:, 2 * j], w_gate[j])
+        assert torch.equal(packed.w_gu[:, 2 * j + 1], w_up[j])
+    assert torch.equal(packed.w_gu.view(40, 136, 2)[..., 0], w_gate.T)
+    assert torch.equal(packed.w_gu.view(40, 136, 2)[..., 1], w_up.T)
+    assert torch.equal(packed.w_down_t, w_down.T)
+
+
+def test_split_of_the_interleaved_accumulator_gives_gate_and_up():
+    """What tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2))) does, in the interpreter."""
+    @triton.jit
+    def split_kernel(acc_ptr, g_ptr, u_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        rm = tl.arange(0, BLOCK_M)
+        acc = tl.load(acc_ptr + rm[:, None] * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)[None, :])
+        g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
+        rn = tl.arange(0, BLOCK_N)
+        tl.store(g_ptr + rm[:, None] * BLOCK_N + rn[None, :], g)
+        tl.store(u_ptr + rm[:, None] * BLOCK_N + rn[None, :], u)
+
+    acc = torch.randn(16, 64)
+    g, u = torch.empty(16, 32), torch.empty(16, 32)
+    split_kernel[(1,)](acc, g, u, BLOCK_M=16, BLOCK_N=32)
+    assert torch.equal(g, acc[:, 0::2]) and torch.equal(u, acc[:, 1::2])
+
+
+def _mlp_inputs(rows, hidden, inter, dtype, gen, strided=False):
+    x = torch.randn(rows, hidden + 5 if strided else hidden, generator=gen).to(dtype)
+    x = x[:, 2:2 + hidden] if strided else x
+    norm_weight = (torch.rand(hidden, generator=gen) + 0.5).to(dtype)
+    w_gate = (torch.randn(inter, hidden, generator=gen) * hidden ** -0.5).to(dtype)
+    w_up = (torch.randn(inter, hidden, generator=gen) * hidden ** -0.5).to(dtype)
+    w_down = (torch.randn(hidden, inter, generator=gen) * inter ** -0.5).to(dtype)
+    return x, norm_weight, w_gate, w_up, w_down
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("rows, hidden, inter, strided", [
+    (1, 40, 136, False), (5, 80, 136, True), (16, 48, 100, False), (37, 40, 200, True)])
+def test_packed_path_matches_the_reference(dtype, rows, hidden, inter, strided):
+    gen = torch.Generator().manual_seed(rows * 1000 + hidden)
+    x, norm_weight, w_gate, w_up, w_down = _mlp_inputs(rows, hidden, inter, dtype, gen, strided)
+    packed = l06.pack_mlp_weights(norm_weight, w_gate, w_up, w_down)
+    out = torch.full((rows, hidden), float("nan"), dtype=dtype)
+    l06.rmsnorm_mlp_packed(x, packed, 1e-6, out)
+    want = l06.rmsnorm_mlp_ref(*(t.double() for t in (x, norm_weight, w_gate, w_up, w_down)), 1e-6)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out.double(), want, atol=tol * max(1.0, want.abs().max().item()), rtol=tol)
+    again = torch.empty_like(out)  # the packed weights are reusable: a second call gives the same answer
+    l06.rmsnorm_mlp_packed(x, packed, 1e-6, again)
+    assert torch.equal(again, out)
+
+
+def test_small_tiles_of_the_packed_kernel_match_the_reference():
+    """The decode-sized tiles (16 rows, 32 columns of h = 64 of w_gu), where several programs share K."""
+    gen = torch.Generator().manual_seed(5)
+    x, norm_weight, w_gate, w_up, w_down = _mlp_inputs(3, 100, 136, torch.float32, gen)
+    packed = l06.pack_mlp_weights(norm_weight, w_gate, w_up, w_down)
+    out = torch.empty(3, 100)
+    tile = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 1}
+    l06.rmsnorm_mlp_packed(x, packed, 1e-6, out, config=tile)
+    want = l06.rmsnorm_mlp_ref(*(t.double() for t in (x, norm_weight, w_gate, w_up, w_down)), 1e-6)
+    torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
+
+
+@triton.jit
+def _packed_bug_kernel(x_ptr, nw_ptr, w_ptr, h_ptr, M, N, K, eps, stride_xm, stride_wk, stride_hm,
+                       BUG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rw = tl.program_id(1) * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
+    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        x = tl.load(x_ptr + (rm % M)[:, None] * stride_xm + kk[None, :], mask=kk[None, :] < K, other=0.0)
+        x = x.to(tl.float32)
+        sum_sq += tl.sum(x * x, axis=1)
+        nw = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+        a = (x * nw[None, :]).to(w_ptr.dtype.element_ty)
+        w_offs = kk[:, None] * stride_wk + (rw % (2 * N))[None, :]
+        w = tl.load(w_ptr + w_offs, mask=kk[:, None] < K, other=0.0)
+        acc = tl.dot(a, w, acc)
+    rstd = tl.rsqrt(sum_sq / K + eps)
+    if BUG == "halves":  # left half as gate, right half as up: but the columns are interleaved
+        g, u = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N)), (0, 2, 1)))
+    else:
+        g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
+    g, u = g * rstd[:, None], u * rstd[:, None]
+    h = g * tl.sigmoid(g) * u
+    tl.store(h_ptr + rm[:, None] * stride_hm + rn[None, :], h.to(h_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _buggy_packed_mlp(bug: str):
+    def rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out):
+        packed = l06.pack_mlp_weights(norm_weight, w_gate, w_up, w_down)
+        M, K = x.shape
+        N = packed.w_gu.shape[1] // 2
+        h = torch.empty((M, N), dtype=x.dtype)
+        _packed_bug_kernel[(triton.cdiv(M, 64), triton.cdiv(N, 64))](
+            x, packed.norm_weight, packed.w_gu, h, M, N, K, eps, x.stride(0), packed.w_gu.stride(0),
+            h.stride(0), BUG=bug, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64)
+        matmul(h, packed.w_down_t, out)
+    return rmsnorm_mlp
+
+
+def test_buggy_packed_mlp_without_bug_passes():
+    check("06.rmsnorm_mlp", _buggy_packed_mlp("none"), seed=SEED, quiet=True)
+
+
+def test_splitting_the_packed_tile_in_halves_is_named():
+    message = fails("06.rmsnorm_mlp", _buggy_packed_mlp("halves"))
+    assert "raised an exception" not in message and "expected" in message, message  # wrong values
+    assert "interleaved column by column" in message and "tl.split(tl.reshape(acc" in message, message
+
+
+def test_exercise_stub_keeps_the_packing_and_asks_for_the_kernel_and_host():
+    from pathlib import Path
+
+    from course_utils.build import stub
+
+    source = stub(Path(l06.__file__).read_text())
+    assert 'raise NotImplementedError("rmsnorm_mlp_packed: not written yet")' in source
+    assert "copy_2d(w_gate.t(), w_gu[:, 0::2]" in source  # pack_mlp_weights is given
+    assert "rmsnorm_mlp_packed(x, pack_mlp_weights(" in source  # rmsnorm_mlp is given too
+    assert "tl.split" not in source.split("def rmsnorm_gate_up_silu_kernel")[1].split("def down_tile")[0]
+
+
 # --- the maths --------------------------------------------------------------------------------
 
 def test_rms_commutes_with_the_matmul_row_by_row():
@@ -286,13 +430,43 @@ def test_fused_block_swapped_into_hugging_face_gives_the_same_logits():
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
-def test_fused_module_shares_the_layer_parameters():
+def test_fused_module_packs_the_layer_weights_once(monkeypatch):
     model = toy_llama(small=True)
     block = model.model.layers[0]
     mlp, norm = block.mlp, block.post_attention_layernorm
     fused = l06.FusedRMSNormMLP(norm, mlp)
-    assert fused.w_gate is mlp.gate_proj.weight and fused.w_down is mlp.down_proj.weight
     assert fused.norm_weight is norm.weight and fused.eps == norm.variance_epsilon
+    assert torch.equal(fused.w_gu[:, 0::2], mlp.gate_proj.weight.T)
+    assert torch.equal(fused.w_gu[:, 1::2], mlp.up_proj.weight.T)
+    assert torch.equal(fused.w_down_t, mlp.down_proj.weight.T)
+    assert not fused.state_dict().keys() & {"w_gu", "w_down_t"}  # derived from the weights: not saved
+    x = torch.randn(2, 3, toy_config(small=True).hidden_size)
+    with torch.no_grad():
+        want = mlp(norm(x))
+
+    def no_packing(*args, **kwargs):
+        raise AssertionError("forward packed the weights again")
+
+    monkeypatch.setattr(l06, "copy_2d", no_packing)  # forward must only run the two block kernels
+    with torch.no_grad():
+        got = fused(x)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_fused_module_in_fp16_matches_the_hugging_face_block():
+    model = toy_llama(small=True, dtype=torch.float16)
+    block = mlp_block(model)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        block.norm.weight.copy_(torch.rand(block.norm.weight.shape, generator=gen) + 0.5)
+        fused = l06.FusedRMSNormMLP(block.norm, block.mlp)
+        x = torch.randn(1, 16, toy_config(small=True).hidden_size, generator=gen).to(torch.float16)
+        got = fused(x).double()
+        w = [p.double() for p in (block.norm.weight, block.mlp.gate_proj.weight, block.mlp.up_proj.weight,
+                                  block.mlp.down_proj.weight)]
+        want = l06.rmsnorm_mlp_ref(x.double(), *w, block.norm.variance_epsilon)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, atol=1e-2 * want.abs().max().item(), rtol=2e-2)
 
 
 # --- configurations: what the GPU will be asked to compile ------------------------------------
@@ -324,10 +498,23 @@ def test_bench_sweep_tiles_fit_in_shared_memory():
     from course_utils.benches import l06 as bench
 
     for cfg in bench.GATE_UP_SWEEP["small"] + bench.GATE_UP_SWEEP["large"]:
+        assert min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) >= 16, cfg
         assert _stage_bytes(cfg, 2) * cfg["num_stages"] <= SHARED_MEMORY, cfg
-    for down in bench.DOWN_SWEEP:
+    for down in bench.DOWN_SWEEP["small"] + bench.DOWN_SWEEP["large"] + [bench.KMAJOR_DOWN]:
         kw = down.kwargs
         assert (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * 2 * down.num_stages <= SHARED_MEMORY
+
+
+def test_bench_sweeps_the_prefill_tiles_asked_for():
+    from course_utils.benches import l06 as bench
+
+    large = bench.GATE_UP_SWEEP["large"]
+    tiles = {(c["BLOCK_M"], 2 * c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in large}
+    assert {(128, 256, 8, 3), (128, 256, 8, 4), (128, 128, 8, 4), (256, 128, 8, 3)} <= tiles  # (M, 2N) tiles
+    down = bench.DOWN_SWEEP["large"][0]
+    kw = down.kwargs
+    assert (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]) == (128, 256, 64)
+    assert (down.num_warps, down.num_stages) == (8, 3)
 
 
 @pytest.mark.parametrize("rows, cols", [(1, 48), (37, 80), (16384, 4096), (65536, 1024), (8, 16384)])

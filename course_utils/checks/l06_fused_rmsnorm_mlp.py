@@ -179,6 +179,8 @@ def _mlp_cases(gen):
 register(Exercise(
     "06.rmsnorm_mlp", "RMSNorm + MLP, the norm fused into the gate/up matmul",
     "rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out)", _mlp_cases,
-    hint="in the gate/up K loop load x, add sum(x.to(fp32)**2, axis=1) to a per-row accumulator, multiply "
-         "the tile by norm_weight before the dots; in the epilogue scale both accumulators by "
-         "rsqrt(sum / K + eps) BEFORE silu(gate) * up; store h, then h @ w_down.T (lesson 03's matmul)"))
+    hint="in the K loop load x, add sum(x.to(fp32)**2, axis=1) to a per-row accumulator, multiply the tile "
+         "by norm_weight, then ONE tl.dot with the (BLOCK_K, 2 * BLOCK_N) tile of packed.w_gu (row-major, "
+         "gate and up interleaved column by column); in the epilogue g, u = tl.split(tl.reshape(acc, "
+         "(BLOCK_M, BLOCK_N, 2))), scale both by rsqrt(sum / K + eps) BEFORE silu(g) * u; store h, then "
+         "matmul(h, packed.w_down_t, out) (lesson 03)"))

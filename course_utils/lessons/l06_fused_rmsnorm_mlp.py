@@ -11,11 +11,11 @@
 #
 # Three kernels, each checked on fresh random inputs: `rmsnorm` (statistics in fp32),
 # `gate_up_silu` (both matmuls in one kernel) and `rmsnorm_mlp` (the whole block, with the RMS
-# statistics computed inside the gate/up matmul loop, so the normalized `n` is never written).
-# Weights come in `nn.Linear` layout: `w_gate` and `w_up` are `(intermediate, hidden)`, `w_down` is
-# `(hidden, intermediate)`. Activations are 2-D `(rows, hidden)`: a `(batch, seq, hidden)` tensor is
-# passed as `x.view(-1, hidden)`, which is free. `x` may have any strides (the checks give you a slice
-# of a wider tensor).
+# statistics computed inside the gate/up matmul loop, so the normalized `n` is never written, on
+# weights packed once into the layout its kernels read fastest). Weights come in `nn.Linear` layout:
+# `w_gate` and `w_up` are `(intermediate, hidden)`, `w_down` is `(hidden, intermediate)`. Activations
+# are 2-D `(rows, hidden)`: a `(batch, seq, hidden)` tensor is passed as `x.view(-1, hidden)`, which
+# is free. `x` may have any strides (the checks give you a slice of a wider tensor).
 #
 # Destination passing as in lesson 02: your host function receives its inputs and the output `out`,
 # which the checker poisoned; write every element of `out`, and nothing else.
@@ -25,11 +25,14 @@ from course_utils import check, current, progress, setup  # noqa: F401
 
 mode = setup(quiet=__name__ != "__main__")
 
+from typing import NamedTuple  # noqa: E402
+
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch import nn  # noqa: E402
 
+from course_utils.lessons.l02_first_kernels import copy_2d  # noqa: E402  (lesson 02)
 from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402  (lesson 03)
 
 # %% [markdown]
@@ -122,15 +125,18 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
 # `silu(g) * u = g * sigmoid(g) * u` in fp32 and stores once: the `(M, N)` gate and up results are
 # never written to memory. The `(BLOCK_K, BLOCK_N)` tile of `w.T` is element `(k, n)` of `w.T`, that
 # is `w[n, k]`, at `w_ptr + n * w.stride(0) + k * w.stride(1)`. (The other way to do it: one merged
-# `(2N, K)` weight, one accumulator of width `2 * BLOCK_N`, and an epilogue that splits it in halves.)
-# FLOPs: 2 x M x N x K per weight, so 4MNK; `mlp_config` has tile sizes for few and for many rows.
+# weight, one accumulator of width `2 * BLOCK_N`, and an epilogue that splits it: 06.rmsnorm_mlp does
+# that, for speed.) FLOPs: 2 x M x N x K per weight, so 4MNK; `mlp_config` has tile sizes for few and
+# for many rows.
 
 # %%
 def mlp_config(M: int, element_size: int = 2) -> dict:
     """Tiles for the MLP's gate/up kernels: narrow ones for few rows (memory-bound), big ones for many.
 
-    BLOCK_K is counted in 128-byte slices of a row (64 fp16/bf16 elements, 32 fp32), so a pipeline
-    stage takes the same shared memory in every dtype.
+    BLOCK_N counts columns of the output (h): each K step reads BLOCK_N columns of each weight, that is
+    a (BLOCK_K, 2 * BLOCK_N) tile of the merged w_gu in rmsnorm_gate_up_silu_kernel. BLOCK_K is
+    counted in 128-byte slices of a row (64 fp16/bf16 elements, 32 fp32), so a pipeline stage takes
+    the same shared memory in every dtype.
     """
     if current().interpret:  # few, large programs: the interpreter runs them one after another
         return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=2)
@@ -139,7 +145,7 @@ def mlp_config(M: int, element_size: int = 2) -> dict:
         return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=2 * k_slice, GROUP_M=1, num_warps=4, num_stages=4)
     if M <= 64:
         return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
-    # Compute-bound: two 128 x 128 accumulators are one 128 x 256 tile, a cuBLAS-sized tile.
+    # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile.
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=8, num_warps=8, num_stages=3)
 
 
@@ -210,53 +216,95 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 #
 # The gate/up kernel already streams every tile of `x` through its K loop, so it can also add up
 # `sum(x**2)` per row (in fp32) on the way, multiply the tile by `norm_weight` as it loads it, and in
-# the epilogue scale both accumulators' rows by `1 / sqrt(sum / K + eps)` before the SiLU. Then
-# `h` (rows, intermediate) is written once and the down projection is a plain matmul: lesson 03's
-# `matmul(h, w_down.t(), out)`. Two launches for the block instead of Hugging Face's 13 (in fp16).
+# the epilogue scale the rows by `1 / sqrt(sum / K + eps)` before the SiLU. Then `h` (rows,
+# intermediate) is written once and the down projection is lesson 03's `matmul`: two launches for
+# the block instead of Hugging Face's 13 (in fp16).
 #
-# For many rows the gate/up kernel is compute-bound (8192 x 1024 x 22016 at the prefill size): use
-# big tiles and the grouped program order of lesson 03 so that neighbouring programs share tiles of
-# `x` and of the weights in L2.
+# **One merged weight, one accumulator.** With many rows the gate/up kernel is compute-bound
+# (8192 x 1024 x 22016 at the prefill size), and two accumulators are not what the tensor cores like:
+# 06.gate_up_silu's design reached 320-340 TFLOP/s on an H200 where cuBLAS runs one of the two GEMMs at
+# 626. So the weights are packed **once**, as an inference engine does when it loads a model, into
+# `w_gu`, an `(H, 2I)` row-major matrix whose columns interleave gate and up,
+# `w_gu[:, 2j] = w_gate[j, :]` and `w_gu[:, 2j + 1] = w_up[j, :]`. Each K step is then **one**
+# `tl.dot` of the `(BLOCK_M, BLOCK_K)` tile of `x` with a `(BLOCK_K, 2 * BLOCK_N)` tile of `w_gu` into
+# one `(BLOCK_M, 2 * BLOCK_N)` accumulator: a plain matmul, cuBLAS-sized (128 x 256), with B in the
+# row-major layout that lesson 03's matmul runs fastest. The epilogue splits it again: column `2j` of
+# the tile is gate `j`, column `2j + 1` is up `j`, so
+#
+# ```
+# g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))      # each (BLOCK_M, BLOCK_N)
+# ```
+#
+# scale both by `1 / rms`, and store `silu(g) * u`, a `(BLOCK_M, BLOCK_N)` tile of `h`. The down
+# weight is packed too, as `w_down_t = w_down.T` `(I, H)` row-major (lesson 03's matmul: 670 TFLOP/s
+# with it, 552 with the `nn.Linear` view `w_down.t()`, on an H200).
+#
+# `pack_mlp_weights` (given) packs with lesson 02's `copy_2d`, which addresses `out` with its strides:
+# `w_gu[:, 0::2]` is an `(H, I)` view of the even columns. You write the kernel and
+# `rmsnorm_mlp_packed(x, packed, eps, out)`; `rmsnorm_mlp` (checked) packs and calls it.
 
 # %%
+class PackedMLP(NamedTuple):
+    """The block's weights in the layouts the fused kernels read, made once by pack_mlp_weights."""
+
+    norm_weight: torch.Tensor  # (H,) the RMSNorm weight, applied to each tile of x as it is loaded
+    w_gu: torch.Tensor  # (H, 2I) row-major: column 2j is w_gate[j, :], column 2j + 1 is w_up[j, :]
+    w_down_t: torch.Tensor  # (I, H) w_down.T, row-major (any strides work: it goes to lesson 03's matmul)
+
+
+def pack_mlp_weights(norm_weight: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                     w_down: torch.Tensor) -> PackedMLP:
+    """Pack nn.Linear weights once: gate and up interleaved column by column, w_down transposed.
+
+    Three copies with lesson 02's copy_2d: it reads and writes 3 x H x I elements (135 MB for the toy
+    Llama in fp16), once per model, not once per call.
+    """
+    inter, hidden = w_gate.shape
+    w_gu = torch.empty((hidden, 2 * inter), device=w_gate.device, dtype=w_gate.dtype)  # (H, 2I)
+    copy_2d(w_gate.t(), w_gu[:, 0::2], BLOCK_M=64, BLOCK_N=64)  # (H, I) view: the even columns, stride 2
+    copy_2d(w_up.t(), w_gu[:, 1::2], BLOCK_M=64, BLOCK_N=64)  # the odd columns
+    w_down_t = torch.empty((inter, hidden), device=w_down.device, dtype=w_down.dtype)  # (I, H)
+    copy_2d(w_down.t(), w_down_t, BLOCK_M=64, BLOCK_N=64)
+    return PackedMLP(norm_weight, w_gu, w_down_t)
+
+
 @triton.jit
-def rmsnorm_gate_up_silu_kernel(x_ptr, nw_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K, eps,
-                                stride_xm, stride_xk, stride_nw, stride_gn, stride_gk, stride_un, stride_uk,
-                                stride_hm, stride_hn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def rmsnorm_gate_up_silu_kernel(x_ptr, nw_ptr, w_ptr, h_ptr, M, N, K, eps,
+                                stride_xm, stride_xk, stride_nw, stride_wk, stride_wn, stride_hm, stride_hn,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                GROUP_M: tl.constexpr):
     # BEGIN SOLUTION
-    # Grouped order (lesson 03): GROUP_M consecutive row-tiles sweep the columns together.
+    # Grouped order (lesson 03) over the (BLOCK_M, BLOCK_N) tiles of h (M, N); the weight tile is
+    # 2 * BLOCK_N columns of w_gu (K, 2N): gate, up, gate, up, ...
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of x and h
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) rows of w, columns of h
+    rw = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)  # (2 * BLOCK_N,) columns of w_gu
     rk = tl.arange(0, BLOCK_K)
-    # Rows and columns past the edge load a valid row again (% M, % N) instead of being masked:
-    # the loads stay unmasked along M and N, and the store below drops those rows.
-    rm_in = rm % M
-    rn_in = rn % N
-    x_ptrs = x_ptr + rm_in[:, None].to(tl.int64) * stride_xm + rk[None, :] * stride_xk  # (BLOCK_M, BLOCK_K)
-    g_ptrs = wg_ptr + rn_in[None, :].to(tl.int64) * stride_gn + rk[:, None] * stride_gk  # (BLOCK_K, BLOCK_N)
-    u_ptrs = wu_ptr + rn_in[None, :].to(tl.int64) * stride_un + rk[:, None] * stride_uk
-    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (x * norm_weight) @ w_gate.T
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (x * norm_weight) @ w_up.T
+    # Past the edges, load valid rows and columns again (% M, % 2N: the start is even, so a gate column
+    # stays a gate column) instead of masking; the store below drops them.
+    rm_in = (rm % M).to(tl.int64)  # rows * stride can pass 2^31 on big activations
+    x_ptrs = x_ptr + rm_in[:, None] * stride_xm + rk[None, :] * stride_xk  # (BLOCK_M, BLOCK_K)
+    w_ptrs = w_ptr + rk[:, None] * stride_wk + (rw % (2 * N))[None, :] * stride_wn  # (BLOCK_K, 2 * BLOCK_N)
+    acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)  # (x * norm_weight) @ w_gu tile, interleaved
     sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)  # sum(x**2) of each row, built up tile by tile
+    # Per K step: load (BLOCK_M + 2 * BLOCK_N) * BLOCK_K elements, do 4 * BLOCK_M * BLOCK_N * BLOCK_K FLOPs.
     for k0 in range(0, K, BLOCK_K):
         k_ok = rk + k0 < K  # the last K block is partial when K is no multiple of BLOCK_K
         x = tl.load(x_ptrs, mask=k_ok[None, :], other=0.0).to(tl.float32)  # (BLOCK_M, BLOCK_K)
         nw = tl.load(nw_ptr + (rk + k0) * stride_nw, mask=k_ok, other=0.0).to(tl.float32)  # (BLOCK_K,)
         sum_sq += tl.sum(x * x, axis=1)  # fp32: the statistic never sees fp16's range
-        a = (x * nw[None, :]).to(wg_ptr.dtype.element_ty)  # x * norm_weight, back to the weights' dtype
-        wg = tl.load(g_ptrs, mask=k_ok[:, None], other=0.0)  # (BLOCK_K, BLOCK_N) of w_gate.T
-        wu = tl.load(u_ptrs, mask=k_ok[:, None], other=0.0)
-        acc_g = tl.dot(a, wg, acc_g)  # the same x tile feeds both dots
-        acc_u = tl.dot(a, wu, acc_u)
+        a = (x * nw[None, :]).to(w_ptr.dtype.element_ty)  # x * norm_weight, back to the weights' dtype
+        w = tl.load(w_ptrs, mask=k_ok[:, None], other=0.0)  # (BLOCK_K, 2 * BLOCK_N)
+        acc = tl.dot(a, w, acc)  # ONE dot for gate and up: a cuBLAS-sized tile
         x_ptrs += BLOCK_K * stride_xk
-        g_ptrs += BLOCK_K * stride_gk
-        u_ptrs += BLOCK_K * stride_uk
+        w_ptrs += BLOCK_K * stride_wk
     rstd = tl.rsqrt(sum_sq / K + eps)  # (BLOCK_M,) 1 / rms(x), eps inside the square root
-    g = acc_g * rstd[:, None]  # = rmsnorm(x) @ w_gate.T: the scale goes in BEFORE the silu
-    u = acc_u * rstd[:, None]
+    # Column 2j of the tile is gate j, column 2j + 1 is up j: (BLOCK_M, BLOCK_N, 2), split the last axis.
+    g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))  # each (BLOCK_M, BLOCK_N)
+    g = g * rstd[:, None]  # = rmsnorm(x) @ w_gate.T: the scale goes in BEFORE the silu
+    u = u * rstd[:, None]
     h = g * tl.sigmoid(g) * u  # silu(gate) * up, in fp32, in registers
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) columns of h
     tl.store(h_ptr + rm[:, None].to(tl.int64) * stride_hm + rn[None, :] * stride_hn,
              h.to(h_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
     # END SOLUTION
@@ -266,10 +314,34 @@ def down_tile(M: int, element_size: int = 2) -> triton.Config | None:
     """The down projection's tile for lesson 03's matmul; None lets its autotuner choose (many rows)."""
     if current().interpret:
         return triton.Config(dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1), num_warps=4, num_stages=1)
-    if M <= 64:  # (M, 11008) @ (11008, 1024): 16-wide column tiles give 64 programs streaming w_down
+    if M <= 64:  # (M, 11008) @ (11008, 1024): 16-wide column tiles give 64 programs streaming w_down.T
         return triton.Config(dict(BLOCK_M=16 if M <= 16 else 64, BLOCK_N=16, BLOCK_K=512 // element_size,
                                   GROUP_M=1), num_warps=4, num_stages=4)
     return None
+
+
+def rmsnorm_mlp_packed(x: torch.Tensor, packed: PackedMLP, eps: float, out: torch.Tensor,
+                       config: dict | None = None, down: triton.Config | None = None) -> None:
+    """out = down(silu(gate(n)) * up(n)), n = rmsnorm(x), from weights packed by pack_mlp_weights.
+
+    x and out (rows, hidden), x with any strides. config: tiles of the fused gate/up kernel (default
+    mlp_config; BLOCK_N counts columns of h, the weight tile is 2 * BLOCK_N wide); down: lesson 03's
+    matmul config for the down projection (default down_tile).
+    """
+    # BEGIN SOLUTION
+    M, K = x.shape
+    N = packed.w_gu.shape[1] // 2  # intermediate
+    cfg = config or mlp_config(M, x.element_size())
+    h = torch.empty((M, N), device=x.device, dtype=x.dtype)  # (rows, intermediate): the only intermediate
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)  # one program per tile of h
+    rmsnorm_gate_up_silu_kernel[grid](
+        x, packed.norm_weight, packed.w_gu, h, M, N, K, eps, x.stride(0), x.stride(1),
+        packed.norm_weight.stride(0), packed.w_gu.stride(0), packed.w_gu.stride(1), h.stride(0), h.stride(1),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    # (rows, intermediate) @ (intermediate, hidden): lesson 03's matmul on the row-major w_down.T
+    matmul(h, packed.w_down_t, out, config=down or down_tile(M, x.element_size()))
+    # END SOLUTION
 
 
 def rmsnorm_mlp(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
@@ -278,23 +350,11 @@ def rmsnorm_mlp(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor
     """out = down(silu(gate(n)) * up(n)), n = rmsnorm(x); x and out (rows, hidden), weights nn.Linear layout.
 
     x is 2-D: pass a (batch, seq, hidden) activation as x.view(-1, hidden) (FusedRMSNormMLP does).
-    config: tiles of the fused gate/up kernel (default mlp_config); down: lesson 03's matmul config
-    for the down projection (default down_tile).
+    Packs the weights on EVERY call (three copies: 3 x H x I elements read and written, 135 MB of
+    traffic for the toy Llama in fp16, twice what the decode-sized block itself reads): right for a
+    check, wrong for a model, which packs once (FusedRMSNormMLP) and calls rmsnorm_mlp_packed.
     """
-    # BEGIN SOLUTION
-    M, K = x.shape
-    N = w_gate.shape[0]
-    cfg = config or mlp_config(M, x.element_size())
-    h = torch.empty((M, N), device=x.device, dtype=x.dtype)  # (rows, intermediate): the only intermediate
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-    rmsnorm_gate_up_silu_kernel[grid](
-        x, norm_weight, w_gate, w_up, h, M, N, K, eps, x.stride(0), x.stride(1), norm_weight.stride(0),
-        w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), h.stride(0), h.stride(1),
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    # (rows, intermediate) @ (intermediate, hidden): lesson 03's matmul; w_down.t() is a view, no copy
-    matmul(h, w_down.t(), out, config=down or down_tile(M, x.element_size()))
-    # END SOLUTION
+    rmsnorm_mlp_packed(x, pack_mlp_weights(norm_weight, w_gate, w_up, w_down), eps, out, config, down)
 
 
 # %% [check] 06.rmsnorm_mlp
@@ -303,25 +363,32 @@ def rmsnorm_mlp(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor
 # ## Into the Hugging Face model
 #
 # A Llama decoder layer ends with `residual + mlp(post_attention_layernorm(h))`. Replace the norm by
-# an identity and the MLP by a module that runs `rmsnorm_mlp` on the same weights, and the model
-# computes the same logits with two kernels where it launched 13.
+# an identity and the MLP by a module that packs the same weights once, when it is built, and runs
+# `rmsnorm_mlp_packed` in its forward: the model computes the same logits with two kernels where it
+# launched 13. Packing once is what inference engines do: the weights do not change between calls,
+# so their layout is chosen for the kernels that read them (this module is for inference: it keeps
+# no gradient path to the packed copies, and a later change to the layer's weights would not reach them).
 
 # %%
 class FusedRMSNormMLP(nn.Module):
-    """mlp(norm(x)) of a Llama layer computed by `rmsnorm_mlp`; shares the parameters of both."""
+    """mlp(norm(x)) of a Llama layer by `rmsnorm_mlp_packed`, on weights packed once in __init__."""
 
     def __init__(self, norm: nn.Module, mlp: nn.Module):
         super().__init__()
-        self.norm_weight = norm.weight  # (hidden,)
+        self.norm_weight = norm.weight  # (hidden,) shared with the norm
         self.eps = norm.variance_epsilon
-        self.w_gate = mlp.gate_proj.weight  # (intermediate, hidden)
-        self.w_up = mlp.up_proj.weight  # (intermediate, hidden)
-        self.w_down = mlp.down_proj.weight  # (hidden, intermediate)
+        packed = pack_mlp_weights(norm.weight, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+        # Buffers, so that .to(device) moves them; not saved in state_dict (they derive from the weights).
+        self.register_buffer("w_gu", packed.w_gu, persistent=False)  # (hidden, 2 * intermediate)
+        self.register_buffer("w_down_t", packed.w_down_t, persistent=False)  # (intermediate, hidden)
+
+    def packed(self) -> PackedMLP:
+        return PackedMLP(self.norm_weight, self.w_gu, self.w_down_t)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., hidden)
         rows = x.reshape(-1, x.shape[-1])  # (rows, hidden): a view of a contiguous activation
         out = torch.empty_like(rows)
-        rmsnorm_mlp(rows, self.norm_weight, self.w_gate, self.w_up, self.w_down, self.eps, out)
+        rmsnorm_mlp_packed(rows, self.packed(), self.eps, out)
         return out.view(x.shape)
 
 
@@ -340,9 +407,10 @@ def swap_in_fused_mlp(model: nn.Module, layer: int = 0) -> nn.Module:
 if __name__ == "__main__":
     from course_utils.llama import toy_config, toy_llama
 
-    reference, fused = toy_llama(small=True), swap_in_fused_mlp(toy_llama(small=True))
+    reference = toy_llama(small=True, device=mode.device)
+    fused = swap_in_fused_mlp(toy_llama(small=True, device=mode.device))
     vocab = toy_config(small=True).vocab_size
-    ids = torch.randint(vocab, (2, 16), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(vocab, (2, 16), generator=torch.Generator().manual_seed(0)).to(mode.device)
     with torch.no_grad():
         diff = (fused(ids, use_cache=False).logits - reference(ids, use_cache=False).logits).abs().max()
     print(f"logits of the toy Llama with your fused block: max |diff| = {diff:.2e}")
