@@ -2,13 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import json
-import os
-import select
-import shutil
-import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -18,26 +11,8 @@ import onnx
 import pytest
 import torch
 
-from course_utils import netron
+from course_utils import chromium, netron
 from course_utils.llama import LogitsOnly, mlp_block, toy_config, toy_llama
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-    # Netron's page asks ipinfo.io for the country and sends usage statistics to Google Analytics;
-    # resolving no host but 127.0.0.1 keeps the test off the network.
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-)
-
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
@@ -134,100 +109,19 @@ def test_show_prints_how_to_reach_the_server(exported, capsys):
         netron.stop(url)
 
 
-class DevTools:
-    """Headless Chromium driven through the DevTools protocol over a pipe.
-
-    Chromium reads commands from fd 3 and writes replies to fd 4, one JSON message per NUL byte.
-    The CLI's --screenshot with --virtual-time-budget cannot be used for Netron: virtual time
-    fast-forwards Netron's 2.5 s watchdog while its graph layout runs (in real time) in a Web
-    Worker, so the page shows "This large graph layout might take a very long time" instead.
-    """
-
-    def __init__(self, profile: Path, timeout: float = 60):
-        commands_r, self._commands = os.pipe()
-        self._replies, replies_w = os.pipe()
-        # The pipe ends arrive as stdin and stdout; the shell moves them to fds 3 and 4.
-        redirect = 'exec "$@" 3<&0 4>&1 </dev/null >/dev/null'
-        argv = [
-            CHROMIUM,
-            *CHROMIUM_FLAGS,
-            f"--user-data-dir={profile}",
-            "--remote-debugging-pipe",
-            "about:blank",
-        ]
-        self.process = subprocess.Popen(
-            ["sh", "-c", redirect, "sh", *argv], stdin=commands_r, stdout=replies_w, stderr=subprocess.DEVNULL
-        )
-        os.close(commands_r)
-        os.close(replies_w)
-        self._deadline = time.monotonic() + timeout
-        self._buffer = b""
-        self._id = 0
-
-    def send(self, method: str, session: str | None = None, **params):
-        self._id += 1
-        message = {"id": self._id, "method": method, "params": params}
-        if session:
-            message["sessionId"] = session
-        os.write(self._commands, json.dumps(message).encode() + b"\0")
-        while True:  # events arrive between replies; skip them
-            reply = self._read()
-            if reply.get("id") == self._id:
-                assert "error" not in reply, reply["error"]
-                return reply["result"]
-
-    def _read(self) -> dict:
-        while b"\0" not in self._buffer:
-            left = self._deadline - time.monotonic()
-            assert left > 0 and select.select([self._replies], [], [], left)[0], (
-                "Chromium did not answer in time"
-            )
-            chunk = os.read(self._replies, 1 << 20)
-            assert chunk, "Chromium exited"
-            self._buffer += chunk
-        message, self._buffer = self._buffer.split(b"\0", 1)
-        return json.loads(message)
-
-    def evaluate(self, session: str, expression: str):
-        reply = self.send("Runtime.evaluate", session, expression=expression, returnByValue=True)
-        assert "exceptionDetails" not in reply, reply["exceptionDetails"]
-        return reply["result"].get("value")
-
-    def close(self):
-        self.process.kill()
-        self.process.wait(timeout=10)
-        os.close(self._commands)
-        os.close(self._replies)
-
-
 @pytest.mark.skipif(
-    CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium) to render the page"
+    chromium.CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium) to render the page"
 )
 def test_chromium_draws_the_graph(exported, tmp_path):
     url = netron.serve(exported["mlp"])
-    browser = DevTools(tmp_path / "profile")
     try:
-        # Without a "consent" cookie Netron waits for a click on its cookie notice before it opens the model.
-        browser.send("Storage.setCookies", cookies=[{"name": "consent", "value": "1", "url": url}])
-        target = browser.send("Target.createTarget", url=url)["targetId"]
-        session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        # Netron marks the body "default" once the graph is laid out and drawn.
-        drawn = (
-            "document.body?.classList.contains('default') && document.querySelectorAll('g.graph-node').length"
-        )
-        deadline = time.monotonic() + 30
-        while not browser.evaluate(session, drawn) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        png = base64.b64decode(browser.send("Page.captureScreenshot", session)["data"])
-        (tmp_path / "netron.png").write_bytes(png)
-        nodes = "[...document.querySelectorAll('g.graph-node')]"
-        labels = browser.evaluate(session, f"{nodes}.map(n => n.textContent)")
-        places = browser.evaluate(session, f"{nodes}.map(n => n.getAttribute('transform'))")
+        drawn = chromium.render_netron(url)
     finally:
-        browser.close()
         netron.stop(url)
+    (tmp_path / "netron.png").write_bytes(drawn.png)  # kept in tmp_path for a look
+    labels = drawn.labels
     assert len(labels) == 13, labels  # the 13 ONNX nodes of the block
     assert sum("MatMul" in label for label in labels) == 3
     assert any("Sigmoid" in label for label in labels) and any("ReduceMean" in label for label in labels)
-    assert all(place and place.startswith("translate(") for place in places), "nodes never laid out"
-    assert png.startswith(b"\x89PNG")  # kept in tmp_path for a look
+    assert all(place and place.startswith("translate(") for place in drawn.places), "nodes never laid out"
+    assert drawn.png.startswith(b"\x89PNG")

@@ -6,14 +6,11 @@
   then lesson 06's two kernels.
 
 Run from the repository root: `python notebooks/img/06_make_figures.py`. The screenshot drives
-headless Chromium with the DevTools client of tests/test_netron.py.
+headless Chromium (course_utils.chromium).
 """
 from __future__ import annotations
 
-import base64
-import importlib.util
 import tempfile
-import time
 from pathlib import Path
 
 import matplotlib
@@ -27,32 +24,16 @@ ROOT = HERE.parent.parent
 
 
 def netron_screenshot(path: Path) -> None:
-    from course_utils import netron
+    from course_utils import chromium, netron
 
-    spec = importlib.util.spec_from_file_location("test_netron", ROOT / "tests" / "test_netron.py")
-    helpers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(helpers)
     with tempfile.TemporaryDirectory() as scratch:
         onnx_path = netron.export_mlp_block(Path(scratch) / "mlp_block_small.onnx", small=True)
         url = netron.serve(onnx_path)
-        browser = helpers.DevTools(Path(scratch) / "profile")
         try:
-            browser.send("Storage.setCookies", cookies=[{"name": "consent", "value": "1", "url": url}])
-            target = browser.send("Target.createTarget", url=url)["targetId"]
-            session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-            browser.send("Emulation.setDeviceMetricsOverride", session, width=900, height=1400,
-                         deviceScaleFactor=2, mobile=False)
-            drawn = ("document.body?.classList.contains('default') && "
-                     "document.querySelectorAll('g.graph-node').length")
-            deadline = time.monotonic() + 30
-            while not browser.evaluate(session, drawn) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            time.sleep(1.0)  # let the view settle after the layout
-            png = base64.b64decode(browser.send("Page.captureScreenshot", session)["data"])
+            drawn = chromium.render_netron(url, width=900, height=1400, scale=2)
         finally:
-            browser.close()
             netron.stop(url)
-    path.write_bytes(png)
+    path.write_bytes(drawn.png)
     _crop(path)
 
 
