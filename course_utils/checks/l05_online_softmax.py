@@ -290,9 +290,12 @@ def _attention_expected(q, k, v, causal):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def _attention_tolerance(dtype) -> tuple[float, float]:
+def _attention_tolerance(dtype, scale: float = 1.0) -> tuple[float, float]:
+    """scale: the inputs' standard deviation. On a GPU fp32 dots run in TF32 (relative error ~2^-11),
+    so a score's error grows with its size (scale^2) and an output's with |v| (scale); measured on an
+    H200 at scale 3: worst abs error 0.041 for a correct kernel."""
     if dtype == torch.float32:  # exact in the interpreter; TF32 scores and p @ v on a GPU
-        return (1e-2, 1e-2) if current().gpu else (2e-5, 2e-5)
+        return (1e-2 * scale**2, 1e-2 * scale) if current().gpu else (2e-5, 2e-5)
     return {torch.float16: (3e-3, 3e-3), torch.bfloat16: (2e-2, 2e-2)}[dtype]
 
 
@@ -324,7 +327,7 @@ def _attention_cases(gen):
         q, k, v = qkv((B, H, S, D), torch.float32, scale=3.0)
         yield Case(f"large scores (the max changes often), causal={causal}",
                    (q, k, v, Out("out", (B, H, S, D), torch.float32), causal),
-                   {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(torch.float32))
+                   {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(torch.float32, 3.0))
     q, k, v = (randn((B, S, H, D), gen=gen).transpose(1, 2) for _ in range(3))  # (B, H, S, D) views
     yield Case("q, k, v are (B, S, H, D) tensors transposed to (B, H, S, D): use the strides",
                (q, k, v, Out("out", (B, H, S, D), torch.float32), True),
