@@ -146,7 +146,8 @@ def mlp_config(M: int, element_size: int = 2) -> dict:
     if M <= 64:
         return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
     # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile.
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=8, num_warps=8, num_stages=3)
+    # 4 stages: the fastest prefill tile of the committed H200 sweep (fp16 1.36 ms against 1.48 with 3).
+    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=8, num_warps=8, num_stages=4)
 
 
 @triton.jit
