@@ -116,6 +116,9 @@ def _func_name(exercise_id: str) -> str:
     return load_all()[exercise_id].func_name
 
 
+NOQA = re.compile(r"[ \t]+# noqa(: [A-Z0-9, ]+)?$", re.M)  # linter hints: for the sources, not students
+
+
 def repository_url() -> str:
     """The course's repository, named once: in pyproject.toml's [project.urls]."""
     import tomllib
@@ -152,7 +155,7 @@ def to_notebook(cells: list[Cell], *, exercise: bool | None) -> nbformat.Noteboo
             nb.cells.append(nbformat.v4.new_code_cell(f'progress("{cell.exercise}", globals())'))
         else:
             text = cell.text if exercise is None else (stub(cell.text) if exercise else solve(cell.text))
-            nb.cells.append(nbformat.v4.new_code_cell(text))
+            nb.cells.append(nbformat.v4.new_code_cell(NOQA.sub("", text)))
     for i, c in enumerate(nb.cells):  # stable ids keep the files identical from build to build
         c["id"] = f"cell-{i:03d}"
     return nb

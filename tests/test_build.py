@@ -106,3 +106,9 @@ def test_ci_runs_the_readme_test_command():
                    if line.startswith("python3 -m course_utils test"))
     ci = (ROOT / ".ci" / "run").read_text()
     assert command in ci.splitlines()
+
+
+def test_linter_hints_stay_in_the_sources():
+    cells = build.parse("# %%\nimport torch  # noqa: E402\nx = 1  # noqa: BLE001 - a reason stays\n")
+    nb = build.to_notebook(cells, exercise=False)
+    assert nb.cells[1].source == "import torch\nx = 1  # noqa: BLE001 - a reason stays"

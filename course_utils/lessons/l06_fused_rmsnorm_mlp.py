@@ -32,8 +32,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch import nn  # noqa: E402
 
-from course_utils.lessons.l02_first_kernels import copy_2d  # noqa: E402  (lesson 02)
-from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402  (lesson 03)
+from course_utils.lessons.l02_first_kernels import copy_2d  # noqa: E402
+from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402
 
 # %% [markdown]
 # ## The PyTorch references
