@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 
 MODES = ("gpu", "interpret")
@@ -43,12 +44,14 @@ def _kernels_defined() -> list[str]:
     from triton.runtime.jit import JITFunction
 
     found = []
-    for name, module in list(sys.modules.items()):
-        if name.startswith("triton") or module is None:
-            continue
-        members = getattr(module, "__dict__", {})
-        if any(isinstance(v, JITFunction) for v in list(members.values())):
-            found.append(name)
+    with warnings.catch_warnings():  # isinstance() on some deprecated module attributes warns
+        warnings.simplefilter("ignore")
+        for name, module in list(sys.modules.items()):
+            if name.startswith("triton") or module is None:
+                continue
+            members = getattr(module, "__dict__", {})
+            if any(isinstance(v, JITFunction) for v in list(members.values())):
+                found.append(name)
     return found
 
 
