@@ -10,6 +10,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -56,7 +57,8 @@ class DevTools:
             "about:blank",
         ]
         self.process = subprocess.Popen(
-            ["sh", "-c", redirect, "sh", *argv], stdin=commands_r, stdout=replies_w, stderr=subprocess.DEVNULL
+            ["sh", "-c", redirect, "sh", *argv], stdin=commands_r, stdout=replies_w, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: close() ends the helper processes too
         )
         os.close(commands_r)
         os.close(replies_w)
@@ -94,7 +96,7 @@ class DevTools:
         return reply["result"].get("value")
 
     def close(self):
-        self.process.kill()
+        os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
         os.close(self._commands)
         os.close(self._replies)
@@ -112,7 +114,8 @@ def render_netron(url: str, *, width: int = 1400, height: int = 1000, scale: flo
     """Open a Netron page served at `url`, wait until its graph is drawn, and capture it."""
     if CHROMIUM is None:
         raise RuntimeError("needs Chromium (Debian: apt-get install chromium)")
-    with tempfile.TemporaryDirectory() as profile:
+    # Chromium's helper processes may still be flushing the profile as it is removed: ignore that.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         browser = DevTools(Path(profile))
         try:
             # Without a "consent" cookie Netron waits for a click on its cookie notice before it opens the model.
