@@ -49,32 +49,41 @@ def _pair(result) -> tuple[float, float] | str:
     return m, d
 
 
+def _pair_problems(result, want_m: float, want_d: float, rtol: float, m_text: str, d_name: str,
+                   explain) -> list[str]:
+    """Problems with a returned (m, d): its form, m exactly, d within rtol; explain(m, d) adds why not."""
+    pair = _pair(result)
+    if isinstance(pair, str):
+        return [pair]
+    m, d = pair
+    problems = []
+    if not _close(m, want_m, 0.0):
+        problems.append(m_text.format(m=m, want=want_m))
+    if not _close(d, want_d, rtol):
+        problems.append(f"{d_name} = {d:.10g}, expected {want_d:.10g}" + explain(m, d))
+    return problems
+
+
 def _merge_verify(args, rtol):
     m1, d1, m2, d2 = (float(a) for a in args)
     want_m, want_d = _merged(m1, d1, m2, d2)
 
+    def explain(m: float, d: float) -> str:
+        if math.isnan(d):
+            return ("; NaN: with both maxima -inf, exp(m1 - m) is exp(-inf + inf); two empty "
+                    "blocks merge to (-inf, 0)" if want_m == NEG_INF
+                    else "; NaN: is an exponent -inf - (-inf)?")
+        if math.isinf(d):
+            return "; it overflowed: exponents must be m_i - m <= 0 (subtract the new max)"
+        if want_m > NEG_INF and _close(d, d1 + d2, 1e-9) and not _close(d1 + d2, want_d, 1e-9):
+            return "; that is d1 + d2: each d_i must first be rescaled by exp(m_i - m)"
+        if want_m > NEG_INF and _close(d, d1 * math.exp(m - m1) + d2 * math.exp(m - m2), 1e-9):
+            return "; the exponents are flipped: the factor is exp(m_i - m), at most 1"
+        return ""
+
     def verify(result, case) -> list[str]:
-        pair = _pair(result)
-        if isinstance(pair, str):
-            return [pair]
-        m, d = pair
-        problems = []
-        if not _close(m, want_m, 0.0):
-            problems.append(f"m = {m:g}, expected max(m1, m2) = {want_m:g}")
-        if not _close(d, want_d, rtol):
-            line = f"d = {d:.10g}, expected {want_d:.10g}"
-            if math.isnan(d):
-                line += ("; NaN: with both maxima -inf, exp(m1 - m) is exp(-inf + inf); two empty "
-                         "blocks merge to (-inf, 0)" if want_m == NEG_INF
-                         else "; NaN: is an exponent -inf - (-inf)?")
-            elif math.isinf(d):
-                line += "; it overflowed: exponents must be m_i - m <= 0 (subtract the new max)"
-            elif want_m > NEG_INF and _close(d, d1 + d2, 1e-9) and not _close(d1 + d2, want_d, 1e-9):
-                line += "; that is d1 + d2: each d_i must first be rescaled by exp(m_i - m)"
-            elif want_m > NEG_INF and _close(d, d1 * math.exp(m - m1) + d2 * math.exp(m - m2), 1e-9):
-                line += "; the exponents are flipped: the factor is exp(m_i - m), at most 1"
-            problems.append(line)
-        return problems
+        return _pair_problems(result, want_m, want_d, rtol, "m = {m:g}, expected max(m1, m2) = {want:g}", "d",
+                              explain)
 
     return verify
 
@@ -177,6 +186,17 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
         if m_run > NEG_INF:
             no_rescale += float(torch.exp(x64[s:s + block] - m_run).sum())
 
+    def explain(m: float, d: float) -> str:
+        if math.isnan(d):
+            return ("; NaN: a block of only -inf has max -inf and exp(-inf - (-inf)) is NaN: its "
+                    "statistics are (-inf, 0)")
+        if math.isinf(d) or (d == 0.0 and want_d > 0):
+            return "; exp over- or underflowed: subtract the running max inside exp"
+        if _close(d, no_rescale, 1e-6) and not _close(no_rescale, want_d, rtol):
+            return ("; that is what forgetting to rescale gives: when the running max grows from m to "
+                    "m', multiply the sum so far by exp(m - m')")
+        return ""
+
     def verify(result, case) -> list[str]:
         x = case.args[0]
         for op, start, count in x._reads:
@@ -189,25 +209,7 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
             if starts[i] < starts[i - 1]:
                 return [(f"read x[{starts[i]}:] after x[{starts[i - 1]}:]: going back to an earlier block "
                          f"is a second pass; update a running (m, d) with each block as you read it")]
-        pair = _pair(result)
-        if isinstance(pair, str):
-            return [pair]
-        m, d = pair
-        problems = []
-        if not _close(m, want_m, 0.0):
-            problems.append(f"max = {m:g}, expected {want_m:g}")
-        if not _close(d, want_d, rtol):
-            line = f"sum = {d:.10g}, expected {want_d:.10g}"
-            if math.isnan(d):
-                line += ("; NaN: a block of only -inf has max -inf and exp(-inf - (-inf)) is NaN: its "
-                         "statistics are (-inf, 0)")
-            elif math.isinf(d) or (d == 0.0 and want_d > 0):
-                line += "; exp over- or underflowed: subtract the running max inside exp"
-            elif _close(d, no_rescale, 1e-6) and not _close(no_rescale, want_d, rtol):
-                line += ("; that is what forgetting to rescale gives: when the running max grows from m to "
-                         "m', multiply the sum so far by exp(m - m')")
-            problems.append(line)
-        return problems
+        return _pair_problems(result, want_m, want_d, rtol, "max = {m:g}, expected {want:g}", "sum", explain)
 
     return verify
 
