@@ -77,9 +77,15 @@ def _timed(table: Table, group: str, name: str, fn: Callable[[], object],
     table.time(group, name, fn, **work)
 
 
-def _best(table: Table, group: str, prefix: str = "triton (ours)"):
-    rows = [r for r in table.rows if r.group == group and r.name.startswith(prefix)]
-    return min(rows, key=lambda r: r.ms) if rows else None
+def _note_fastest(table: Table, group: str, peer: str, short: str, rate: str) -> None:
+    """Name the fastest of our rows (default and sweep) in the notes, against `peer`."""
+    ours = [r for r in table.rows if r.group == group and r.name.startswith("triton (ours)")]
+    peer_row = table.find(group, peer)
+    if ours and peer_row:
+        best = min(ours, key=lambda r: r.ms)
+        value = f"{best.gbps:.0f} GB/s" if rate == "gbps" else f"{best.tflops:.0f} TFLOP/s"
+        table.notes.append(f"{group}: fastest of ours is '{best.name}' at {best.ms:.4f} ms, "
+                           f"{peer_row.ms / best.ms:.2f} x {short}, {value}")
 
 
 def _softmax_group(table: Table, n_rows: int, n_cols: int, sm_count: int) -> None:
@@ -114,11 +120,7 @@ def _softmax_group(table: Table, n_rows: int, n_cols: int, sm_count: int) -> Non
         timed(name, lambda c=cfg: softmax(x, out, c), lambda: out)
     table.target(group, "triton (ours)", "torch.softmax", 1.0)
     table.target(group, "triton (ours)", "copy ceiling (x -> out)", 0.88, metric="gbps")
-    best = _best(table, group)
-    peer = table.find(group, "torch.softmax")
-    if best and peer:
-        table.notes.append(f"{group}: fastest of ours is '{best.name}' at {best.ms:.4f} ms, "
-                           f"{peer.ms / best.ms:.2f} x torch.softmax, {best.gbps:.0f} GB/s")
+    _note_fastest(table, group, "torch.softmax", "torch.softmax", "gbps")
 
 
 def _attention_groups(table: Table) -> None:
@@ -153,11 +155,7 @@ def _attention_groups(table: Table) -> None:
             out.fill_(float("nan"))
             _timed(table, group, name, fn, result, want, 2e-2, flops=flops)
         table.target(group, "triton (ours)", "F.scaled_dot_product_attention", 0.7)
-        best = _best(table, group)
-        peer = table.find(group, "F.scaled_dot_product_attention")
-        if best and peer:
-            table.notes.append(f"{group}: fastest of ours is '{best.name}' at {best.ms:.4f} ms, "
-                               f"{peer.ms / best.ms:.2f} x SDPA, {best.tflops:.0f} TFLOP/s")
+        _note_fastest(table, group, "F.scaled_dot_product_attention", "SDPA", "tflops")
 
 
 def run(table: Table) -> None:
