@@ -170,6 +170,13 @@ def _fastest_config(table: Table, group: str):
     return next(c for c in _configs_for(torch.float16) if f"{OURS} {config_name(c)}" == best.name)
 
 
+def _square_problem(n: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """a, b (n, n) random on the GPU, an output buffer, and cuBLAS's a @ b to check ours against."""
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    return a, b, torch.empty(n, n, device="cuda", dtype=dtype), torch.matmul(a, b)
+
+
 def _sweep(table: Table, every_config: bool = True) -> None:
     from ..lessons.l03_matmul import matmul, matmul_kernel, matmul_naive
 
@@ -177,10 +184,7 @@ def _sweep(table: Table, every_config: bool = True) -> None:
         dtype = DTYPES[label]
         for n in SIZES:
             group = f"matmul {label} {n}^3"
-            a = torch.randn(n, n, device="cuda", dtype=dtype)
-            b = torch.randn(n, n, device="cuda", dtype=dtype)
-            out = torch.empty(n, n, device="cuda", dtype=dtype)
-            ref = torch.matmul(a, b)
+            a, b, out, ref = _square_problem(n, dtype)
             flops = matmul_flops(n, n, n)
             matmul(a, b, out)  # the first call tunes (when the problem is large enough)
             _assert_close(out, ref, n, group)
@@ -240,10 +244,7 @@ def _tiles_and_order(table: Table) -> None:
     from ..lessons.l03_matmul import matmul
 
     n = TILE_SIZE
-    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    out = torch.empty(n, n, device="cuda", dtype=torch.float16)
-    ref = torch.matmul(a, b)
+    a, b, out, ref = _square_problem(n, torch.float16)
     group = f"tile size fp16 {n}^3"
     for tile in TILES:
         config = triton.Config({"BLOCK_M": tile, "BLOCK_N": tile, "BLOCK_K": 64, "GROUP_M": 8},
@@ -256,10 +257,7 @@ def _tiles_and_order(table: Table) -> None:
 
     best = _fastest_config(table, f"matmul fp16 {max(TARGET_SIZES)}^3")  # one config: 3 compilations
     for n in TARGET_SIZES if best is not None else ():
-        a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-        b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-        out = torch.empty(n, n, device="cuda", dtype=torch.float16)
-        ref = torch.matmul(a, b)
+        a, b, out, ref = _square_problem(n, torch.float16)
         group = f"launch order fp16 {n}^3"
         for group_m in GROUPS_M:
             config = _with_group_m(best, group_m)
