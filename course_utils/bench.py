@@ -201,10 +201,23 @@ def plot(rows: list[dict] | list[Row], title: str, path: Path | None = None):
 
 # --- results/ ---------------------------------------------------------------------------------
 
-def result_path(lesson: str, suffix: str = ".json") -> Path:
-    from .lessons_index import LESSONS
+def device_key(name: str | None = None) -> str:
+    """The short name of a GPU in results/ file names: "NVIDIA H100 80GB HBM3" -> "h100"."""
+    import re
 
-    return RESULTS / f"{LESSONS[lesson]}{suffix}"
+    if name is None:
+        import torch
+
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    found = re.search(r"\b([A-Z]+\d{2,4}[A-Z]?)\b", name.upper().replace("NVIDIA", ""))
+    return found.group(1).lower() if found else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def result_path(lesson: str, suffix: str = ".json", device: str | None = None) -> Path:
+    """results/<stem>.<device><suffix>: the file of this GPU (or of `device`, e.g. "h200")."""
+    from .lessons_index import lesson as lesson_record
+
+    return RESULTS / f"{lesson_record(lesson).stem}.{device or device_key()}{suffix}"
 
 
 def save(table: Table) -> Path:
@@ -218,9 +231,18 @@ def save(table: Table) -> Path:
     return path
 
 
-def load_results(lesson: str) -> dict | None:
-    path = result_path(lesson)
-    return json.loads(path.read_text()) if path.exists() else None
+def load_results(lesson: str, device: str | None = None) -> dict | None:
+    """The committed results of a lesson: this GPU's file if there is one, else the reference GPU's."""
+    from .figures import results_path
+    from .lessons_index import lesson as lesson_record
+
+    stem = lesson_record(lesson).stem
+    path = results_path(stem, device) if device else (results_path(stem, _this_gpu()) or results_path(stem))
+    return json.loads(path.read_text()) if path else None
+
+
+def _this_gpu() -> str | None:
+    return device_key() if current().gpu else None
 
 
 def show_results(lesson: str) -> dict | None:
@@ -234,7 +256,7 @@ def show_results(lesson: str) -> dict | None:
     if data.get("targets"):
         print()
         print(format_targets([Target(**t) for t in data["targets"]]))
-    png = result_path(lesson, ".png")
+    png = result_path(lesson, ".png", device_key(data["device"]))
     if png.exists():
         try:
             from IPython.display import Image, display

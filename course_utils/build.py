@@ -6,12 +6,18 @@ Sources are py:percent files (cells start with `# %%`):
   `# BEGIN SOLUTION` ... `# END SOLUTION` inside a function marks what the exercise notebook replaces
   by a stub (`pass` in a @triton.jit kernel, `raise NotImplementedError` elsewhere), and a cell whose
   header is `# %% [check] 02.vector_add` becomes `check("02.vector_add", add)`;
-  `# %% [progress] 02` becomes the closing summary `progress("02", globals())`.
-- notebooks/src/NN_name.py -> notebooks/NN_name.ipynb, the lesson itself, as written.
+  `# %% [progress] 02` becomes the closing summary `progress("02", globals())`; `# %% [setup]` becomes the
+  cell that picks the mode (`mode = setup()`; `[setup] fp8` for lesson 07), which the module never runs.
+- notebooks/src/NN_name.py -> notebooks/NN_name.ipynb, the lesson itself, as written, with one more
+  convention: a cell whose header is `# %% [inline] course_utils.lessons.l03_matmul: grouped_tile matmul_configs`
+  becomes a code cell holding the source of those top-level definitions (decorators and the comment lines
+  right above them included, solution markers stripped), so a lesson shows the course's own code as code.
+In every markdown cell, `{{...}}` placeholders are measured figures rendered from results/ (course_utils.figures).
 Every generated notebook carries no outputs, no execution counts and no machine paths.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -31,9 +37,9 @@ METADATA = {
 
 @dataclass
 class Cell:
-    kind: str  # "code", "markdown", "check" (one exercise) or "progress" (a lesson's summary)
+    kind: str  # "code", "markdown", "check" (one exercise), "progress" (a lesson's summary), "inline"
     text: str
-    exercise: str = ""  # the exercise id of a check cell, the lesson of a progress cell
+    exercise: str = ""  # the exercise id of a check cell, the lesson of a progress cell, an inline's spec
 
 
 def parse(text: str) -> list[Cell]:
@@ -48,7 +54,7 @@ def parse(text: str) -> list[Cell]:
         if header.startswith("[markdown]"):
             md = "\n".join(re.sub(r"^# ?", "", line) for line in body.splitlines())
             cells.append(Cell("markdown", md))
-        elif header.startswith(("[check]", "[progress]")):
+        elif header.startswith(("[check]", "[progress]", "[inline]", "[setup]")):
             kind, arg = header[1:].split("]", 1)
             cells.append(Cell(kind, "", arg.strip()))
         elif body:
@@ -141,13 +147,57 @@ if importlib.util.find_spec("course_utils") is None:
     importlib.invalidate_caches()"""
 
 
-def to_notebook(cells: list[Cell], *, exercise: bool | None) -> nbformat.NotebookNode:
-    """exercise=None: a lesson (cells as written); True: stubs; False: solutions."""
+def inline_source(spec: str) -> str:
+    """The source of top-level definitions of a course module: "course_utils.lessons.l03_matmul: a b"."""
+    module, _, names = spec.partition(":")
+    path = ROOT.joinpath(*module.strip().split(".")).with_suffix(".py")
+    if not path.is_file() or not names.split():
+        raise ValueError(f"[inline] {spec!r}: write `[inline] course_utils.module.path: name1 name2`")
+    lines = path.read_text().splitlines()
+    nodes = {}
+    for node in ast.parse("\n".join(lines)).body:
+        targets = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        for name in [getattr(node, "name", None), *targets]:
+            if name:
+                nodes[name] = node
+    pieces = []
+    for name in names.split():
+        if name not in nodes:
+            raise ValueError(f"[inline] {module.strip()} has no top-level {name!r}")
+        node = nodes[name]
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        while start > 0 and lines[start - 1].lstrip().startswith("#") and not lines[start - 1].startswith("# %%"):
+            start -= 1  # the comment lines right above a definition belong to it
+        pieces.append("\n".join(lines[start:node.end_lineno]))
+    return solve("\n\n\n".join(pieces))
+
+
+def setup_cell(variant: str) -> str:
+    """The cell that picks the mode in a notebook (a module never does it at import: see course_utils.mode)."""
+    if variant == "fp8":
+        return ("from course_utils import setup\nfrom course_utils.fp8 import fp8_mode\n\n"
+                "# A GPU without FP8 dots (older than sm_89) runs this lesson in the interpreter; fp8_mode() says why.\n"
+                "mode = setup(fp8_mode())")
+    if variant:
+        raise ValueError(f"unknown [setup] variant {variant!r} (none, or fp8)")
+    return ("from course_utils import setup\n\n"
+            "mode = setup()  # a CUDA GPU, or Triton's interpreter on the CPU: before any kernel is defined")
+
+
+def to_notebook(cells: list[Cell], *, exercise: bool | None, stem: str = "") -> nbformat.NotebookNode:
+    """exercise=None: a lesson (cells as written); True: stubs; False: solutions. `stem` names the
+    lesson whose results/ the markdown placeholders read."""
+    from .figures import render as render_figures
+
     nb = nbformat.v4.new_notebook(metadata=dict(METADATA))
     nb.cells.append(nbformat.v4.new_code_cell(bootstrap_cell()))
     for cell in cells:
         if cell.kind == "markdown":
-            nb.cells.append(nbformat.v4.new_markdown_cell(cell.text))
+            nb.cells.append(nbformat.v4.new_markdown_cell(render_figures(cell.text, stem) if stem else cell.text))
+        elif cell.kind == "setup":
+            nb.cells.append(nbformat.v4.new_code_cell(setup_cell(cell.exercise)))
+        elif cell.kind == "inline":
+            nb.cells.append(nbformat.v4.new_code_cell(NOQA.sub("", inline_source(cell.exercise))))
         elif cell.kind == "check":
             nb.cells.append(nbformat.v4.new_code_cell(f'check("{cell.exercise}", {_func_name(cell.exercise)})'))
         elif cell.kind == "progress":
@@ -171,10 +221,11 @@ def targets() -> dict[Path, str]:
     for src in sorted(LESSON_SOURCES.glob("l[0-9][0-9]_*.py")):
         stem = src.stem[1:]
         cells = parse(src.read_text())
-        out[ROOT / "solutions" / f"{stem}.ipynb"] = render(to_notebook(cells, exercise=False))
-        out[ROOT / "exercises" / f"{stem}.ipynb"] = render(to_notebook(cells, exercise=True))
+        out[ROOT / "solutions" / f"{stem}.ipynb"] = render(to_notebook(cells, exercise=False, stem=stem))
+        out[ROOT / "exercises" / f"{stem}.ipynb"] = render(to_notebook(cells, exercise=True, stem=stem))
     for src in sorted(NOTEBOOK_SOURCES.glob("[0-9][0-9]_*.py")):
-        out[ROOT / "notebooks" / f"{src.stem}.ipynb"] = render(to_notebook(parse(src.read_text()), exercise=None))
+        cells = parse(src.read_text())
+        out[ROOT / "notebooks" / f"{src.stem}.ipynb"] = render(to_notebook(cells, exercise=None, stem=src.stem))
     from .results_table import generated
 
     out.update(generated(repository_url()))  # README's course map and results table, results/README.md

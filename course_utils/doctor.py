@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import platform
 
-from .lessons_index import NEEDS, TITLES
+from .lessons_index import LESSONS
 from .mode import current
 
 PACKAGES = ("torch", "triton", "numpy", "transformers", "onnx", "onnxruntime", "matplotlib")
@@ -54,8 +54,8 @@ def doctor() -> bool:
     ok &= kernel
     print(f"{'tiny kernel':<13} {'ok' if kernel else 'WRONG RESULT'} (vector add of 1000 elements)")
     print()
-    for lesson, title in TITLES.items():
-        need, note = NEEDS[lesson]
+    for lesson, record in LESSONS.items():
+        need, note, title = record.needs, record.needs_note, record.title
         if need is None or capability is not None and capability >= need:
             status = "full"
         elif capability is None:

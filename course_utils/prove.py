@@ -45,7 +45,7 @@ def prove(lessons: list[str]) -> bool:
     root = course_root()
     ok_all = True
     for lesson in lessons or list(LESSONS):
-        stem = LESSONS[lesson]
+        stem = LESSONS[lesson].stem
         runs = {}
         for folder in ("notebooks", "solutions"):
             path = root / folder / f"{stem}.ipynb"

@@ -5,14 +5,14 @@ import json
 import re
 from pathlib import Path
 
-from .lessons_index import LESSONS, NEEDS, TITLES, course_root
+from .bench import device_key
+from .lessons_index import LESSONS, course_root
 
 
 def _load() -> list[dict]:
     out = []
-    for lesson, stem in LESSONS.items():
-        path = course_root() / "results" / f"{stem}.json"
-        if path.exists():
+    for record in LESSONS.values():
+        for path in sorted((course_root() / "results").glob(f"{record.stem}.*.json")):
             out.append(json.loads(path.read_text()))
     return out
 
@@ -50,7 +50,7 @@ def results_readme(results: list[dict]) -> str:
              "(or our rate / peer rate where the metric says GB/s), measured side by side in one process.", "",
              "## Targets of the design", "", targets_table(results), ""]
     for data in results:
-        stem = LESSONS[data["lesson"]]
+        stem = LESSONS[data["lesson"]].stem
         parts += [f"## {stem}", "",
                   f"{data['device']}, {data['date']}: torch {data['torch']}, triton {data['triton']}, "
                   f"python {data['python']}", ""]
@@ -60,8 +60,9 @@ def results_readme(results: list[dict]) -> str:
             parts += [f"Notebooks executed there: {runs}.", ""]
         if data["rows"]:
             parts += [rows_table(data), ""]
-            if (course_root() / "results" / f"{stem}.png").exists():
-                parts += [f"![{stem}]({stem}.png)", ""]
+            png = f"{stem}.{device_key(data['device'])}.png"
+            if (course_root() / "results" / png).exists():
+                parts += [f"![{stem} on {data['device']}]({png})", ""]
         for note in data.get("notes", []):
             parts += [f"- {note}"]
         parts += [""]
@@ -73,12 +74,15 @@ def course_map(repo_url: str) -> str:
     lines = ["| # | lesson | exercises | GPU needs | Colab |", "|---|---|---|---|---|"]
     from .grading import exercises
 
-    for lesson, stem in LESSONS.items():
+    for lesson, record in LESSONS.items():
+        stem = record.stem
+        if not (course_root() / "notebooks" / f"{stem}.ipynb").exists():
+            continue  # a lesson being written: on the map once its notebook is built
         ids = ", ".join(f"`{ex.id}`" for ex in exercises(lesson)) or "-"
         links = f"[lesson]({colab}/notebooks/{stem}.ipynb)"
         if (course_root() / "exercises" / f"{stem}.ipynb").exists():
             links += f" · [exercises]({colab}/exercises/{stem}.ipynb) · [solutions]({colab}/solutions/{stem}.ipynb)"
-        lines.append(f"| {lesson} | [{TITLES[lesson]}](notebooks/{stem}.ipynb) | {ids} | {NEEDS[lesson][1]} | {links} |")
+        lines.append(f"| {lesson} | [{record.title}](notebooks/{stem}.ipynb) | {ids} | {record.needs_note} | {links} |")
     return "\n".join(lines)
 
 

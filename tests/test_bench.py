@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from course_utils import bench
+from course_utils import bench, lessons_index
 
 
 def test_rates():
@@ -37,7 +37,7 @@ def test_time_refuses_in_the_interpreter(capsys, monkeypatch):
 
 def test_save_and_show_results(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench, "RESULTS", tmp_path)
-    monkeypatch.setattr("course_utils.lessons_index.LESSONS", {"99": "99_test"})
+    monkeypatch.setitem(lessons_index.LESSONS, "99", lessons_index.Lesson("99_test", "test", None, "any"))
     table = bench.Table("99")
     table.add("add fp32", "torch", 1.0, n_bytes=3e9)
     table.add("add fp32", "triton (ours)", 0.9, n_bytes=3e9)
@@ -46,7 +46,7 @@ def test_save_and_show_results(tmp_path, monkeypatch, capsys):
     data = json.loads(path.read_text())
     assert data["rows"][1]["gbps"] == pytest.approx(3333.33, rel=1e-4)
     assert data["targets"][0]["met"] is True and "torch" in data and "date" in data
-    assert (tmp_path / "99_test.png").stat().st_size > 1000
+    assert bench.result_path("99", ".png").stat().st_size > 1000
     bench.show_results("99")
     out = capsys.readouterr().out
     assert "triton (ours)" in out and "1.11" in out

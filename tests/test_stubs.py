@@ -29,7 +29,7 @@ def _stub_namespace(stem: str) -> dict:
 def test_unsolved_stub_fails_its_check(exercise):
     from course_utils.lessons_index import LESSONS
 
-    namespace = _stub_namespace(LESSONS[exercise.id[:2]])
+    namespace = _stub_namespace(LESSONS[exercise.id[:2]].stem)
     with pytest.raises(CheckFailed) as info:
         check(exercise.id, namespace[exercise.func_name], seed=0, quiet=True)
     assert isinstance(info.value, CandidateError), str(info.value)

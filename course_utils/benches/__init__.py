@@ -9,14 +9,15 @@ import importlib
 import pkgutil
 
 from ..bench import Table, save
+from ..lessons_index import lesson as lesson_record
 
 
 def available() -> list[str]:
-    return sorted(info.name[1:] for info in pkgutil.iter_modules(__path__) if info.name.startswith("l"))
+    return sorted(info.name[1:3] for info in pkgutil.iter_modules(__path__) if info.name.startswith("l"))
 
 
 def run(lesson: str, write: bool = True) -> Table:
-    module = importlib.import_module(f"{__name__}.l{lesson}")
+    module = importlib.import_module(f"{__name__}.{lesson_record(lesson).module}")
     table = Table(lesson)
     module.run(table)
     table.show()

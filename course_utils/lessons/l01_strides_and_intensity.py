@@ -11,11 +11,10 @@
 # Reminder: element `idx` of a tensor `t` lives at storage element
 # `t.storage_offset() + sum(idx[d] * t.stride()[d] for d in range(t.dim()))`; strides count elements.
 
+# %% [setup]
+
 # %%
-from course_utils import check, progress, setup  # noqa: F401
-
-mode = setup(quiet=__name__ != "__main__")
-
+from course_utils import check, progress  # noqa: F401
 import torch  # noqa: E402
 
 # %% [markdown]

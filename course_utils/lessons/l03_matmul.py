@@ -14,11 +14,10 @@
 # smaller sizes. fp32 dots are exact there; on a GPU they use TF32 tensor cores unless asked
 # otherwise, and the checks' tolerances allow both.
 
+# %% [setup]
+
 # %%
-from course_utils import check, progress, setup  # noqa: F401
-
-mode = setup(quiet=__name__ != "__main__")
-
+from course_utils import check, current, progress  # noqa: F401
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -153,7 +152,7 @@ def _config(bm: int, bn: int, bk: int, warps: int, stages: int, group_m: int = 8
 
 def matmul_configs(interpret: bool | None = None) -> list[triton.Config]:
     """The autotuner's candidates: one small tile in the interpreter, Hopper-friendly tiles on a GPU."""
-    if mode.interpret if interpret is None else interpret:
+    if current().interpret if interpret is None else interpret:
         return [_config(64, 64, 64, warps=4, stages=1, group_m=2)]
     configs = []
     for bk in (64, 32):  # 128-byte tile rows for 2-byte and 4-byte dtypes (see select_configs)
@@ -187,7 +186,7 @@ def select_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> 
 
 def hopper() -> bool:
     """A Hopper GPU (sm_90), whose wgmma instruction wants tf32 operands K-major."""
-    return mode.gpu and torch.cuda.get_device_capability()[0] == 9
+    return current().gpu and torch.cuda.get_device_capability()[0] == 9
 
 
 def dot_precision(dtype: torch.dtype) -> str:

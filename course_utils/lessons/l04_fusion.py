@@ -13,11 +13,10 @@
 # buffer `out` (allocated and poisoned by the checker). Write every element of `out`, and nothing else.
 # In interpreter mode (no GPU) the same kernels run on the CPU, with smaller sizes.
 
+# %% [setup]
+
 # %%
-from course_utils import check, progress, setup  # noqa: F401
-
-mode = setup(quiet=__name__ != "__main__")
-
+from course_utils import check, progress  # noqa: F401
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402

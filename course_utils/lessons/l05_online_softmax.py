@@ -11,11 +11,10 @@
 # The statistics of a set of numbers x: its maximum `m = max(x)` and its normalizer
 # `d = sum(exp(x - m))`. With them, `softmax(x) = exp(x - m) / d`, and `logsumexp(x) = m + log(d)`.
 
+# %% [setup]
+
 # %%
-from course_utils import check, progress, setup  # noqa: F401
-
-mode = setup(quiet=__name__ != "__main__")
-
+from course_utils import check, progress  # noqa: F401
 import math  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 

@@ -20,11 +20,10 @@
 # Destination passing as in lesson 02: your host function receives its inputs and the output `out`,
 # which the checker poisoned; write every element of `out`, and nothing else.
 
+# %% [setup]
+
 # %%
-from course_utils import check, current, progress, setup  # noqa: F401
-
-mode = setup(quiet=__name__ != "__main__")
-
+from course_utils import check, current, progress  # noqa: F401
 from typing import NamedTuple  # noqa: E402
 
 import torch  # noqa: E402
@@ -408,10 +407,10 @@ def swap_in_fused_mlp(model: nn.Module, layer: int = 0) -> nn.Module:
 if __name__ == "__main__":
     from course_utils.llama import toy_config, toy_llama
 
-    reference = toy_llama(small=True, device=mode.device)
-    fused = swap_in_fused_mlp(toy_llama(small=True, device=mode.device))
+    reference = toy_llama(small=True, device=current().device)
+    fused = swap_in_fused_mlp(toy_llama(small=True, device=current().device))
     vocab = toy_config(small=True).vocab_size
-    ids = torch.randint(vocab, (2, 16), generator=torch.Generator().manual_seed(0)).to(mode.device)
+    ids = torch.randint(vocab, (2, 16), generator=torch.Generator().manual_seed(0)).to(current().device)
     with torch.no_grad():
         diff = (fused(ids, use_cache=False).logits - reference(ids, use_cache=False).logits).abs().max()
     print(f"logits of the toy Llama with your fused block: max |diff| = {diff:.2e}")

@@ -12,14 +12,10 @@
 # (the lesson shows how); `install_fp8_fix()` gives it an exact one, so a correct kernel passes there too.
 # At the end, a worked example that is not an exercise: the W8A16 GEMV of the lesson and its benchmark.
 
+# %% [setup] fp8
+
 # %%
-from course_utils import check, progress, setup  # noqa: F401
-from course_utils.fp8 import fp8_mode, install_fp8_fix
-
-# In a notebook on a GPU older than sm_89, fp8_mode() picks the interpreter (and says why).
-mode = setup(fp8_mode() if __name__ == "__main__" else None, quiet=__name__ != "__main__")
-install_fp8_fix()  # a no-op on a GPU
-
+from course_utils import check, progress  # noqa: F401
 import math  # noqa: E402
 
 import torch  # noqa: E402

@@ -264,7 +264,7 @@ for sheet in roofline.DATASHEETS.values():
 
 # %%
 if mode.gpu:
-    from course_utils.benches.l01 import QUICK, time_operations
+    from course_utils.benches.l01_strides_and_intensity import QUICK, time_operations
 
     table = Table("01")
     time_operations(table, QUICK)

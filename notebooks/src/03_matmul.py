@@ -22,8 +22,8 @@ import triton
 
 from course_utils import check, size
 from course_utils.bench import Table, can_time, load_results, show_results
-from course_utils.benches import l03 as bench
-from course_utils.benches.l03 import (linear_relu_bytes, matmul_flops, min_bytes, naive_load_bytes,
+from course_utils.benches import l03_matmul as bench
+from course_utils.benches.l03_matmul import (linear_relu_bytes, matmul_flops, min_bytes, naive_load_bytes,
                                       plot_vs_size, tiled_load_bytes)
 from course_utils.grading import CheckFailed
 from course_utils.lessons.l03_matmul import (dot_precision, grouped_pid, grouped_tile, linear_relu, matmul,

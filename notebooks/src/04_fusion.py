@@ -22,7 +22,7 @@ import triton
 
 from course_utils import benches, check, size
 from course_utils.bench import can_time, do_bench, load_results, plot, show_results
-from course_utils.benches.l04 import (COMPILE_NOTE, LAUNCH_GROUP, PROFILE_NOTE, cuda_graph,
+from course_utils.benches.l04_fusion import (COMPILE_NOTE, LAUNCH_GROUP, PROFILE_NOTE, cuda_graph,
                                       describe_trace, generated_triton, profile_to_trace, sin_instruction,
                                       trace_summary, wall_ms)
 from course_utils.lessons.l04_fusion import (bytes_moved, silu_mul, silu_mul_kernel, silu_mul_ref, sin4,

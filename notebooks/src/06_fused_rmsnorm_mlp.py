@@ -24,7 +24,7 @@ import torch
 
 from course_utils import check, netron
 from course_utils.bench import Table, can_time, plot, show_results
-from course_utils.benches import l06 as bench06
+from course_utils.benches import l06_fused_rmsnorm_mlp as bench06
 from course_utils.build import solve
 from course_utils.lessons.l06_fused_rmsnorm_mlp import (
     FusedRMSNormMLP,

@@ -552,7 +552,7 @@ print("sign-extended back:     ", ((nibbles.to(torch.int16) ^ 8) - 8).tolist())
 
 # %%
 if can_time() and fp8.fp8_dot_supported():
-    from course_utils.benches import l07 as bench07
+    from course_utils.benches import l07_fp8_quantization as bench07
 
     table = Table("07")
     bench07.run(table)

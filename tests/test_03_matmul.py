@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from course_utils.benches import l03 as bench
+from course_utils.benches import l03_matmul as bench
 from course_utils.checks.l03_matmul import dot_tolerance, grouped_order
 from course_utils.grading import check
 from course_utils.lessons.l03_matmul import (SMALL_PROBLEM_FLOPS, dot_precision, grouped_pid, grouped_tile,

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from course_utils.benches import l04 as bench04
+from course_utils.benches import l04_fusion as bench04
 from course_utils.grading import check
 from course_utils.lessons.l04_fusion import bytes_moved, silu_mul, silu_mul_ref, sin4, sin4_kernel, sin4_ref
 from helpers import failure, interpreter_only

@@ -505,7 +505,7 @@ def test_bench_runs_end_to_end_at_tiny_sizes(monkeypatch):
     """The GPU benchmark's code paths (checks before timing, best-of-sweep, targets, notes) in the
     interpreter: every timed function is called once instead of timed."""
     from course_utils.bench import Table
-    from course_utils.benches import l07 as bench07
+    from course_utils.benches import l07_fp8_quantization as bench07
 
     monkeypatch.setattr(bench07, "DEVICE", "cpu")
     monkeypatch.setattr(bench07, "QUANTIZE_SHAPE", (16, 256))

@@ -495,7 +495,7 @@ def test_default_tiles_fit_in_shared_memory(monkeypatch, rows, element_size):
 
 
 def test_bench_sweep_tiles_fit_in_shared_memory():
-    from course_utils.benches import l06 as bench
+    from course_utils.benches import l06_fused_rmsnorm_mlp as bench
 
     for cfg in bench.GATE_UP_SWEEP["small"] + bench.GATE_UP_SWEEP["large"]:
         assert min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) >= 16, cfg
@@ -506,7 +506,7 @@ def test_bench_sweep_tiles_fit_in_shared_memory():
 
 
 def test_bench_sweeps_the_prefill_tiles_asked_for():
-    from course_utils.benches import l06 as bench
+    from course_utils.benches import l06_fused_rmsnorm_mlp as bench
 
     large = bench.GATE_UP_SWEEP["large"]
     tiles = {(c["BLOCK_M"], 2 * c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in large}

@@ -28,7 +28,7 @@ from ..roofline import (
     softmax_cost,
 )
 
-ROOFLINE_PNG = RESULTS / "01_roofline.png"
+ROOFLINE_PNG = RESULTS / "01_roofline.h200.png"
 
 
 @dataclass(frozen=True)

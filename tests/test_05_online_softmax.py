@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from course_utils.benches.l05 import ATTENTION_SWEEP, SOFTMAX_SHAPES, softmax_variants
+from course_utils.benches.l05_online_softmax import ATTENTION_SWEEP, SOFTMAX_SHAPES, softmax_variants
 from course_utils.checks.l05_online_softmax import _ReadLog
 from course_utils.grading import check
 from course_utils.lessons.l05_online_softmax import (

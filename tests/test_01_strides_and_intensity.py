@@ -308,7 +308,7 @@ def test_measure_ceilings_needs_a_gpu(monkeypatch):
 
 def test_bench_code_paths_with_a_fake_timer(monkeypatch, tmp_path):
     """Every timed operation of benches/l01 runs (and is checked) at tiny sizes; the timer is faked."""
-    from course_utils.benches import l01
+    from course_utils.benches import l01_strides_and_intensity as l01
 
     monkeypatch.setattr(bench, "current", lambda: Mode("gpu", current().device, "fake timer"))
     monkeypatch.setattr(bench, "do_bench", lambda fn, **kwargs: (fn(), 0.01)[1])
