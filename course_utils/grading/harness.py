@@ -14,7 +14,7 @@ import inspect
 import random
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -317,20 +317,48 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
     return problems
 
 
-def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str) -> list[str]:
-    buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]] = {}
-    call_args = []
-    inputs = []
+@dataclass
+class Prepared:
+    """A kernel case ready to call: the arguments (outputs are poisoned views into guarded buffers)."""
+
+    call_args: list
+    buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]]  # out name -> (buffer, view, numel)
+    inputs: list[tuple[str, torch.Tensor, torch.Tensor]]  # (name, tensor, its bytes before the call)
+
+
+@dataclass
+class CallFacts:
+    """What happened while the candidate ran, besides the bytes it left in memory.
+
+    Recorded where the candidate runs (in a batch grader: inside the submission's sandbox, so these
+    can only take credit away: the verdict on the outputs is computed from the bytes alone).
+    """
+
+    returned: str | None = None  # type name of a return value that is neither None nor a tensor
+    returned_other: bool = False  # returned a tensor that is none of the output buffers
+    host: list[str] = field(default_factory=list)  # _host_problems: launches, torch or NumPy on the host
+    changed_later: list[str] = field(default_factory=list)  # outputs changed by host code after the last launch
+
+
+def prepare_kernel_case(ex: Exercise, case: Case, device: str) -> Prepared:
+    """Allocate the poisoned outputs and remember the inputs' bytes (the checker's side, before the call)."""
+    prepared = Prepared([], {}, [])
     for name, arg in zip(ex.params, case.args):
         if isinstance(arg, Out):
             buf, view = _allocate(arg, device)
-            buffers[arg.name] = (buf, view, view.numel())
-            call_args.append(view)
+            prepared.buffers[arg.name] = (buf, view, view.numel())
+            prepared.call_args.append(view)
         else:
             if isinstance(arg, torch.Tensor):
-                inputs.append((name, arg, _bits(arg).clone()))
-            call_args.append(arg)
+                prepared.inputs.append((name, arg, _bits(arg).clone()))
+            prepared.call_args.append(arg)
+    return prepared
 
+
+def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
+                          buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]], device: str) -> CallFacts:
+    """Call the candidate once, watching it (the candidate's side). Raises CheckFailed when it raised,
+    went out of bounds or crashed the GPU; the outputs are left in `buffers` for `judge_kernel_case`."""
     # The outputs' bytes as the last kernel launch left them, and how many torch ops had run by then:
     # output that changes afterwards without a torch op that writes was written by NumPy or the like.
     after_launch: dict[str, torch.Tensor] = {}
@@ -363,42 +391,63 @@ def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str)
                 "restart the Python kernel before the next check"
             ) from None
 
-    problems = []
+    facts = CallFacts()
     if result is not None and not isinstance(result, torch.Tensor | tuple):
-        problems.append(f"returned {type(result).__name__}; a destination-passing function returns None")
-    problems += _host_problems(ex, watch)
-    for name, tensor, bits in inputs:
-        if not torch.equal(_bits(tensor), bits):
-            problems.append(f"your function modified its input `{name}`")
+        facts.returned = type(result).__name__
+    facts.returned_other = isinstance(result, torch.Tensor) and all(
+        result.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr() for buf, _, _ in buffers.values())
+    facts.host = _host_problems(ex, watch)
     torch_wrote_later = any(op.endswith("_") or op in ex.allowed_ops or op not in HOST_OPS
                             for op in watch.torch_ops[ops_at_last_launch[0]:])
-    for name, (buf, view, numel) in buffers.items():
-        problems += _guard_problems(name, buf, numel)
+    for name, (_, view, _) in buffers.items():
         changed_later = name in after_launch and not torch.equal(_bits(view), after_launch[name])
         if changed_later and not torch_wrote_later:
+            facts.changed_later.append(name)
+    return facts
+
+
+def judge_kernel_case(ex: Exercise, case: Case, prepared: Prepared, facts: CallFacts) -> list[str]:
+    """The problems of one call, from the bytes it left and the facts recorded (the checker's side)."""
+    problems = []
+    if facts.returned is not None:
+        problems.append(f"returned {facts.returned}; a destination-passing function returns None")
+    problems += facts.host
+    for name, tensor, bits in prepared.inputs:
+        if not torch.equal(_bits(tensor), bits):
+            problems.append(f"your function modified its input `{name}`")
+    for name, (buf, view, numel) in prepared.buffers.items():
+        problems += _guard_problems(name, buf, numel)
+        if name in facts.changed_later:
             problems.append(f"`{name}` was changed after your last kernel launch by host code (NumPy? a "
                             "Python loop?): the result must be written by the Triton kernel")
         found = compare(name, view, case.expected[name], case.atol, case.rtol)
-        returned_other = isinstance(result, torch.Tensor) and all(
-            result.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr()
-            for buf, _, _ in buffers.values())
-        if found and returned_other:
+        if found and facts.returned_other:
             found.append(f"your function returned a tensor instead of writing into `{name}`: the checker "
                          "allocates the output, passes it in, and reads it after the call (the return value "
                          "is ignored)")
         problems += found
     if case.verify is not None and not problems:
-        problems += case.verify({name: view for name, (_, view, _) in buffers.items()}, case)
+        problems += case.verify({name: view for name, (_, view, _) in prepared.buffers.items()}, case)
     return problems
 
 
-def _run_function_case(ex: Exercise, candidate: Callable, case: Case) -> list[str]:
+def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str) -> list[str]:
+    prepared = prepare_kernel_case(ex, case, device)
+    facts = call_kernel_candidate(ex, candidate, prepared.call_args, prepared.buffers, device)
+    return judge_kernel_case(ex, case, prepared, facts)
+
+
+def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[Any, list[str]]:
+    """Call a (non-kernel) candidate: its result and the forbidden aten ops it used."""
     with watching() as watch:
         try:
-            result = candidate(*case.args)
+            result = candidate(*args)
         except Exception as exc:
             raise _candidate_error(exc) from None
-    used = [op for op in ex.forbidden_ops if op in watch.torch_ops]
+    return result, [op for op in ex.forbidden_ops if op in watch.torch_ops]
+
+
+def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) -> list[str]:
     if used:
         named = ", ".join(f"aten.{op}" + (f" ({TORCH_NAMES[op]})" if op in TORCH_NAMES else "")
                           for op in used)
@@ -408,6 +457,11 @@ def _run_function_case(ex: Exercise, candidate: Callable, case: Case) -> list[st
     if result != case.expected:
         return [f"returned {result!r}, expected {case.expected!r}"]
     return []
+
+
+def _run_function_case(ex: Exercise, candidate: Callable, case: Case) -> list[str]:
+    result, used = call_function_candidate(ex, candidate, case.args)
+    return judge_function_case(ex, case, result, used)
 
 
 def _check_signature(ex: Exercise, candidate: Callable) -> None:
@@ -450,21 +504,34 @@ def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, qui
     ex = REGISTRY[exercise_id]
     _check_signature(ex, candidate)
     seed = random.randrange(2**31) if seed is None else seed
-    gen = torch.Generator().manual_seed(seed)
     device = current().device
+
+    def run_case(case: Case) -> list[str]:
+        return (_run_kernel_case(ex, candidate, case, device) if ex.kernel
+                else _run_function_case(ex, candidate, case))
+
+    n_cases = run_cases(ex, seed, run_case)
+    if not quiet:
+        print(f"{ex.id} passed: {n_cases} cases ({ex.title}); seed {seed}")
+
+
+def run_cases(ex: Exercise, seed: int, run_case: Callable[[Case], list[str]]) -> int:
+    """Draw the cases of `ex` from `seed` and judge each with `run_case` (-> problems); raise CheckFailed,
+    with the case, seed and hint, at the first case with problems. Returns the number of cases.
+
+    `run_case` calls the candidate in this process (`check`) or in a submission's sandbox (batch grading)."""
+    gen = torch.Generator().manual_seed(seed)
     cases = list(ex.cases(gen))
     reproduce = f'reproduce with check("{ex.id}", {ex.func_name}, seed={seed})'
     for i, case in enumerate(cases, 1):
         header = f"{ex.id} failed on case {i}/{len(cases)}: {describe_case(ex, case)}\n  seed {seed}: {reproduce}"
         about = {"exercise": ex.id, "case": describe_case(ex, case), "seed": seed}
         try:
-            problems = (_run_kernel_case(ex, candidate, case, device) if ex.kernel
-                        else _run_function_case(ex, candidate, case))
+            problems = run_case(case)
         except CheckFailed as exc:
             raise _with_header(exc, header, about) from None
         if problems:
             body = "\n".join("  " + p for p in problems)
             hint = f"\n  hint: {ex.hint}" if ex.hint else ""
             raise CheckFailed(f"{header}\n{body}{hint}", problems=problems, **about)
-    if not quiet:
-        print(f"{ex.id} passed: {len(cases)} cases ({ex.title}); seed {seed}")
+    return len(cases)
