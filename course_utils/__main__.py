@@ -59,9 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         setup("gpu")
         from . import benches
 
-        for lesson in args.lessons or benches.available():
-            benches.run(lesson)
-        return 0
+        return 0 if benches.run_all(args.lessons) else 1
     if args.command == "prove":
         from .mode import setup
 

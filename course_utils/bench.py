@@ -1,8 +1,16 @@
 """Benchmarks: honest GPU timings, rates against the device's ceilings, tables, plots, results/.
 
 On a GPU, `Table.time(...)` runs `triton.testing.do_bench` (median of many runs after a warm-up)
-and turns milliseconds into GB/s and TFLOP/s. In the interpreter timing means nothing, so
-`Table.time` refuses (one clear line) and `show_results(lesson)` shows what a real GPU measured.
+and turns milliseconds into GB/s and TFLOP/s; `graph=True` also times the same work replayed from a
+CUDA graph (its own row, named "... [graph]"), which is how launch-bound shapes are compared.
+`Table.target(group, ours, [peer, ...], minimum)` compares with the fastest of several peers measured
+in the same run (`Table.time_peers` times the usual ones: eager, torch.compile, max-autotune, Liger).
+`Table.fact(key, text)` records a figure the lesson prose cites as `{{fact:KEY}}` (course_utils.figures).
+In the interpreter timing means nothing, so `Table.time` refuses (one clear line) and
+`show_results(lesson)` shows what a real GPU measured.
+
+Results live in results/<stem>.<device>.json (and .png), one file per lesson and GPU ("h100", "h200":
+`device_key()`); `results_dir()` finds the folder when called.
 """
 from __future__ import annotations
 
@@ -16,7 +24,12 @@ from pathlib import Path
 from .lessons_index import course_root
 from .mode import current
 
-RESULTS = course_root() / "results"
+GRAPH = " [graph]"  # suffix of a row timed as a CUDA-graph replay
+
+
+def results_dir() -> Path:
+    """The results/ folder of the course checkout, found when called (course_root())."""
+    return course_root() / "results"
 
 
 def can_time() -> bool:
@@ -33,6 +46,33 @@ def do_bench(fn: Callable[[], object], *, warmup_ms: int = 25, rep_ms: int = 100
     import triton.testing
 
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def graph_replay(fn: Callable[[], object], warmup: int = 3) -> Callable[[], object]:
+    """Capture fn's GPU work once in a CUDA graph (after `warmup` calls on a side stream, which compile
+    and autotune kernels) and return a function that replays it: one launch, no Python in between.
+
+    The replay reuses the capture's tensors: fn must read its inputs from tensors that stay alive.
+    """
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = fn()
+
+    def replay():
+        graph.replay()
+        return static_out
+
+    replay.graph = graph  # keep the graph (and its memory pool) alive as long as the function
+    return replay
 
 
 def gb_per_s(n_bytes: float, ms: float) -> float:
@@ -54,7 +94,11 @@ class Row:
 
 @dataclass
 class Target:
-    """A ratio the design asks for: metric(ours) / metric(peer) >= minimum (None: only reported)."""
+    """A ratio the design asks for: metric(ours) / metric(peer) >= minimum (None: only reported).
+
+    With several candidate peers (`peers`), `peer` is the one that was fastest in this run: the ratio
+    is against the strongest of them. A row name ending in " [graph]" is a CUDA-graph timing.
+    """
 
     group: str
     ours: str
@@ -64,6 +108,7 @@ class Target:
     metric: str = "speed"  # "speed": peer ms / our ms (same work); "gbps" or "tflops": our rate / peer rate
     ratio: float | None = None
     met: bool | None = None
+    peers: list[str] | None = None  # the candidates, when the ratio is against the fastest of several
 
 
 @dataclass
@@ -73,14 +118,77 @@ class Table:
     targets: list[Target] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     notebooks: dict = field(default_factory=dict)  # notebook -> {"ok", "seconds", "error"} (prove)
+    facts: dict[str, str] = field(default_factory=dict)  # key -> text, cited in prose as {{fact:KEY}}
+    error: str = ""  # why the bench stopped early (its rows so far are kept)
 
     def time(self, group: str, name: str, fn: Callable[[], object], *, n_bytes: float | None = None,
-             flops: float | None = None, rep_ms: int = 100) -> Row | None:
-        """Time fn on the GPU and record a row; returns None (and times nothing) in the interpreter."""
+             flops: float | None = None, graph: bool | str = False, rep_ms: int = 100) -> Row | None:
+        """Time fn on the GPU and record a row; returns None (and times nothing) in the interpreter.
+
+        graph=True also times fn replayed from a CUDA graph, as its own row `name + " [graph]"`
+        (launch-bound work: the plain row pays the launches, the graph row shows the GPU's work);
+        graph="only" records the graph row alone. A capture that fails costs only that row (a note).
+        Returns the plain row (the graph row with graph="only").
+        """
         if not current().gpu:
             return None
-        ms = do_bench(fn, rep_ms=rep_ms)
-        return self.add(group, name, ms, n_bytes=n_bytes, flops=flops)
+        row = None
+        if graph != "only":
+            row = self.add(group, name, do_bench(fn, rep_ms=rep_ms), n_bytes=n_bytes, flops=flops)
+        if graph:
+            try:
+                replay = graph_replay(fn)
+            except Exception as exc:  # noqa: BLE001 - some work cannot be captured; say so, go on
+                self.notes.append(f"{group}: '{name}' not timed in a CUDA graph: {_first_line(exc)}")
+                return row
+            graph_row = self.add(group, name + GRAPH, do_bench(replay, rep_ms=rep_ms), n_bytes=n_bytes,
+                                 flops=flops)
+            row = row or graph_row
+        return row
+
+    def time_peers(self, group: str, fn: Callable[..., object], *args, n_bytes: float | None = None,
+                   flops: float | None = None, graph: bool | str = False, liger: Callable | None = None,
+                   check: Callable[[object], None] | None = None, eager: str = "torch eager",
+                   max_autotune: bool = True, rep_ms: int = 100) -> list[str]:
+        """Time the usual fair peers of an operation `fn(*args)` (a PyTorch function) into `group`.
+
+        Rows: `eager` (fn itself), "torch.compile" (default mode), "torch.compile max-autotune"
+        (Inductor's own CUDA graphs off, so that it times the same way as every other row; the
+        " [graph]" rows are the graph timings, for everyone alike) and "Liger-Kernel" (`liger(*args)`,
+        when given). `check(result)` runs on each peer's output before it is timed. A peer that fails
+        to compile or run is skipped with a note. Returns the names of the rows recorded (graph rows
+        included): pass them to `target(...)` to compare with the fastest.
+        """
+        import torch
+
+        candidates: list[tuple[str, Callable[[], Callable]]] = [
+            (eager, lambda: fn), ("torch.compile", lambda: torch.compile(fn, dynamic=False))]
+        if max_autotune:
+            candidates.append(("torch.compile max-autotune",
+                               lambda: torch.compile(fn, mode="max-autotune-no-cudagraphs", dynamic=False)))
+        if liger is not None:
+            candidates.append(("Liger-Kernel", lambda: liger))
+        names = []
+        for name, make in candidates:
+            try:
+                impl = make()
+                result = impl(*args)  # compiles (torch.compile is lazy), and checked before timed
+                if check is not None:
+                    check(result)
+            except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
+                self.notes.append(f"{group}: peer '{name}' skipped: {_first_line(exc)}")
+                continue
+            self.time(group, name, lambda impl=impl: impl(*args), n_bytes=n_bytes, flops=flops,
+                      graph=graph, rep_ms=rep_ms)
+            names += [n for n in (name, name + GRAPH) if self.find(group, n)]
+        return names
+
+    def fact(self, key: str, text: str) -> str:
+        """Record a named figure for lesson prose (`{{fact:KEY}}` renders `text`)."""
+        if not key or "|" in key or "}" in key:
+            raise ValueError(f"a fact key needs a plain name, not {key!r}")
+        self.facts[key] = str(text)
+        return self.facts[key]
 
     def add(self, group: str, name: str, ms: float, *, n_bytes: float | None = None,
             flops: float | None = None) -> Row:
@@ -91,24 +199,47 @@ class Table:
 
     def add_best(self, group: str, name: str = "triton (ours)", *, n_bytes: float | None = None,
                  flops: float | None = None) -> Row | None:
-        """Add the fastest of the sweep rows `name ...` of `group` as `name`, the row targets compare."""
-        sweep = [r for r in self.rows if r.group == group and r.name.startswith(name + " ")]
-        if not sweep:
-            return None
-        best = min(sweep, key=lambda r: r.ms)
-        self.notes.append(f"{group}: best of our sweep is {best.name}")
-        return self.add(group, name, best.ms, n_bytes=n_bytes, flops=flops)
+        """Add the fastest of the sweep rows `name ...` of `group` as `name`, the row targets compare.
+
+        Graph rows of the sweep ("name ... [graph]") give `name [graph]` the same way. Returns the
+        plain row (the graph row when the sweep has only graph rows).
+        """
+        added = []
+        for suffix in ("", GRAPH):
+            sweep = [r for r in self.rows if r.group == group and r.name.startswith(name + " ")
+                     and r.name.endswith(GRAPH) == bool(suffix) and r.name != name + GRAPH]
+            if not sweep:
+                continue
+            best = min(sweep, key=lambda r: r.ms)
+            self.notes.append(f"{group}: best of our sweep{' in a CUDA graph' if suffix else ''} is {best.name}")
+            added.append(self.add(group, name + suffix, best.ms, n_bytes=n_bytes, flops=flops))
+        return added[0] if added else None
 
     def find(self, group: str, name: str) -> Row | None:
         return next((r for r in self.rows if r.group == group and r.name == name), None)
 
-    def target(self, group: str, ours: str, peer: str, minimum: float | None, stretch: float | None = None,
-               metric: str = "speed") -> Target:
-        """Record a target; its ratio comes from the rows of `group` (see Target.metric)."""
-        t = Target(group, ours, peer, minimum, stretch, metric)
-        a, b = self.find(group, ours), self.find(group, peer)
-        if a and b:
-            t.ratio = b.ms / a.ms if metric == "speed" else getattr(a, metric) / getattr(b, metric)
+    def target(self, group: str, ours: str, peer: str | list[str] | tuple[str, ...], minimum: float | None,
+               stretch: float | None = None, metric: str = "speed") -> Target:
+        """Record a target; its ratio comes from the rows of `group` (see Target.metric).
+
+        `peer` may be a list of row names: the ratio is then against the fastest of those measured
+        in this run (lowest ms; highest rate for a rate metric), and the target records which won.
+        """
+        candidates = [peer] if isinstance(peer, str) else list(dict.fromkeys(peer))
+        if not candidates:
+            raise ValueError(f"{group}: a target needs at least one peer")
+        measured = [r for r in (self.find(group, name) for name in candidates) if r is not None]
+        if metric != "speed":
+            measured = [r for r in measured if getattr(r, metric)]
+        best = None
+        if measured:
+            best = (min(measured, key=lambda r: r.ms) if metric == "speed"
+                    else max(measured, key=lambda r: getattr(r, metric)))
+        t = Target(group, ours, best.name if best else candidates[0], minimum, stretch, metric,
+                   peers=candidates if len(candidates) > 1 else None)
+        a = self.find(group, ours)
+        if a and best:
+            t.ratio = best.ms / a.ms if metric == "speed" else getattr(a, metric) / getattr(best, metric)
             t.met = None if minimum is None else t.ratio >= minimum
         self.targets.append(t)
         return t
@@ -118,10 +249,18 @@ class Table:
         if self.targets:
             print()
             print(format_targets(self.targets))
+        for key, text in self.facts.items():
+            print(f"fact {key}: {text}")
 
     def to_json(self) -> dict:
         return {"lesson": self.lesson, **environment(), "rows": [asdict(r) for r in self.rows],
-                "targets": [asdict(t) for t in self.targets], "notes": self.notes, "notebooks": self.notebooks}
+                "targets": [asdict(t) for t in self.targets], "facts": self.facts, "notes": self.notes,
+                "notebooks": self.notebooks, **({"error": self.error} if self.error else {})}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:160] if text else ''}".rstrip(": ")
 
 
 def environment() -> dict:
@@ -156,7 +295,8 @@ def format_targets(targets: list[Target]) -> str:
         ratio = f"{t.ratio:6.2f}" if t.ratio is not None else f"{'-':>6}"
         met = {True: "yes", False: "NO", None: "not measured"}[t.met] if t.minimum is not None else "reported"
         needs = f"{t.minimum:6.2f}" if t.minimum is not None else f"{'-':>6}"
-        lines.append(f"{t.group + ': ' + t.ours + ' vs ' + t.peer:<60} {ratio} {needs}  {met}")
+        peer = f"fastest of {len(t.peers)} ({t.peer})" if t.peers else t.peer
+        lines.append(f"{t.group + ': ' + t.ours + ' vs ' + peer:<60} {ratio} {needs}  {met}")
     return "\n".join(lines)
 
 
@@ -173,7 +313,8 @@ def plot(rows: list[dict] | list[Row], title: str, path: Path | None = None):
     rows = [r if isinstance(r, dict) else asdict(r) for r in rows]
     # A sweep's rows ("triton (ours) BLOCK=...") stay in the tables; the plot shows its best row.
     best = {r["group"] for r in rows if r["name"] == "triton (ours)"}
-    rows = [r for r in rows if not (r["group"] in best and r["name"].startswith("triton (ours) "))]
+    rows = [r for r in rows if not (r["group"] in best and r["name"].startswith("triton (ours) ")
+                                    and r["name"] != "triton (ours)" + GRAPH)]
     groups = list(dict.fromkeys(r["group"] for r in rows))
     fig, axes = plt.subplots(len(groups), 1, figsize=(8, 0.8 + 0.8 * len(groups) + 0.3 * len(rows)),
                              squeeze=False)
@@ -209,7 +350,7 @@ def device_key(name: str | None = None) -> str:
         import torch
 
         name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    found = re.search(r"\b([A-Z]+\d{2,4}[A-Z]?)\b", name.upper().replace("NVIDIA", ""))
+    found = re.search(r"\b([A-Z]+\d{1,4}[A-Z]?)\b", name.upper().replace("NVIDIA", ""))
     return found.group(1).lower() if found else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
@@ -217,12 +358,12 @@ def result_path(lesson: str, suffix: str = ".json", device: str | None = None) -
     """results/<stem>.<device><suffix>: the file of this GPU (or of `device`, e.g. "h200")."""
     from .lessons_index import lesson as lesson_record
 
-    return RESULTS / f"{lesson_record(lesson).stem}.{device or device_key()}{suffix}"
+    return results_dir() / f"{lesson_record(lesson).stem}.{device or device_key()}{suffix}"
 
 
 def save(table: Table) -> Path:
-    """Write results/<lesson>.json and its plot; returns the JSON path."""
-    RESULTS.mkdir(exist_ok=True)
+    """Write results/<stem>.<device>.json and its plot, for the GPU this runs on; returns the JSON path."""
+    results_dir().mkdir(exist_ok=True)
     path = result_path(table.lesson)
     data = table.to_json()
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -232,7 +373,8 @@ def save(table: Table) -> Path:
 
 
 def load_results(lesson: str, device: str | None = None) -> dict | None:
-    """The committed results of a lesson: this GPU's file if there is one, else the reference GPU's."""
+    """The committed results of a lesson: `device`'s file if asked; else this GPU's file if there is
+    one, else the reference GPU's (figures.DEVICES), else any device's. None when there is none."""
     from .figures import results_path
     from .lessons_index import lesson as lesson_record
 
@@ -256,6 +398,8 @@ def show_results(lesson: str) -> dict | None:
     if data.get("targets"):
         print()
         print(format_targets([Target(**t) for t in data["targets"]]))
+    for key, text in data.get("facts", {}).items():
+        print(f"fact {key}: {text}")
     png = result_path(lesson, ".png", device_key(data["device"]))
     if png.exists():
         try:
@@ -266,9 +410,3 @@ def show_results(lesson: str) -> dict | None:
             pass
     return data
 
-
-def progress_bar(items, desc: str):
-    """A progress bar for sweeps (tqdm picks the notebook or terminal flavour)."""
-    from tqdm.auto import tqdm
-
-    return tqdm(items, desc=desc, leave=False)

@@ -3,6 +3,8 @@
 A markdown cell of a lesson source writes a placeholder where a measured number goes:
 
     {{ratio:matmul fp16 4096^3|triton (ours)|torch.matmul (cuBLAS)}}   -> "0.97 x" (a target's ratio)
+    {{ratio:sin^4 fp32 2^26|triton (ours)|fastest}}   -> the ratio of a target against the fastest of
+                        several peers (`table.target(..., [peer, ...])`); {{peer:GROUP|OURS}} names the winner
     {{ms:GROUP|NAME}} {{us:GROUP|NAME}} {{gbps:GROUP|NAME}} {{tflops:GROUP|NAME}}   -> one row's figure
     {{fact:KEY}}        -> a figure the bench recorded by name (`table.fact(KEY, text)`), as recorded
     {{measured}}        -> where and when: "NVIDIA H200, torch 2.11.0+cu130, triton 3.6.0, 2026-11-22"
@@ -32,7 +34,7 @@ def results_path(stem: str, device: str | None = None) -> Path | None:
     """results/<stem>.<device>.json for the device asked (or the first device that has one)."""
     from . import bench
 
-    folder = bench.RESULTS
+    folder = bench.results_dir()
     for dev in [device] if device else DEVICES:
         path = folder / f"{stem}.{dev}.json"
         if path.exists():
@@ -60,6 +62,17 @@ def _row(data: dict, group: str, name: str) -> dict:
     raise MissingFigure(f"no row {group!r} / {name!r} in results of lesson {data.get('lesson')}")
 
 
+def _target(data: dict, group: str, ours: str, peer: str) -> dict | None:
+    """The measured target of (group, ours) against `peer`: its exact peer name, or "fastest" for the
+    target whose ratio is against the fastest of several candidates."""
+    for t in data.get("targets", []):
+        if (t["group"], t["ours"]) != (group, ours) or t.get("ratio") is None:
+            continue
+        if t["peer"] == peer or (peer == "fastest" and t.get("peers")):
+            return t
+    return None
+
+
 def _sig(x: float, digits: int = 3) -> str:
     """A figure with `digits` significant digits, no exponent: 0.0777, 1.36, 412, 4217."""
     if x == 0:
@@ -81,12 +94,12 @@ def render_one(match: re.Match, default_stem: str) -> str:
         if args[0] not in facts:
             raise MissingFigure(f"no fact {args[0]!r} in results of {stem}")
         return str(facts[args[0]])
-    if kind == "ratio":
-        group, ours, peer = args
-        for t in data.get("targets", []):
-            if (t["group"], t["ours"], t["peer"]) == (group, ours, peer) and t.get("ratio") is not None:
-                return f"{t['ratio']:.2f} x"
-        raise MissingFigure(f"no measured ratio {group!r}: {ours!r} vs {peer!r} in results of {stem}")
+    if kind in ("ratio", "peer"):
+        group, ours, peer = (*args, "fastest") if kind == "peer" and len(args) == 2 else args
+        t = _target(data, group, ours, peer)
+        if t is None:
+            raise MissingFigure(f"no measured ratio {group!r}: {ours!r} vs {peer!r} in results of {stem}")
+        return f"{t['ratio']:.2f} x" if kind == "ratio" else t["peer"]
     if kind in ("ms", "us", "gbps", "tflops"):
         row = _row(data, *args)
         if kind == "ms":
@@ -97,7 +110,7 @@ def render_one(match: re.Match, default_stem: str) -> str:
         if value is None:
             raise MissingFigure(f"row {args} of {stem} has no {kind}")
         return f"{value:.0f} GB/s" if kind == "gbps" else f"{_sig(value)} TFLOP/s"
-    raise MissingFigure(f"unknown placeholder kind {kind!r} (ratio, ms, us, gbps, tflops, fact, measured)")
+    raise MissingFigure(f"unknown placeholder kind {kind!r} (ratio, peer, ms, us, gbps, tflops, fact, measured)")
 
 
 def render(markdown: str, stem: str) -> str:

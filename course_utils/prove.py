@@ -40,6 +40,7 @@ def execute(path: Path, timeout: int = 600) -> tuple[bool, float, str]:
 def prove(lessons: list[str]) -> bool:
     from . import benches
     from .bench import Table, save
+    from .build import repository_url
     from .results_table import write
 
     root = course_root()
@@ -55,7 +56,8 @@ def prove(lessons: list[str]) -> bool:
                 print(f"{folder}/{path.name}: {'ok' if ok else 'FAILED ' + error} ({seconds:.0f} s)", flush=True)
                 ok_all &= ok
         table = benches.run(lesson, write=False) if lesson in benches.available() else Table(lesson)
+        ok_all &= not table.error
         table.notebooks = runs
         print(f"wrote {save(table)}")
-    print(f"wrote {write()}")
+    print(f"wrote {write(repository_url())}")
     return ok_all

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from course_utils import bench, lessons_index
+from course_utils import bench, figures, lessons_index, mode, results_table
 
 
 def test_rates():
@@ -35,21 +35,39 @@ def test_time_refuses_in_the_interpreter(capsys, monkeypatch):
     assert bench.Table("99").time("g", "n", lambda: None) is None
 
 
-def test_save_and_show_results(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+@pytest.fixture
+def course(tmp_path, monkeypatch):
+    """A scratch course checkout (COURSE_ROOT with results/) holding one extra lesson, 99_test."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "README.md").write_text("# c\n<!-- map:start -->\n<!-- map:end -->\n"
+                                        "<!-- results:start -->\n<!-- results:end -->\n")
+    monkeypatch.setenv("COURSE_ROOT", str(tmp_path))
     monkeypatch.setitem(lessons_index.LESSONS, "99", lessons_index.Lesson("99_test", "test", None, "any"))
+    monkeypatch.setattr(bench, "device_key", lambda name=None: "h100" if name is None else real_device_key(name))
+    return tmp_path
+
+
+real_device_key = bench.device_key
+
+
+def test_save_and_show_results(course, monkeypatch, capsys):
     table = bench.Table("99")
     table.add("add fp32", "torch", 1.0, n_bytes=3e9)
     table.add("add fp32", "triton (ours)", 0.9, n_bytes=3e9)
     table.target("add fp32", "triton (ours)", "torch", 1.0)
+    table.fact("speedup", "1.11 x")
     path = bench.save(table)
+    assert path == course / "results" / "99_test.h100.json"  # results/ found when called, one file per GPU
     data = json.loads(path.read_text())
+    assert data["facts"] == {"speedup": "1.11 x"}
     assert data["rows"][1]["gbps"] == pytest.approx(3333.33, rel=1e-4)
     assert data["targets"][0]["met"] is True and "torch" in data and "date" in data
     assert bench.result_path("99", ".png").stat().st_size > 1000
     bench.show_results("99")
     out = capsys.readouterr().out
-    assert "triton (ours)" in out and "1.11" in out
+    assert "triton (ours)" in out and "1.11" in out and "fact speedup: 1.11 x" in out
+    assert bench.load_results("99", device="h200") is None
+    assert bench.load_results("99")["rows"] == data["rows"]
 
 
 def test_plot_shows_the_best_of_a_sweep_only(tmp_path):
@@ -59,3 +77,181 @@ def test_plot_shows_the_best_of_a_sweep_only(tmp_path):
     fig = bench.plot(rows, "t", tmp_path / "p.png")
     labels = [[t.get_text() for t in ax.get_yticklabels()] for ax in fig.axes]
     assert labels == [["torch", "triton (ours)"], ["triton (ours) only a sweep"]]
+
+
+def test_device_key_names_the_gpu():
+    assert real_device_key("NVIDIA H100 80GB HBM3") == "h100"
+    assert real_device_key("NVIDIA H200") == "h200"
+    assert real_device_key("Tesla T4") == "t4"
+    assert real_device_key("NVIDIA A100-SXM4-80GB") == "a100"
+
+
+def test_target_is_against_the_fastest_peer_measured():
+    table = bench.Table("99")
+    table.add("op", "torch eager", 1.0, n_bytes=1e9)
+    table.add("op", "torch.compile", 0.8, n_bytes=1e9)
+    table.add("op", "torch.compile max-autotune", 0.9, n_bytes=1e9)
+    table.add("op", "triton (ours)", 0.85, n_bytes=1e9)
+    peers = ["torch eager", "torch.compile", "torch.compile max-autotune", "Liger-Kernel"]  # Liger not measured
+    t = table.target("op", "triton (ours)", peers, 1.0)
+    assert t.peer == "torch.compile" and t.peers == peers
+    assert t.ratio == pytest.approx(0.8 / 0.85) and t.met is False
+    rate = table.target("op", "triton (ours)", ["torch eager", "torch.compile max-autotune"], 0.9, metric="gbps")
+    assert rate.peer == "torch.compile max-autotune" and rate.ratio == pytest.approx(0.9 / 0.85)
+    single = table.target("op", "triton (ours)", "torch eager", 1.0)
+    assert single.peers is None and single.peer == "torch eager" and single.met is True
+    nobody = table.target("op", "triton (ours)", ["a", "b"], 1.0)
+    assert nobody.ratio is None and nobody.peer == "a"
+    assert "fastest of 4 (torch.compile)" in bench.format_targets(table.targets)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """GPU mode with a fake clock: do_bench returns 2.0 ms for plain calls, 1.0 ms for graph replays."""
+    monkeypatch.setattr(bench, "current", lambda: mode.Mode("gpu", "cuda", "test"))
+    captured = []
+
+    def fake_graph_replay(fn):
+        if getattr(fn, "uncapturable", False):
+            raise RuntimeError("operation not permitted when stream is capturing")
+        captured.append(fn)
+
+        def replay():
+            return fn()
+
+        replay.is_graph = True
+        return replay
+
+    monkeypatch.setattr(bench, "graph_replay", fake_graph_replay)
+    monkeypatch.setattr(bench, "do_bench", lambda fn, **kw: 1.0 if getattr(fn, "is_graph", False) else 2.0)
+    return captured
+
+
+def test_graph_rows_time_a_cuda_graph_replay_beside_the_plain_launch(fake_gpu):
+    table = bench.Table("99")
+    row = table.time("tiny", "triton (ours)", lambda: None, n_bytes=2e6, graph=True)
+    assert row.name == "triton (ours)" and row.ms == 2.0
+    assert [(r.name, r.ms) for r in table.rows] == [("triton (ours)", 2.0), ("triton (ours) [graph]", 1.0)]
+    assert table.find("tiny", "triton (ours) [graph]").gbps == pytest.approx(2.0)
+    only = table.time("tiny", "torch", lambda: None, graph="only")
+    assert only.name == "torch [graph]" and table.find("tiny", "torch") is None
+    plain = table.time("tiny", "plain", lambda: None)
+    assert plain.ms == 2.0 and table.find("tiny", "plain [graph]") is None and len(fake_gpu) == 2
+
+    def uncapturable():
+        return None
+
+    uncapturable.uncapturable = True
+    table.time("tiny", "syncs", uncapturable, graph=True)
+    assert table.find("tiny", "syncs") and table.find("tiny", "syncs [graph]") is None
+    assert any("'syncs' not timed in a CUDA graph" in n for n in table.notes)
+
+
+def test_add_best_keeps_plain_and_graph_sweeps_apart():
+    table = bench.Table("99")
+    for name, ms in [("triton (ours) B=1", 3.0), ("triton (ours) B=2", 2.0),
+                     ("triton (ours) B=1 [graph]", 1.0), ("triton (ours) B=2 [graph]", 1.5)]:
+        table.add("g", name, ms)
+    assert table.add_best("g").ms == 2.0
+    assert table.find("g", "triton (ours)").ms == 2.0 and table.find("g", "triton (ours) [graph]").ms == 1.0
+    fig = bench.plot(table.rows, "t")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["triton (ours)", "triton (ours) [graph]"]
+
+
+def test_time_peers_times_eager_compile_autotune_and_liger(fake_gpu, monkeypatch):
+    import torch
+
+    def fake_compile(fn, mode=None, dynamic=None):
+        if mode is not None:
+            def broken(*args):
+                raise RuntimeError("max-autotune failed to compile")
+            return broken
+        return lambda *args: fn(*args)
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    checked = []
+    x = torch.arange(4.0)
+    table = bench.Table("99")
+    names = table.time_peers("op", torch.sin, x, graph=True, liger=torch.sin, check=checked.append, n_bytes=32)
+    assert names == ["torch eager", "torch eager [graph]", "torch.compile", "torch.compile [graph]",
+                     "Liger-Kernel", "Liger-Kernel [graph]"]
+    assert len(checked) == 3 and all(torch.equal(c, torch.sin(x)) for c in checked)
+    assert any("peer 'torch.compile max-autotune' skipped: RuntimeError: max-autotune failed" in n
+               for n in table.notes)
+    t = table.target("op", "torch eager", names, None)
+    assert t.peer.endswith("[graph]") and t.ratio == pytest.approx(0.5)
+
+
+def test_facts_need_plain_keys():
+    table = bench.Table("99")
+    assert table.fact("busy_us", 12.5) == "12.5"
+    with pytest.raises(ValueError):
+        table.fact("a|b", "x")
+    assert table.to_json()["facts"] == {"busy_us": "12.5"}
+
+
+def _results(course, device: str, name: str, ratio_ms: float, date: str = "2026-11-22") -> None:
+    table = bench.Table("99")
+    table.add("op", "torch eager", 1.0)
+    table.add("op", "torch.compile", ratio_ms)
+    table.add("op", "triton (ours)", 0.5)
+    table.target("op", "triton (ours)", ["torch eager", "torch.compile"], 1.0)
+    table.target("op", "triton (ours)", "torch eager", 1.9)
+    table.fact("span", f"{ratio_ms} us on {device}")
+    data = {**table.to_json(), "device": name, "date": date, "torch": "2.11", "triton": "3.6"}
+    (course / "results" / f"99_test.{device}.json").write_text(json.dumps(data))
+
+
+def test_placeholders_render_facts_ratios_and_the_winning_peer(course):
+    _results(course, "h200", "NVIDIA H200", 0.45)
+    _results(course, "h100", "NVIDIA H100 80GB HBM3", 1.2)  # eager is the fastest peer on this one
+    md = ("{{ratio:op|triton (ours)|fastest}} against {{peer:op|triton (ours)}}; "
+          "{{ratio@h100:op|triton (ours)|fastest}} against {{peer@h100:op|triton (ours)}}; "
+          "{{ratio:op|triton (ours)|torch eager}}; {{fact:span}}; {{fact@h100:span}}; {{ms:op|torch.compile}}; "
+          "{{measured}}")
+    assert figures.render(md, "99_test") == (
+        "0.90 x against torch.compile; 2.00 x against torch eager; 2.00 x; 0.45 us on h200; 1.2 us on h100; "
+        "0.45 ms; NVIDIA H200, torch 2.11, triton 3.6, 2026-11-22")
+    with pytest.raises(figures.MissingFigure, match="no fact"):
+        figures.render("{{fact:nothing}}", "99_test")
+    with pytest.raises(figures.MissingFigure, match="no results"):
+        figures.render("{{fact@a100:span}}", "99_test")
+
+
+def test_results_table_puts_both_devices_side_by_side(course):
+    _results(course, "h200", "NVIDIA H200", 0.45)
+    table = results_table.targets_table(results_table._load())
+    head, _, fastest, single = table.splitlines()[:4]
+    assert head.endswith("| H100 | H200 |")
+    assert "fastest of torch eager, torch.compile" in fastest
+    assert fastest.endswith("| not measured | 0.90 x torch.compile **miss** |")
+    assert single.endswith("| not measured | 2.00 x torch eager ok |")
+    assert "- H100: not measured" in table
+    _results(course, "h100", "NVIDIA H100 80GB HBM3", 1.2)
+    files = results_table.generated("https://github.com/o/r")
+    readme = files[course / "README.md"]
+    line = next(x for x in readme.splitlines() if "fastest of" in x)
+    assert line.endswith("| 2.00 x torch eager ok | 0.90 x torch.compile **miss** |")
+    assert "- H100: NVIDIA H100 80GB HBM3, torch 2.11, triton 3.6, 2026-11-22" in readme
+    results_md = files[course / "results" / "README.md"]
+    assert "## 99_test on H100" in results_md and "## 99_test on H200" in results_md
+    assert "fact `span`: 1.2 us on h100" in results_md
+
+
+def test_a_failing_bench_keeps_its_rows_and_the_next_lesson_runs(course, monkeypatch):
+    import types
+
+    from course_utils import benches
+
+    def failing(table):
+        table.add("g", "torch", 1.0)
+        raise RuntimeError("CUDA out of memory")
+
+    ran = []
+    modules = {"l99_test": types.SimpleNamespace(run=failing),
+               "l98_test": types.SimpleNamespace(run=lambda table: ran.append(table.lesson))}
+    monkeypatch.setitem(lessons_index.LESSONS, "98", lessons_index.Lesson("98_test", "test", None, "any"))
+    monkeypatch.setattr(benches.importlib, "import_module", lambda name: modules[name.rsplit(".", 1)[1]])
+    assert benches.run_all(["99", "98"]) is False and ran == ["98"]
+    data = json.loads((course / "results" / "99_test.h100.json").read_text())
+    assert data["rows"][0]["name"] == "torch" and "CUDA out of memory" in data["error"]

@@ -11,10 +11,11 @@ Rows:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from ..bench import RESULTS, Table
+from ..bench import Table, device_key, results_dir
 from ..lessons.l02_first_kernels import add, relu
 from ..roofline import (
     add_cost,
@@ -28,7 +29,11 @@ from ..roofline import (
     softmax_cost,
 )
 
-ROOFLINE_PNG = RESULTS / "01_roofline.h200.png"
+
+
+def roofline_png(device: str | None = None) -> Path:
+    """results/01_roofline.<device>.png: the roofline drawn from this GPU's (or `device`'s) rows."""
+    return results_dir() / f"01_roofline.{device or device_key()}.png"
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,7 @@ def run(table: Table) -> None:
         table.notes.append(f"{point.label}: {point.intensity:.3g} FLOP/byte, {point.tflops:.3g} TFLOP/s = "
                            f"{point.fraction(ceilings):.0%} of its roof, "
                            f"{ceilings.bound(point.intensity, point.roof_of(ceilings))}-bound")
-    RESULTS.mkdir(exist_ok=True)
-    plot_results(table.to_json(), ROOFLINE_PNG)
-    print(f"wrote {ROOFLINE_PNG}")
+    results_dir().mkdir(exist_ok=True)
+    png = roofline_png()
+    plot_results(table.to_json(), png)
+    print(f"wrote {png}")
