@@ -7,6 +7,8 @@
 #
 # Destination passing: your host function receives its inputs and the output buffer `out`, which
 # the checker allocated and filled with poison. Write every element of `out`, and nothing else.
+#
+# The lesson: [02 · First kernels](../notebooks/02_first_kernels.ipynb).
 
 # %% [setup]
 
@@ -17,22 +19,24 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 # %% [markdown]
-# ## 02.vector_add: `add(x, y, out)`
+# ## 02.vector_add: add two vectors
 #
-# `out[i] = x[i] + y[i]` for 1-D tensors of any length `n`. One program handles `BLOCK` consecutive
-# elements: offsets `pid * BLOCK + arange(BLOCK)`; the last program runs past `n`, so loads and
-# stores need `mask = offsets < n`. Traffic: read 2n elements, write n; no arithmetic to speak of.
+# `add(x, y, out)`: `out[i] = x[i] + y[i]` for 1-D tensors of any length `n`. One program handles
+# `BLOCK` consecutive elements: offsets `pid * BLOCK + arange(BLOCK)`; the last program runs past `n`,
+# so loads and stores need a mask. Traffic: read 2n elements, write n; no arithmetic to speak of.
+# The lesson section [Programs, blocks and masks](../notebooks/02_first_kernels.ipynb#Programs,-blocks-and-masks)
+# teaches the pattern with a worked sibling, a scaled add `out = alpha * x + y`.
 
 # %%
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     # BEGIN SOLUTION
     pid = tl.program_id(axis=0)
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) element indices of this program
-    mask = offsets < n_elements  # the last block is partial
-    x = tl.load(x_ptr + offsets, mask=mask)
-    y = tl.load(y_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, x + y, mask=mask)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) element indices of this program
+    mask = offs < n_elements  # the last block is partial
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)  # fp32: read 8 B, write 4 B per element (1 FLOP)
     # END SOLUTION
 
 
@@ -48,20 +52,22 @@ def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) 
 # %% [check] 02.vector_add
 
 # %% [markdown]
-# ## 02.relu: `relu(x, out)`
+# ## 02.relu: max of x and 0
 #
-# `out = max(x, 0)` for a contiguous tensor of any shape. A contiguous tensor is one flat run of
-# `x.numel()` elements in memory, so the 1-D kernel pattern works for every shape. Traffic: read n,
-# write n elements; one comparison each, so 1 FLOP per 8 bytes in fp32.
+# `relu(x, out)`: `out = max(x, 0)` for a contiguous tensor of any shape. A contiguous tensor is one
+# flat run of `x.numel()` elements in memory, so the 1-D kernel pattern works for every shape.
+# Traffic: read n, write n elements; one comparison each, so 1 FLOP per 8 bytes in fp32. Taught in
+# [Programs, blocks and masks](../notebooks/02_first_kernels.ipynb#Programs,-blocks-and-masks) (and
+# the same ReLU in CUDA: [ReLU in CUDA](../notebooks/02_first_kernels.ipynb#ReLU-in-CUDA)).
 
 # %%
 @triton.jit
 def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     # BEGIN SOLUTION
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)  # 1 FLOP per 8 B in fp32
     # END SOLUTION
 
 
@@ -76,23 +82,25 @@ def relu(x: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) -> None:
 # %% [check] 02.relu
 
 # %% [markdown]
-# ## 02.copy_2d: `copy_2d(x, out)`
+# ## 02.copy_2d: a strided 2-D copy
 #
-# Copy a 2-D `x` with **any strides** (a transpose, a slice `t[:, ::2]`) into a contiguous `out`.
-# Element `(i, j)` of `x` lives at `x_ptr + i * stride_row + j * stride_col`; pass the strides to the
-# kernel instead of assuming `x` is contiguous. A 2-D grid of tiles, one program per
-# `BLOCK_M x BLOCK_N` tile, with a mask in both dimensions.
+# `copy_2d(x, out)`: copy a 2-D `x` with **any strides** (a transpose, a slice `t[:, ::2]`) into a
+# contiguous `out`. Element `(i, j)` of `x` lives at `x_ptr + i * stride_row + j * stride_col`; pass
+# the strides to the kernel instead of assuming `x` is contiguous. A 2-D grid of tiles, one program
+# per `BLOCK_M x BLOCK_N` tile, with a mask in both dimensions. Taught in
+# [Two dimensions and strides](../notebooks/02_first_kernels.ipynb#Two-dimensions-and-strides), with a
+# worked sibling that writes a 2-D tile through any strides.
 
 # %%
 @triton.jit
 def copy_2d_kernel(x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # BEGIN SOLUTION
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)  # (BLOCK_M, BLOCK_N)
-    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)
-    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, x, mask=mask)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of this tile
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) columns
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # (BLOCK_M, BLOCK_N)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :] * stride_xn, mask=mask)
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on, x, mask=mask)
     # END SOLUTION
 
 

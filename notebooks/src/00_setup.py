@@ -56,7 +56,9 @@ print(f"a vector of {n:,} fp32 elements: {n * 4 / 2**20:.3f} MiB")
 # the end, or a write into an input are each caught and named. In the interpreter every load and store
 # address is also checked before it happens, so a missing mask is reported instead of corrupting memory.
 #
-# Here is a plausible first attempt at a vector add: it forgets the mask.
+# Here is a plausible first attempt at exercise 02.vector_add (`out = x + y`, lesson 02 teaches it):
+# each program adds one block of 256 elements, but the attempt forgets that the last block runs past
+# the end of the vectors. Watch what the check says.
 
 # %%
 import triton
@@ -68,8 +70,8 @@ from course_utils.grading import CheckFailed
 
 @triton.jit
 def add_no_mask_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) indices: past n in the last block
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs))
 
 
 def add_no_mask(x, y, out):
@@ -84,28 +86,13 @@ except CheckFailed as failure:
 
 # %% [markdown]
 # The message names the exercise, the case (shapes, dtypes, strides), the seed, what went wrong and a
-# hint. With the mask, the same kernel passes every case:
-
-# %%
-@triton.jit
-def add_masked_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask)
-    y = tl.load(y_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, x + y, mask=mask)
-
-
-def add_masked(x, y, out):
-    n = out.numel()
-    add_masked_kernel[(triton.cdiv(n, 256),)](x, y, out, n, BLOCK=256)
-
-
-check("02.vector_add", add_masked)
-
-# %% [markdown]
-# A check also refuses answers that get the numbers right the wrong way: computing with torch on the
-# host (`out.copy_(x + y)`) instead of in a Triton kernel is reported as such.
+# hint. The fix (a *mask* that switches off the lanes past the end) is the subject of lesson 02; you
+# write it yourself in `exercises/02_first_kernels.ipynb`. When an answer is right, `check` prints one
+# line, `02.vector_add passed: ...`, and the notebook moves on.
+#
+# A check also refuses answers that get the numbers right the wrong way: computing the result outside
+# a Triton kernel (`out.copy_(x + y)` runs torch's own kernels, on the GPU or the CPU) instead of in
+# your kernel is reported as such.
 
 # %%
 def add_with_torch(x, y, out):
@@ -127,4 +114,4 @@ except CheckFailed as failure:
 # | `solutions/` | the same notebooks, solved |
 #
 # Instructors grade a folder of submitted exercise notebooks with `python -m course_utils grade FOLDER`.
-# Next: lesson 01, strides and arithmetic intensity.
+# Next: [lesson 01, strides and arithmetic intensity](01_strides_and_intensity.ipynb).

@@ -2,8 +2,13 @@
 # # 02 · First kernels: program ids, blocks, masks, and GB/s against the copy ceiling
 #
 # **What you will learn**: how a Triton kernel splits work into programs, how a program addresses a
-# block of elements, why the last block needs a mask, how the launch grid is computed, and how to tell
-# whether a memory-bound kernel is any good: compare its bandwidth with a plain copy's.
+# block of elements, why the last block needs a mask, how the launch grid is computed, how a 2-D
+# kernel walks a tensor through its strides, and how to tell whether a memory-bound kernel is any
+# good: compare its bandwidth with a plain copy's.
+#
+# The lesson works through two kernels in full, a scaled add and a 2-D fill; the exercises
+# ([exercises/02_first_kernels.ipynb](../exercises/02_first_kernels.ipynb)) ask you for their
+# siblings: a vector add, a ReLU and a strided 2-D copy.
 
 # %%
 from course_utils import setup
@@ -11,82 +16,155 @@ from course_utils import setup
 mode = setup()
 
 # %%
-import inspect
-
 import torch
 import triton
+import triton.language as tl
 
-from course_utils import check, size
-from course_utils import benches
-from course_utils.bench import can_time, plot, show_results
-from course_utils.lessons.l02_first_kernels import add, add_kernel, copy_2d_kernel
+from course_utils import benches, roofline, size
+from course_utils.bench import can_time, load_results, plot, show_results
 
 # %% [markdown]
 # ## Napkin maths first
 #
-# A vector add `out = x + y` of n fp32 elements reads 2n x 4 bytes and writes n x 4 bytes and does n
+# A vector add `out = x + y` of n fp32 elements reads 2n x 4 bytes, writes n x 4 bytes and does n
 # additions: 1 FLOP per 12 bytes. No GPU does arithmetic that slowly, so the time is all memory
-# traffic: the floor is `12 n / bandwidth`. On an H100 (about 3 TB/s measured for a copy) a 2^28
-# vector moves 3.2 GB, so about 1.07 ms is the best possible. The question for every memory-bound
-# kernel is: how close to a plain copy's bandwidth does it get?
+# traffic, and the floor is `12 n / bandwidth`. Which bandwidth? The datasheet's peak, or what a
+# plain copy actually reaches on the GPU (measured by lesson 01's bench). The question for every
+# memory-bound kernel is: how close to a plain copy's bandwidth does it get?
 
 # %%
 n = size(gpu=1 << 28, cpu=5000)
-bytes_moved = 3 * n * 4  # read x, read y, write out
-for name, tb_per_s in [("A100 (1.9 TB/s)", 1.9), ("H100 (3.0 TB/s copy)", 3.0), ("H200 (4.2 TB/s copy)", 4.2)]:
-    print(f"{name:<22} floor for n = {n:,}: {bytes_moved / (tb_per_s * 1e12) * 1e3:.4f} ms")
+bytes_moved = 3 * n * 4  # read x, read y, write out: fp32
+print(f"vector add of n = {n:,} fp32 elements moves {bytes_moved / 1e9:.4g} GB")
+for sheet in roofline.DATASHEETS.values():
+    print(f"  {sheet.device:<14} datasheet {sheet.copy_gbps:5.0f} GB/s -> floor {bytes_moved / sheet.bandwidth * 1e3:.4f} ms")
+measured = roofline.reference_ceilings()  # the committed copy measurement of lesson 01
+print(f"  {measured.device:<14} measured copy {measured.copy_gbps:5.0f} GB/s -> floor "
+      f"{bytes_moved / measured.bandwidth * 1e3:.4f} ms")
 
 # %% [markdown]
 # ## The PyTorch reference
+#
+# The lesson's worked kernel is a *scaled add*, `out = alpha * x + y` (BLAS calls it axpy): two
+# inputs, one output, one element at a time. Its reference in PyTorch:
 
 # %%
-def add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return x + y
+def axpy_ref(alpha: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return alpha * x + y
 
 
 # %% [markdown]
-# ## The kernel, line by line
+# ## Programs, blocks and masks
 #
-# A launch `add_kernel[grid](...)` starts `grid` independent **programs**. Program `pid` handles
-# elements `pid * BLOCK ... pid * BLOCK + BLOCK - 1`: `tl.arange(0, BLOCK)` is a vector of offsets, and
-# `x_ptr + offsets` a vector of addresses, loaded in one `tl.load`. With n = 5000 and BLOCK = 1024 the
-# grid is `cdiv(5000, 1024) = 5` programs, and the last one covers elements 4096..5119, of which only
-# 4096..4999 exist: `mask = offsets < n` switches the others off for both loads and the store.
+# A launch `axpy_kernel[grid](...)` starts `grid` independent **programs**. Program `pid` handles
+# elements `pid * BLOCK ... pid * BLOCK + BLOCK - 1`: `tl.arange(0, BLOCK)` is a vector of offsets,
+# and `x_ptr + offs` a vector of addresses, loaded in one `tl.load`. With n = 5000 and BLOCK = 1024
+# the grid is `cdiv(5000, 1024) = 5` programs, and the last one covers elements 4096..5119, of which
+# only 4096..4999 exist: `mask = offs < n` switches the others off for the loads and the store.
+# `BLOCK` is a `tl.constexpr`: a compile-time constant (Triton compiles one kernel per value), passed
+# by keyword at the launch.
 
 # %%
-print(inspect.getsource(add_kernel.fn))
-print(inspect.getsource(add))
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    pid = tl.program_id(axis=0)  # which block of BLOCK elements is this program's
+    offs = pid * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) the indices of its elements
+    mask = offs < n  # False past the end: only the last block has such lanes
+    x = tl.load(x_ptr + offs, mask=mask)  # a masked lane loads nothing
+    y = tl.load(y_ptr + offs, mask=mask)  # fp32: 8 B read per element...
+    tl.store(out_ptr + offs, alpha * x + y, mask=mask)  # ...4 B written, 2 FLOPs
 
-# %%
+
+def axpy(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) -> None:
+    """out = alpha * x + y; all 1-D, contiguous, of one length."""
+    n_elements = out.numel()
+    grid = (triton.cdiv(n_elements, BLOCK),)  # enough programs to cover n; the last may be partial
+    axpy_kernel[grid](x, y, out, n_elements, alpha, BLOCK=BLOCK)
+
+
 x = torch.randn(n, device=mode.device)
 y = torch.randn(n, device=mode.device)
 out = torch.empty_like(x)
-add(x, y, out)
-torch.testing.assert_close(out, add_ref(x, y))
-print("grid:", triton.cdiv(n, 1024), "programs of 1024 elements for", n, "elements")
+axpy(2.0, x, y, out)
+torch.testing.assert_close(out, axpy_ref(2.0, x, y))
+print(f"axpy of {n:,} elements: {triton.cdiv(n, 1024)} programs of 1024, the last one covering "
+      f"{n - (triton.cdiv(n, 1024) - 1) * 1024} real elements; matches axpy_ref")
 
 # %% [markdown]
-# The same function passes the exercise's check (sizes 1 and 1823, fp32 and fp16):
-
-# %%
-check("02.vector_add", add)
+# A contiguous tensor of any shape is one flat run of `numel()` elements, so this 1-D pattern also
+# covers a `(rows, cols)` or `(B, H, S)` tensor, as long as it is contiguous.
+#
+# **Your turn.** [02.vector_add](../exercises/02_first_kernels.ipynb#02.vector_add:-add-two-vectors)
+# is this kernel without the scale, and [02.relu](../exercises/02_first_kernels.ipynb#02.relu:-max-of-x-and-0)
+# has one input and computes `tl.maximum(x, 0.0)`; both must work for any length (the checks try 1
+# and lengths that are no multiple of any block). Lesson 00 showed what the check says when the mask
+# is missing.
 
 # %% [markdown]
 # ## Two dimensions and strides
 #
-# A 2-D kernel launches a 2-D grid of tiles. Element `(i, j)` of a tensor lives at
-# `base + i * stride(0) + j * stride(1)`: pass the strides and the same kernel copies a transpose or a
-# slice correctly, because it never assumes a layout.
+# A 2-D kernel launches a 2-D grid of tiles: program `(pid_m, pid_n)` owns rows
+# `offs_m = pid_m * BLOCK_M + arange(BLOCK_M)` and columns `offs_n = pid_n * BLOCK_N + arange(BLOCK_N)`.
+# `offs_m[:, None]` and `offs_n[None, :]` broadcast to a `(BLOCK_M, BLOCK_N)` tile of indices, and the
+# mask needs both edges. Element `(i, j)` of a tensor lives at `base + i * stride(0) + j * stride(1)`
+# (lesson 01): pass the strides, and the kernel works for a transpose or a slice, because it never
+# assumes a layout.
+#
+# The worked sibling *writes* a 2-D tensor through its strides: `arange_2d(out)` sets
+# `out[i, j] = i * N + j`, the row-major index, whatever the layout of `out`.
 
 # %%
-print(inspect.getsource(copy_2d_kernel.fn))
+def arange_2d_ref(M: int, N: int) -> torch.Tensor:
+    return torch.arange(M * N, dtype=torch.float32).reshape(M, N)
+
+
+@triton.jit
+def arange_2d_kernel(out_ptr, M, N, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) this program's rows
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) its columns
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # (BLOCK_M, BLOCK_N): bottom and right edges
+    value = offs_m[:, None] * N + offs_n[None, :]  # (BLOCK_M, BLOCK_N) int32: i * N + j
+    ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on  # any layout of out
+    tl.store(ptrs, value.to(out_ptr.dtype.element_ty), mask=mask)  # write M x N elements once
+
+
+def arange_2d(out: torch.Tensor, BLOCK_M: int = 32, BLOCK_N: int = 32) -> None:
+    """out[i, j] = i * N + j for a 2-D out with any strides."""
+    M, N = out.shape
+    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))  # one program per tile, both edges partial
+    arange_2d_kernel[grid](out, M, N, out.stride(0), out.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+
 
 # %% [markdown]
-# ## The same ReLU in CUDA
+# Three layouts of `out`, one kernel: a fresh tensor, a transposed view (column-major: strides `(1, M)`)
+# and every other column of a wider tensor (strides `(2N, 2)`). Writing through a view writes into its
+# base tensor, so the transposed base ends up holding the transpose, and the skipped columns of the
+# wide one stay untouched (NaN).
+
+# %%
+M, N = size(gpu=(1823, 781), cpu=(45, 70))  # no multiple of any block size, on purpose
+expected = arange_2d_ref(M, N).to(mode.device)
+fresh = torch.full((M, N), float("nan"), device=mode.device)
+transposed = torch.full((N, M), float("nan"), device=mode.device).t()  # (M, N), strides (1, M)
+wide = torch.full((M, 2 * N), float("nan"), device=mode.device)
+every_other = wide[:, ::2]  # (M, N), strides (2N, 2)
+for name, view in (("fresh", fresh), ("transposed view", transposed), ("every other column", every_other)):
+    arange_2d(view)
+    torch.testing.assert_close(view, expected)
+    print(f"{name:<20} strides {str(view.stride()):<11} right")
+print("the skipped columns of `wide` are untouched:", bool(wide[:, 1::2].isnan().all()))
+
+# %% [markdown]
+# **Your turn.** [02.copy_2d](../exercises/02_first_kernels.ipynb#02.copy_2d:-a-strided-2-D-copy) is
+# the same tile with a load: read `x` through *its* strides and store into `out`. The checks pass
+# transposed and sliced inputs, and sizes such as 1823 x 781.
+
+# %% [markdown]
+# ## ReLU in CUDA
 #
-# For comparison, the ReLU of the exercise written in CUDA C++. A CUDA kernel is written for **one
-# thread**; Triton's for one **program** (a block of threads working on vectors). In CUDA you compute
-# the global index by hand, bounds-check each thread, and choose the thread-block size at launch:
+# For comparison, a ReLU written in CUDA C++. A CUDA kernel is written for **one thread**; Triton's
+# for one **program** (a block of threads working on vectors). In CUDA you compute the global index
+# by hand, bounds-check each thread, and choose the thread-block size at launch:
 #
 # ```cuda
 # __global__ void relu_kernel(const float* x, float* out, int n) {
@@ -96,17 +174,25 @@ print(inspect.getsource(copy_2d_kernel.fn))
 # // launch: relu_kernel<<<(n + 255) / 256, 256>>>(x, out, n);
 # ```
 #
-# A tiled CUDA kernel would also stage data through `__shared__` memory and call `__syncthreads()`;
-# Triton does that staging (and vectorized 16-byte loads) for you, from the block shapes you choose.
+# An elementwise kernel reuses nothing: each element goes from HBM to a register and back once, so
+# neither the CUDA nor the Triton version stages anything through shared memory. What Triton does do
+# for you here is vectorize: where it can prove that a block's addresses are contiguous and aligned,
+# each thread moves several neighbouring elements with one wide (up to 16-byte) load or store.
+# Shared memory matters once threads reuse each other's loads, as the tiles of lesson 03's matmul
+# do: there CUDA makes you declare `__shared__` buffers and call `__syncthreads()`, while Triton's
+# compiler stages the operands of `tl.dot` through shared memory from the block shapes you choose.
 
 # %% [markdown]
 # ## How fast? GB/s against the copy ceiling
 #
 # A copy `out.copy_(x)` reads and writes every byte once and does nothing else: no useful
-# memory-bound kernel moves bytes faster. So we report our kernels in GB/s next to it.
+# memory-bound kernel moves bytes faster. So we report our kernels in GB/s next to it. From here on
+# the lesson uses the exercises' kernels, imported from `course_utils.lessons.l02_first_kernels`
+# (their solution is in `solutions/02_first_kernels.ipynb`: write yours first). The benchmark is
+# `course_utils/benches/l02_first_kernels.py`, also `python -m course_utils bench 02`.
 
 # %%
-if can_time():  # the lesson's benchmark: course_utils/benches/l02.py, also `python -m course_utils bench 02`
+if can_time():
     table = benches.run("02", write=False)
     plot(table.rows, f"lesson 02 on {torch.cuda.get_device_name()}")
 else:
@@ -115,19 +201,32 @@ else:
 # %% [markdown]
 # ## What the plot shows
 #
-# The vector add moves 3 bytes for every 2 the copy moves, so compare the **GB/s** bars, not times.
-# On the H200 of the committed run, our add moved bytes slightly *faster* than the copy: a copy is
-# half writes, the add only a third, and reads are the cheaper half of HBM traffic. `torch.add` lands
-# on the same bar: at 1 GiB per tensor both are limited by HBM alone, and the block size barely
-# matters once each program moves a few KB (BLOCK=4096 was about 1% slower than 1024). ReLU, with the
-# copy's exact traffic, matches the copy. The ratios the design asks for, from the results file:
+# Measured on {{measured}}. The vector add moves 3 bytes for every 2 the copy moves, so compare the
+# **GB/s** bars, not the times. Our add moved {{gbps:vector add fp32 2^28|triton (ours)}} against
+# the copy's {{gbps:vector add fp32 2^28|copy ceiling (x -> out)}}, that is
+# {{ratio:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}} the copy's rate: a little
+# *faster* than the copy. We did not measure why. One plausible reason is the mix of traffic: the
+# copy's bytes are half reads and half writes, the add's two thirds reads, and DRAM loses time each
+# time it turns the bus around between reading and writing; treat that as a hypothesis, not a result.
+# `torch.add` lands on the same bar ({{gbps:vector add fp32 2^28|torch x + y}}): at 1 GiB per tensor
+# both are limited by HBM alone, and the block size barely matters once each program moves a few KB
+# ({{gbps:vector add fp32 2^28|triton (ours) BLOCK=4096}} with BLOCK=4096, against
+# {{gbps:vector add fp32 2^28|triton (ours) BLOCK=1024}} with 1024). ReLU, with the copy's exact
+# traffic, runs at {{ratio:relu fp32 2^28|triton (ours)|copy ceiling (x -> out)}} the copy's rate.
+#
+# The targets: a kernel like these must reach at least 0.92 x the copy's GB/s. The copy is the fastest
+# anything moves bytes on this GPU, and a memory-bound kernel has no other cost to hide behind, so a
+# kernel far below the copy is wasting the one resource that decides its time. The committed run:
 
 # %%
-from course_utils.bench import load_results  # noqa: E402
-
 for target in (load_results("02") or {}).get("targets", []):
     print(f"{target['group']}: {target['ours']} at {target['ratio']:.2f} x {target['peer']} ({target['metric']}), "
-          f"needs {target['minimum']}")
+          f"target {target['minimum']}")
 
 # %% [markdown]
-# Now open `exercises/02_first_kernels.ipynb` and write the three kernels yourself.
+# ## Exercises
+#
+# Open [exercises/02_first_kernels.ipynb](../exercises/02_first_kernels.ipynb) and write the three
+# kernels yourself: [02.vector_add](../exercises/02_first_kernels.ipynb#02.vector_add:-add-two-vectors),
+# [02.relu](../exercises/02_first_kernels.ipynb#02.relu:-max-of-x-and-0) and
+# [02.copy_2d](../exercises/02_first_kernels.ipynb#02.copy_2d:-a-strided-2-D-copy).
