@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from course_utils import size
 from course_utils.bench import Table, can_time, load_results, plot, show_results
+from course_utils.mode import half_dtype
 from course_utils.lessons.l05_online_softmax import (
     ONE_PASS_MAX_COLS,
     attention,
@@ -378,7 +379,7 @@ print(inspect.getsource(attention))
 
 # %%
 B, H, S, D = size((2, 8, 1000, 128), (1, 2, 100, 32))
-half = torch.bfloat16 if mode.gpu and torch.cuda.get_device_capability()[0] >= 8 else torch.float16
+half = half_dtype()  # bf16 from sm_80 on, fp16 on a T4 (sm_75)
 dtype = half if mode.gpu else torch.float32
 q, k, v = (torch.randn(B, H, S, D, device=mode.device, dtype=dtype) for _ in range(3))
 for causal in (False, True):

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from course_utils import check, fp8, size
+from course_utils import check, fp8, half_dtype, size
 from course_utils.bench import Table, can_time, load_results, plot, show_results
 from course_utils.lessons.l07_fp8_quantization import (
     decode_e4m3,
@@ -352,7 +352,7 @@ show(fp8_matmul_kernel)
 
 # %%
 M, N, K = size((2048, 2048, 2048), (64, 96, 160))
-out_dtype = torch.bfloat16 if mode.gpu else torch.float32
+out_dtype = half_dtype() if mode.gpu else torch.float32
 a, a_scale = fp8.quantize_rowwise_ref(torch.randn(M, K, device=dev))
 b, b_scale = fp8.quantize_rowwise_ref(torch.randn(N, K, device=dev))
 c = torch.empty(M, N, device=dev, dtype=out_dtype)
@@ -505,7 +505,7 @@ plt.show()
 show(quantize_int8_ref)
 show(w8a16_gemv_kernel)
 N, K = size((14336, 4096), (96, 320))
-act = torch.bfloat16 if mode.gpu else torch.float32
+act = half_dtype() if mode.gpu else torch.float32
 w = torch.randn(N, K, device=dev) * 0.02
 w_int8, w_scale = quantize_int8_ref(w)
 xv = torch.randn(1, K, device=dev).to(act)
