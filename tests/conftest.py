@@ -2,3 +2,25 @@
 from course_utils import setup
 
 setup(quiet=True)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _course_solutions_allowed(request):
+    """Tests check the course's own solutions; a test that asks for `refuse_course_solutions` sees the
+    refusal a student gets."""
+    from course_utils.grading.provenance import course_solutions_allowed
+
+    if "refuse_course_solutions" in request.fixturenames:
+        yield
+        return
+    with course_solutions_allowed():
+        yield
+
+
+@pytest.fixture
+def refuse_course_solutions():
+    """Marks a test that checks the refusal of the course's own solutions (see _course_solutions_allowed)."""
+    return None

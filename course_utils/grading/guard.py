@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import linecache
 import os
 import sys
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 # Host-side torch ops a kernel exercise may use: allocation, views and metadata, no arithmetic.
 HOST_OPS = {
@@ -95,6 +97,28 @@ class OutOfBounds(RuntimeError):
     """A kernel in the interpreter reached for memory that none of its tensor arguments owns."""
 
 
+@dataclass(frozen=True)
+class Launch:
+    name: str  # the @triton.jit function's name
+    module: str  # the module that defined it, e.g. "course_utils.lessons.l02_first_kernels"
+    shapes: tuple[tuple[int, ...], ...]  # shapes of its tensor arguments
+
+
+@dataclass(frozen=True)
+class Allocation:
+    op: str  # the aten op that made it, e.g. "empty_like"
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    site: str  # where the student's code called it ("" when no frame of theirs was found)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
 @dataclass
 class Watch:
     launches: list[str] = field(default_factory=list)  # names of the Triton kernels launched
@@ -105,6 +129,11 @@ class Watch:
     # Functions named *_ref (the PyTorch references) that were running when such an op ran.
     references: list[str] = field(default_factory=list)
     host_reads: list[str] = field(default_factory=list)  # Tensor.numpy / tolist / __array__ outside launches
+    # Each outermost launch: which kernel, where it was defined, the shapes of its tensor arguments.
+    launched: list[Launch] = field(default_factory=list)
+    # Tensors the host code allocated (outside launches): what a fused exercise must not need.
+    allocations: list[Allocation] = field(default_factory=list)
+    dtypes: set = field(default_factory=set)  # dtypes of every tensor the host code's torch ops touched
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
@@ -144,6 +173,19 @@ def _ours_or_torch(filename: str) -> bool:
     return os.path.abspath(filename).startswith((_TORCH, _HERE))
 
 
+def student_site(depth: int = 2) -> str:
+    """`line` (function, line N) of the innermost frame of the student's code above the caller, or ""."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        code = frame.f_code
+        if not _library_frame(code.co_filename):
+            line = linecache.getline(code.co_filename, frame.f_lineno).strip()
+            where = f"({code.co_name}, line {frame.f_lineno})"
+            return f"`{line}` {where}" if line else where
+        frame = frame.f_back
+    return ""
+
+
 def _caller(watch: Watch, op: str) -> None:
     """Record where the student's code called `op`, and any *_ref function on the way."""
     frame = sys._getframe(2)
@@ -169,12 +211,25 @@ class _RecordOps(TorchDispatchMode):
         self.paused = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
         if not self.paused:
             name = func.overloadpacket.__name__
             self.watch.torch_ops.append(name)
             if name not in HOST_OPS:
                 _caller(self.watch, name)
-        return func(*args, **(kwargs or {}))
+            self._note_tensors(name, (args, kwargs), result)
+        return result
+
+    def _note_tensors(self, name: str, inputs, result) -> None:
+        """Record the dtypes an op touched, and the tensors it allocated (storage none of its inputs own)."""
+        ins = [t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)]
+        outs = [t for t in tree_leaves(result) if isinstance(t, torch.Tensor)]
+        for t in ins + outs:
+            self.watch.dtypes.add(t.dtype)
+        owned = {_storage_ptr(t) for t in ins}
+        for t in outs:
+            if t.numel() and _storage_ptr(t) not in owned:
+                self.watch.allocations.append(Allocation(name, tuple(t.shape), t.dtype, student_site(3)))
 
 
 class _RecordHostCalls(TorchFunctionMode):
@@ -196,6 +251,13 @@ class _RecordHostCalls(TorchFunctionMode):
         if name in HOST_READS and not self.recorder.paused:
             self.watch.host_reads.append(name)
         return func(*args, **(kwargs or {}))
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # tensors without storage (meta, some subclasses)
+        return id(t)
 
 
 # --- interpreter address checks ---------------------------------------------------------------
@@ -291,6 +353,21 @@ def _kernel_name(obj) -> str:
     return "kernel"
 
 
+def _kernel_module(obj) -> str:
+    """The module of the Python function behind a JITFunction, Autotuner or Heuristics object."""
+    for _ in range(6):
+        if inspect.isfunction(obj):
+            return obj.__module__ or ""
+        obj = getattr(obj, "fn", None)
+        if obj is None:
+            break
+    return ""
+
+
+def _tensor_shapes(args, kwargs) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(a.shape) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+
+
 def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[[], None] | None = None):
     """Count launches of @triton.jit functions (compiled or interpreted); pause op recording inside.
 
@@ -315,6 +392,7 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
             outermost = depth[0] == 0 and not kwargs.get("warmup", False)
             if outermost:
                 watch.launches.append(_kernel_name(self))
+                watch.launched.append(Launch(_kernel_name(self), _kernel_module(self), _tensor_shapes(args, kwargs)))
             depth[0] += 1
             recorder.paused += 1
             try:

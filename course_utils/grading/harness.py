@@ -10,20 +10,60 @@ In interpreter mode every load and store is also checked before it happens (see 
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
 import random
 import traceback
-from collections.abc import Callable, Iterable
+import types
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..mode import current
 from .guard import HOST_OPS, TORCH_NAMES, OutOfBounds, watching
+from .provenance import course_solution, course_solutions_allowed
 
 GUARD_ELEMENTS = 1 << 16  # guard region on each side of an output: larger than any block a kernel uses
 SHOW = 5  # how many mismatching elements a failure message lists
+PAD = 5  # elements of padding after each row of an output laid out "padded"
+
+# What kind of failure a problem is: the hint shown is chosen by the first problem's kind.
+KINDS = ("unwritten", "out_of_bounds", "wrong", "nan", "host", "launches", "fusion", "input", "solution")
+
+# Hints for any exercise; an exercise's own hints (Exercise.hint) replace them kind by kind.
+DEFAULT_HINTS = {
+    "unwritten": "part of the output was never written: does the grid cover every element "
+                 "(triton.cdiv(n, BLOCK) programs), and does each store's mask keep every valid element?",
+    "out_of_bounds": "mask every tl.load and tl.store (offsets < n: not <=, and not against the block "
+                     "size), and build offsets from the tensor's own sizes and strides",
+    "nan": "NaN comes from a masked load without other= read as garbage, 0/0, inf - inf or "
+           "exp(-inf - (-inf)): give masked loads a neutral other= and guard divisions",
+    "host": "the host function only allocates, computes the grid and launches; every arithmetic step "
+            "belongs in the @triton.jit kernel",
+    "launches": "fuse the steps into one @triton.jit function: what one step produces stays in registers "
+                "for the next",
+    "input": "inputs are read-only: store only into the output buffer(s) the checker passed in",
+}
+
+
+class Problem(str):
+    """One problem found with a candidate's answer, and its kind (one of KINDS)."""
+
+    kind: str = "wrong"
+
+    def __new__(cls, text: str, kind: str = "wrong"):
+        obj = super().__new__(cls, text)
+        obj.kind = kind
+        return obj
+
+
+def kind_of(problem: str) -> str:
+    return getattr(problem, "kind", "wrong")
 
 
 class CheckFailed(AssertionError):
@@ -31,7 +71,8 @@ class CheckFailed(AssertionError):
 
     Raised by `check` with what a program needs to summarize it (batch grading, progress):
     `exercise` (id), `case` (its description), `seed`, `problems` (one text per problem found)
-    and `reason`, the first problem in one line.
+    and `reason`, the first problem in one line. In a notebook it shows as its message alone
+    (`_render_traceback_`): no traceback through the checker.
     """
 
     def __init__(self, *args, exercise: str | None = None, case: str | None = None, seed: int | None = None,
@@ -54,6 +95,11 @@ class CheckFailed(AssertionError):
                     return line.strip()
         return type(self).__name__
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for this exception: the message, nothing of the checker's frames."""
+        lines = str(self).splitlines() or [""]
+        return [f"\x1b[1;31m{type(self).__name__}\x1b[0m: {lines[0]}", *lines[1:]]
+
 
 class CandidateError(CheckFailed):
     """The candidate itself raised: reported as the student's error, with their traceback."""
@@ -61,11 +107,20 @@ class CandidateError(CheckFailed):
 
 @dataclass(frozen=True)
 class Out:
-    """An output buffer the checker allocates and passes to the candidate."""
+    """An output buffer the checker allocates and passes to the candidate.
+
+    layout: "contiguous"; "padded" (2-D, each row followed by PAD unused elements: row stride
+    cols + PAD) or "transposed" (2-D, column-major: strides (1, rows)), for exercises whose outputs
+    may have any strides.
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: torch.dtype
+    layout: str = "contiguous"
+    # An in/out buffer (e.g. a KV cache the candidate appends to): it starts as a copy of `init`, with
+    # init's strides, instead of poison; elements the candidate must leave alone keep init's values.
+    init: torch.Tensor | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -79,21 +134,67 @@ class Case:
     rtol: float = 0.0
     # Extra verification: verify(result_or_outs, case) -> list of problems (empty when fine).
     verify: Callable[[Any, "Case"], list[str]] | None = None
+    # Kernel cases whose outputs are wrong: explain(outs, case) -> what the wrong values match (a known
+    # mistake, e.g. "that is attention without the 1/sqrt(D) scale"), or "".
+    explain: Callable[[dict, "Case"], str] | None = None
+    # A case the candidate must refuse: it passes when the candidate raises this exception type.
+    raises: type[Exception] | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
+class Speed:
+    """How a check times a passing kernel on a GPU (never in the interpreter, never a failure)."""
+
+    args: Callable[[], tuple]  # arguments of a realistic size, in signature order (Out for outputs)
+    cost: Callable[[tuple], Any]  # the least FLOPs and bytes of one call (course_utils.roofline.Cost)
+    solution: str  # the course's solution timed beside it: "course_utils.lessons.l02_first_kernels:add"
+    label: str  # the size, as the line shows it: "n = 2^26, fp32"
+    roof: str | None = None  # tensor-core work: its roof ("bf16", "tf32", "fp8"); None: CUDA cores
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """What "one kernel" / "fused" means for an exercise, checked on every case."""
+
+    meaning: str  # said in the failure: what stays in registers
+    temporary: Callable[["Case"], tuple[int, str] | None]  # (element count, what it is) of the intermediate
+    kernels: int = 1  # most launches that touch the activations (a tensor with one row per output row)
+
+
+@dataclass(frozen=True, eq=False)
 class Exercise:
+    """An exercise, frozen: the code a check runs cannot change what it is checked against."""
+
     id: str  # "02.vector_add"
     title: str
     signature: str  # "add(x, y, out)"
     cases: Callable[[torch.Generator], Iterable[Case]]
-    hint: str = ""
+    # Hints by kind of failure ({kind: text}, kinds in KINDS); a plain string is the hint for wrong,
+    # unwritten and NaN outputs. Kinds an exercise leaves out get DEFAULT_HINTS.
+    hint: str | Mapping[str, str] = ""
     kernel: bool = True  # destination passing, must launch a Triton kernel, no torch arithmetic
     forbidden_ops: tuple[str, ...] = ()  # aten ops this exercise may not call (e.g. "transpose")
     allowed_ops: tuple[str, ...] = ()  # extra aten ops a kernel exercise may call on the host
-    stub_message: str = ""  # filled in by the builder: what the unsolved stub raises
+    stub_message: str = ""  # what the unsolved stub raises
     # Kernel exercises: the most kernel launches one call may make (1: "in one kernel"); None: any.
     max_launches: int | None = None
+    fusion: Fusion | None = None  # a fused exercise: launches on the activations, no intermediate in memory
+    # dtypes the host code may not touch, and why (07.decode_e4m3: torch's own float8 decoder)
+    forbidden_dtypes: tuple[torch.dtype, ...] = ()
+    dtype_message: str = ""
+    speed: Speed | None = None  # on a GPU a passing check reports its speed
+
+    def __post_init__(self):
+        hints = self.hint
+        if isinstance(hints, str):
+            hints = {"wrong": hints, "unwritten": hints, "nan": hints} if hints else {}
+        unknown = set(hints) - set(KINDS)
+        if unknown:
+            raise ValueError(f"{self.id}: hints of unknown kinds {sorted(unknown)}; kinds are {KINDS}")
+        object.__setattr__(self, "hint", types.MappingProxyType(dict(hints)))
+
+    def hint_for(self, kind: str) -> str:
+        return self.hint.get(kind) or DEFAULT_HINTS.get(kind, "")
 
     @property
     def func_name(self) -> str:
@@ -105,7 +206,25 @@ class Exercise:
         return [p.strip().split(":")[0].split("=")[0].strip() for p in inside.split(",") if p.strip()]
 
 
-REGISTRY: dict[str, Exercise] = {}
+class _Registry(dict):
+    """Exercise id -> Exercise. An id, once registered, cannot be replaced (only removed, by tests)."""
+
+    def __setitem__(self, key, value):
+        if key in self:
+            raise ValueError(f"exercise {key} is registered already; exercises cannot be replaced")
+        super().__setitem__(key, value)
+
+    def update(self, *args, **kwargs):
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+
+REGISTRY: dict[str, Exercise] = _Registry()
 
 
 def register(ex: Exercise) -> Exercise:
@@ -161,13 +280,43 @@ def _poison_value(dtype: torch.dtype) -> int:
 
 
 def _allocate(out: Out, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A poisoned buffer with guard regions, and the output's view into its middle (in out.layout)."""
     numel = 1
     for s in out.shape:
         numel *= s
-    buf = torch.empty(numel + 2 * GUARD_ELEMENTS, dtype=out.dtype, device=device)
+    if out.init is not None:
+        strides = out.init.stride()
+    elif out.layout == "padded":
+        rows, cols = out.shape
+        strides = (cols + PAD, 1)
+    elif out.layout == "transposed":
+        rows, cols = out.shape
+        strides = (1, rows)
+    elif out.layout == "contiguous":
+        strides = tuple(int(np.prod(out.shape[i + 1:], dtype=np.int64)) for i in range(len(out.shape)))
+    else:
+        raise ValueError(f"unknown layout {out.layout!r} of output {out.name}")
+    buf = torch.empty(_span(out.shape, strides) + 2 * GUARD_ELEMENTS, dtype=out.dtype, device=device)
     _as_int(buf).fill_(_poison_value(out.dtype))
-    view = buf[GUARD_ELEMENTS:GUARD_ELEMENTS + numel].view(out.shape)
+    view = buf.as_strided(out.shape, strides, GUARD_ELEMENTS)
+    if out.init is not None:
+        view.copy_(out.init)
     return buf, view
+
+
+def _span(shape, strides) -> int:
+    """Elements from a view's first element to its last, inclusive (0 when it has none)."""
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+
+
+def _same_layout_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of t in a storage of its own, with t's sizes, strides and offset (and its storage's bytes)."""
+    storage = t.untyped_storage()
+    raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
+    whole = raw.clone().view(t.dtype)
+    return whole.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -216,10 +365,10 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
     n_unwritten = int(unwritten.sum())
     if n_unwritten:
         first = unwritten.flatten().nonzero()[:SHOW, 0].tolist()
-        problems.append(
+        problems.append(Problem(
             f"`{name}`: {n_unwritten} of {got_cpu.numel()} elements were never written "
-            f"(still the poison value), first at {', '.join(_index(i, tuple(exp.shape)) for i in first)}"
-        )
+            f"(still the poison value), first at {', '.join(_index(i, tuple(exp.shape)) for i in first)}",
+            "unwritten"))
     wrong = bad & ~unwritten
     n_wrong = int(wrong.sum())
     if n_wrong:
@@ -227,37 +376,54 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
         worst_abs = float(finite.max())
         rel = (err / e.abs().clamp_min(1e-30))[wrong] if g.dtype == torch.float64 else err[wrong]
         worst_rel = float(rel.max())
+        n_nan = int((torch.isnan(g) & wrong).sum()) if g.dtype == torch.float64 else 0
+        nan_text = f" ({n_nan} of them NaN where a number was expected)" if n_nan else ""
         lines = [
-            f"`{name}`: {n_wrong} of {got_cpu.numel()} elements differ beyond atol={atol:g}, rtol={rtol:g}; "
-            f"worst abs error {_fmt(worst_abs)}, worst rel error {_fmt(worst_rel)}"
+            f"`{name}`: {n_wrong} of {got_cpu.numel()} elements differ beyond atol={atol:g}, rtol={rtol:g}"
+            f"{nan_text}; worst abs error {_fmt(worst_abs)}, worst rel error {_fmt(worst_rel)}"
         ]
         for i in wrong.flatten().nonzero()[:SHOW, 0].tolist():
             lines.append(
                 f"    at {_index(i, tuple(exp.shape))}: expected {_fmt(float(e.flatten()[i]))}, "
                 f"got {_fmt(float(g.flatten()[i]))}"
             )
-        problems.append("\n".join(lines))
+        problems.append(Problem("\n".join(lines), "nan" if n_nan else "wrong"))
     return problems
 
 
-def _guard_problems(name: str, buf: torch.Tensor, numel: int) -> list[str]:
+def _guard_problems(name: str, buf: torch.Tensor, view: torch.Tensor) -> list[str]:
+    """Writes outside the output's elements: before it, past its end, or between its rows (padding)."""
     problems = []
+    span = _span(view.shape, view.stride())
     pre = _is_poison(buf[:GUARD_ELEMENTS])
-    post = _is_poison(buf[GUARD_ELEMENTS + numel:])
+    post = _is_poison(buf[GUARD_ELEMENTS + span:])
     if not bool(pre.all()):
         n = int((~pre).sum())
         first = GUARD_ELEMENTS - int((~pre).nonzero()[:, 0].min())
-        problems.append(f"`{name}`: {n} element(s) written before its start (up to {first} elements before)")
+        problems.append(Problem(f"`{name}`: {n} element(s) written before its start (up to {first} elements "
+                                "before)", "out_of_bounds"))
     if not bool(post.all()):
         idx = (~post).nonzero()[:, 0]
-        problems.append(
+        problems.append(Problem(
             f"`{name}`: {int(idx.numel())} element(s) written past its end "
-            f"(first at flat index {numel + int(idx.min())}, the buffer has {numel} elements)"
-        )
+            f"(first at flat index {view.numel() + int(idx.min())}, the buffer has {view.numel()} elements)",
+            "out_of_bounds"))
+    if span > view.numel():  # a strided output: the elements between its rows belong to no one
+        covered = torch.zeros(span, dtype=torch.bool)
+        covered[torch.arange(span).as_strided(view.shape, view.stride()).flatten()] = True
+        gaps = _is_poison(buf[GUARD_ELEMENTS:GUARD_ELEMENTS + span].cpu())[~covered]
+        if not bool(gaps.all()):
+            problems.append(Problem(
+                f"`{name}`: {int((~gaps).sum())} element(s) written between its rows, into memory that is "
+                f"not part of it: `{name}` has strides {view.stride()}, not those of a contiguous tensor; "
+                f"address it with {name}.stride(0) and {name}.stride(1)", "out_of_bounds"))
     return problems
 
 
 # --- running a candidate ----------------------------------------------------------------------
+
+_COURSE_INIT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__init__.py")
+
 
 def _root_exception(exc: BaseException) -> BaseException:
     cause = exc
@@ -266,12 +432,28 @@ def _root_exception(exc: BaseException) -> BaseException:
     return cause
 
 
+def _student_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of the student's own code in an exception's traceback (and in the interpreter's
+    wrapped cause): not the checker's, torch's, Triton's, NumPy's or the standard library's."""
+    from .guard import _library_frame
+
+    frames, seen = [], set()
+    cause = exc
+    for _ in range(4):
+        for f in traceback.extract_tb(cause.__traceback__):
+            key = (f.filename, f.lineno, f.name)
+            if key not in seen and not _library_frame(f.filename) and f.filename != _COURSE_INIT:
+                seen.add(key)
+                frames.append(f)
+        if cause.__cause__ is None:
+            break
+        cause = cause.__cause__
+    return frames
+
+
 def _student_traceback(exc: BaseException) -> str:
-    """The traceback without the checker's own frames (the student's code and what it called)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    here = __file__.rsplit(".", 1)[0]
-    kept = [f for f in frames if not f.filename.startswith(here)]
-    text = "".join(traceback.format_list(kept[-8:]))
+    """The traceback of the student's frames only, then the exception itself."""
+    text = "".join(traceback.format_list(_student_frames(exc)[-8:]))
     cause = _root_exception(exc)
     return text + "".join(traceback.format_exception_only(type(cause), cause))
 
@@ -283,37 +465,104 @@ def _exception_line(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(cause).__name__
 
 
+def _chain_text(exc: BaseException) -> str:
+    parts, cause = [], exc
+    for _ in range(6):
+        if cause is None:
+            break
+        parts.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    return "\n".join(parts)
+
+
+def _known_mistake(exc: BaseException) -> str | None:
+    """One line for an exception whose cause is a common Triton mistake, or None."""
+    if "arange's range must be a power of 2" in _chain_text(exc):
+        return ("tl.arange(0, N) needs N to be a power of 2 (a block of 781 columns is not): round the "
+                "block up with BLOCK_N = triton.next_power_of_2(n_cols) and mask the columns >= n_cols")
+    return None
+
+
 def _candidate_error(exc: BaseException) -> CandidateError:
+    known = _known_mistake(exc)
+    if known is not None:
+        frames = _student_frames(exc)
+        where = ""
+        if frames:
+            f = frames[-1]
+            where = f" at `{(f.line or '').strip()}` ({f.name}, line {f.lineno})" if f.line else f" ({f.name})"
+        return CandidateError(f"your kernel failed to build{where}: {known}", raised=_exception_line(exc))
     return CandidateError(f"your function raised an exception:\n{_student_traceback(exc)}",
                           raised=_exception_line(exc))
 
 
+@contextlib.contextmanager
+def _quiet_numerics():
+    """The interpreter runs kernels with NumPy: -inf - -inf in masked lanes warns, harmlessly."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
 def _host_problems(ex: Exercise, watch) -> list[str]:
-    """How a kernel exercise computed: no launch, torch or NumPy on the host, too many launches."""
+    """How a kernel exercise computed: no launch, torch or NumPy on the host."""
     problems = []
     if watch.references:
         names = ", ".join(f"`{name}`" for name in watch.references)
-        problems.append(f"your function calls the reference {names}: it computes the answer with PyTorch; "
-                        "write the computation in your Triton kernel instead")
+        problems.append(Problem(f"your function calls the reference {names}: it computes the answer with "
+                                "PyTorch; write the computation in your Triton kernel instead", "host"))
     forbidden = [op for op in watch.compute_ops() if op not in ex.allowed_ops]
     if not watch.launches:
-        problems.append("no Triton kernel was launched: the result must come from a @triton.jit kernel")
+        problems.append(Problem("no Triton kernel was launched: the result must come from a @triton.jit "
+                                "kernel", "host"))
     if forbidden:
-        problems.append(
+        problems.append(Problem(
             "computed with torch operations on the host (" + watch.describe_ops(forbidden)
-            + "): the arithmetic must happen inside your Triton kernel"
-        )
+            + "): the arithmetic must happen inside your Triton kernel", "host"))
     reads = sorted(set(watch.host_reads))
     if reads:
-        problems.append(
+        problems.append(Problem(
             "read tensor data into Python/NumPy on the host (" + ", ".join(f"Tensor.{r}" for r in reads)
-            + "): the arithmetic must happen inside your Triton kernel"
-        )
-    if ex.max_launches is not None and len(watch.launches) > ex.max_launches:
-        names = ", ".join(watch.launches[:6]) + (", ..." if len(watch.launches) > 6 else "")
-        want = "one kernel" if ex.max_launches == 1 else f"at most {ex.max_launches} kernel launches"
-        problems.append(f"launched {len(watch.launches)} kernels ({names}); this exercise asks for {want}: "
-                        "fuse the steps into one @triton.jit function")
+            + "): the arithmetic must happen inside your Triton kernel", "host"))
+    return problems
+
+
+def _rows(case: Case) -> int | None:
+    """The row count of a case's first output (its activations have one row per output row)."""
+    for arg in case.args:
+        if isinstance(arg, Out) and len(arg.shape) >= 2:
+            return arg.shape[0]
+    return None
+
+
+def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[str]:
+    """Too many launches, or (fused exercises) an intermediate written to memory."""
+    problems = []
+    names = [launch.name for launch in launched]
+    limit, counted, what = ex.max_launches, names, "kernels"
+    if ex.fusion is not None:
+        limit = ex.fusion.kernels
+        rows = _rows(case)
+        counted = [launch.name for launch in launched
+                   if any(len(shape) >= 2 and shape[0] == rows for shape in launch.shapes)]
+        what = "kernels on the activations"
+    if limit is not None and len(counted) > limit:
+        shown = ", ".join(counted[:6]) + (", ..." if len(counted) > 6 else "")
+        want = "one kernel" if limit == 1 else f"at most {limit} such launches"
+        text = f"launched {len(counted)} {what} ({shown}); this exercise asks for {want}"
+        text += f": {ex.fusion.meaning}" if ex.fusion is not None else ": fuse the steps into one @triton.jit function"
+        problems.append(Problem(text, "launches"))
+    temporary = ex.fusion.temporary(case) if ex.fusion is not None else None
+    if temporary is not None:
+        numel, description = temporary
+        for alloc in allocations:
+            if alloc.numel == numel:
+                at = f" at {alloc.site}" if alloc.site else ""
+                problems.append(Problem(
+                    f"allocated a {alloc.shape} {str(alloc.dtype).replace('torch.', '')} temporary{at}: the size "
+                    f"of {description}. Fused means that intermediate never goes to memory: "
+                    f"{ex.fusion.meaning}", "fusion"))
+                break
     return problems
 
 
@@ -323,7 +572,8 @@ class Prepared:
 
     call_args: list
     buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]]  # out name -> (buffer, view, numel)
-    inputs: list[tuple[str, torch.Tensor, torch.Tensor]]  # (name, tensor, its bytes before the call)
+    # (name, the copy the candidate gets, the bytes of the case's own tensor): the case stays untouched
+    inputs: list[tuple[str, torch.Tensor, torch.Tensor]]
 
 
 @dataclass
@@ -338,19 +588,23 @@ class CallFacts:
     returned_other: bool = False  # returned a tensor that is none of the output buffers
     host: list[str] = field(default_factory=list)  # _host_problems: launches, torch or NumPy on the host
     changed_later: list[str] = field(default_factory=list)  # outputs changed by host code after the last launch
+    launched: list = field(default_factory=list)  # guard.Launch of each kernel launch (name, module, shapes)
+    allocations: list = field(default_factory=list)  # guard.Allocation of each tensor the host code made
 
 
 def prepare_kernel_case(ex: Exercise, case: Case, device: str) -> Prepared:
-    """Allocate the poisoned outputs and remember the inputs' bytes (the checker's side, before the call)."""
+    """Allocate the poisoned outputs and copy the inputs (the checker's side, before the call)."""
     prepared = Prepared([], {}, [])
     for name, arg in zip(ex.params, case.args):
         if isinstance(arg, Out):
             buf, view = _allocate(arg, device)
             prepared.buffers[arg.name] = (buf, view, view.numel())
             prepared.call_args.append(view)
+        elif isinstance(arg, torch.Tensor):
+            copy = _same_layout_copy(arg)
+            prepared.inputs.append((name, copy, _bits(arg).clone()))
+            prepared.call_args.append(copy)
         else:
-            if isinstance(arg, torch.Tensor):
-                prepared.inputs.append((name, arg, _bits(arg).clone()))
             prepared.call_args.append(arg)
     return prepared
 
@@ -369,17 +623,17 @@ def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
             after_launch[out_name] = _bits(view).clone()
         ops_at_last_launch[0] = len(watch.torch_ops)
 
-    with watching(after_launch=snapshot) as watch:
+    with _quiet_numerics(), watching(after_launch=snapshot) as watch:
         try:
             result = candidate(*call_args)
         except OutOfBounds as exc:
-            raise CheckFailed(str(exc)) from None
+            raise CheckFailed(str(exc), problems=[Problem(str(exc), "out_of_bounds")]) from None
         except Exception as exc:
             root = exc
             while root.__cause__ is not None:
                 root = root.__cause__
             if isinstance(root, OutOfBounds):
-                raise CheckFailed(str(root)) from None
+                raise CheckFailed(str(root), problems=[Problem(str(root), "out_of_bounds")]) from None
             raise _candidate_error(exc) from None
     if device == "cuda":
         try:
@@ -391,7 +645,7 @@ def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
                 "restart the Python kernel before the next check"
             ) from None
 
-    facts = CallFacts()
+    facts = CallFacts(launched=list(watch.launched), allocations=list(watch.allocations))
     if result is not None and not isinstance(result, torch.Tensor | tuple):
         facts.returned = type(result).__name__
     facts.returned_other = isinstance(result, torch.Tensor) and all(
@@ -408,50 +662,88 @@ def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
 
 def judge_kernel_case(ex: Exercise, case: Case, prepared: Prepared, facts: CallFacts) -> list[str]:
     """The problems of one call, from the bytes it left and the facts recorded (the checker's side)."""
+    refusal = course_solution(ex.id, None, facts.launched)
+    if refusal is not None:
+        return [Problem(refusal, "solution")]
     problems = []
     if facts.returned is not None:
         problems.append(f"returned {facts.returned}; a destination-passing function returns None")
     problems += facts.host
+    problems += _launch_problems(ex, case, facts.launched, facts.allocations)
     for name, tensor, bits in prepared.inputs:
         if not torch.equal(_bits(tensor), bits):
-            problems.append(f"your function modified its input `{name}`")
-    for name, (buf, view, numel) in prepared.buffers.items():
-        problems += _guard_problems(name, buf, numel)
+            problems.append(Problem(f"your function modified its input `{name}`", "input"))
+    outs = {name: view for name, (_, view, _) in prepared.buffers.items()}
+    for name, (buf, view, _) in prepared.buffers.items():
+        problems += _guard_problems(name, buf, view)
         if name in facts.changed_later:
-            problems.append(f"`{name}` was changed after your last kernel launch by host code (NumPy? a "
-                            "Python loop?): the result must be written by the Triton kernel")
+            problems.append(Problem(f"`{name}` was changed after your last kernel launch by host code (NumPy? "
+                                    "a Python loop?): the result must be written by the Triton kernel", "host"))
         found = compare(name, view, case.expected[name], case.atol, case.rtol)
         if found and facts.returned_other:
             found.append(f"your function returned a tensor instead of writing into `{name}`: the checker "
                          "allocates the output, passes it in, and reads it after the call (the return value "
                          "is ignored)")
         problems += found
+    if problems and case.explain is not None and any(kind_of(p) in ("wrong", "nan") for p in problems):
+        why = case.explain(outs, case)
+        if why:
+            problems.append(Problem(why, "wrong"))
     if case.verify is not None and not problems:
-        problems += case.verify({name: view for name, (_, view, _) in prepared.buffers.items()}, case)
+        problems += case.verify(outs, case)
     return problems
+
+
+def _expect_refusal(case: Case, candidate: Callable, call_args: list) -> list[str]:
+    """A case the candidate must refuse (Case.raises): raising that exception is the right answer."""
+    with watching():
+        try:
+            candidate(*call_args)
+        except OutOfBounds as exc:
+            raise CheckFailed(str(exc)) from None
+        except case.raises:
+            return []
+        except Exception as exc:
+            raise _candidate_error(exc) from None
+    return [f"these inputs must be refused: raise {case.raises.__name__} with a message saying why "
+            f"({case.label}); your function returned normally"]
 
 
 def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str) -> list[str]:
     prepared = prepare_kernel_case(ex, case, device)
+    if case.raises is not None:
+        return _expect_refusal(case, candidate, prepared.call_args)
     facts = call_kernel_candidate(ex, candidate, prepared.call_args, prepared.buffers, device)
     return judge_kernel_case(ex, case, prepared, facts)
 
 
+def _function_args(args) -> tuple:
+    """The arguments a function candidate gets: plain tensors copied, so the case keeps its own."""
+    return tuple(_same_layout_copy(a) if type(a) is torch.Tensor else a for a in args)
+
+
 def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[Any, list[str]]:
-    """Call a (non-kernel) candidate: its result and the forbidden aten ops it used."""
-    with watching() as watch:
+    """Call a (non-kernel) candidate: its result and what it used that the exercise forbids (aten op
+    names, and "dtype:<name>" for a forbidden dtype it touched)."""
+    with _quiet_numerics(), watching() as watch:
         try:
-            result = candidate(*args)
+            result = candidate(*_function_args(args))
         except Exception as exc:
             raise _candidate_error(exc) from None
-    return result, [op for op in ex.forbidden_ops if op in watch.torch_ops]
+    used = [op for op in ex.forbidden_ops if op in watch.torch_ops]
+    used += [f"dtype:{str(dt).replace('torch.', '')}" for dt in ex.forbidden_dtypes if dt in watch.dtypes]
+    return result, used
 
 
 def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) -> list[str]:
+    dtypes = [u for u in used if u.startswith("dtype:")]
+    if dtypes:
+        return [Problem(ex.dtype_message or f"uses {dtypes[0][6:]}, which this exercise asks you to do "
+                        "without", "host")]
     if used:
         named = ", ".join(f"aten.{op}" + (f" ({TORCH_NAMES[op]})" if op in TORCH_NAMES else "")
                           for op in used)
-        return [f"uses {named}, which this exercise asks you to do yourself"]
+        return [Problem(f"uses {named}, which this exercise asks you to do yourself", "host")]
     if case.verify is not None:
         return case.verify(result, case)
     if result != case.expected:
@@ -480,20 +772,21 @@ def _check_signature(ex: Exercise, candidate: Callable) -> None:
         pass
 
 
-def _with_header(exc: CheckFailed, header: str, about: dict) -> CheckFailed:
-    """The same failure with the exercise, case and seed in front."""
+def _with_header(exc: CheckFailed, header: str, about: dict, hint: str = "") -> CheckFailed:
+    """The same failure with the exercise, case and seed in front (and the hint of its kind after)."""
     raised = getattr(exc, "raised", None)
+    tail = f"\n  hint: {hint}" if hint else ""
+    problems = exc.problems or [str(exc)]
     try:
-        return type(exc)(f"{header}\n  {exc}", problems=[str(exc)], raised=raised, **about)
+        return type(exc)(f"{header}\n  {exc}{tail}", problems=problems, raised=raised, **about)
     except TypeError:  # a subclass with its own constructor
-        err = type(exc)(f"{header}\n  {exc}")
+        err = type(exc)(f"{header}\n  {exc}{tail}")
         err.exercise, err.case, err.seed = about["exercise"], about["case"], about["seed"]
-        err.problems, err.raised = [str(exc)], raised
+        err.problems, err.raised = problems, raised
         return err
 
 
-def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, quiet: bool = False) -> None:
-    """Run every case of an exercise against `candidate`; print one line on success, raise on failure."""
+def _exercise(exercise_id: str) -> Exercise:
     if exercise_id not in REGISTRY:
         from . import load_all
 
@@ -501,27 +794,48 @@ def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, qui
     if exercise_id not in REGISTRY:
         known = ", ".join(sorted(REGISTRY))
         raise KeyError(f"no exercise {exercise_id!r}; known: {known}")
-    ex = REGISTRY[exercise_id]
+    return REGISTRY[exercise_id]
+
+
+def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, quiet: bool = False,
+          course: bool = False) -> None:
+    """Run every case of an exercise against `candidate`; print one line on success, raise on failure.
+
+    course=True: the candidate is the course's own solution, shown passing in a lesson (a check
+    refuses the course's solutions otherwise). On a GPU a passing check also prints its speed.
+    """
+    ex = _exercise(exercise_id)
     _check_signature(ex, candidate)
     seed = random.randrange(2**31) if seed is None else seed
     device = current().device
+    with course_solutions_allowed() if course else contextlib.nullcontext():
+        refusal = course_solution(ex.id, candidate)
+        if refusal is not None:
+            raise CheckFailed(f"{ex.id}: {refusal}", exercise=ex.id, seed=seed,
+                              problems=[Problem(refusal, "solution")])
 
-    def run_case(case: Case) -> list[str]:
-        return (_run_kernel_case(ex, candidate, case, device) if ex.kernel
-                else _run_function_case(ex, candidate, case))
+        def run_case(case: Case) -> list[str]:
+            return (_run_kernel_case(ex, candidate, case, device) if ex.kernel
+                    else _run_function_case(ex, candidate, case))
 
-    n_cases = run_cases(ex, seed, run_case)
+        n_cases = run_cases(ex, seed, run_case)
     if not quiet:
         print(f"{ex.id} passed: {n_cases} cases ({ex.title}); seed {seed}")
+        if current().gpu and ex.speed is not None:
+            print(speed_line(ex, candidate))
 
 
 def run_cases(ex: Exercise, seed: int, run_case: Callable[[Case], list[str]]) -> int:
     """Draw the cases of `ex` from `seed` and judge each with `run_case` (-> problems); raise CheckFailed,
-    with the case, seed and hint, at the first case with problems. Returns the number of cases.
+    with the case, seed and the hint for the kind of failure, at the first case with problems. Returns
+    the number of cases; an exercise without cases refuses to pass.
 
     `run_case` calls the candidate in this process (`check`) or in a submission's sandbox (batch grading)."""
     gen = torch.Generator().manual_seed(seed)
     cases = list(ex.cases(gen))
+    if not cases:
+        raise CheckFailed(f"{ex.id} has no cases: nothing was checked, so it cannot pass", exercise=ex.id,
+                          seed=seed)
     reproduce = f'reproduce with check("{ex.id}", {ex.func_name}, seed={seed})'
     for i, case in enumerate(cases, 1):
         header = f"{ex.id} failed on case {i}/{len(cases)}: {describe_case(ex, case)}\n  seed {seed}: {reproduce}"
@@ -529,9 +843,82 @@ def run_cases(ex: Exercise, seed: int, run_case: Callable[[Case], list[str]]) ->
         try:
             problems = run_case(case)
         except CheckFailed as exc:
-            raise _with_header(exc, header, about) from None
+            kind = kind_of(exc.problems[0]) if exc.problems else ""
+            hint = ex.hint_for(kind) if kind and not isinstance(exc, CandidateError) else ""
+            raise _with_header(exc, header, about, hint) from None
         if problems:
             body = "\n".join("  " + p for p in problems)
-            hint = f"\n  hint: {ex.hint}" if ex.hint else ""
+            hint = ex.hint_for(kind_of(problems[0]))
+            hint = f"\n  hint: {hint}" if hint else ""
             raise CheckFailed(f"{header}\n{body}{hint}", problems=problems, **about)
     return len(cases)
+
+
+# --- speed on a GPU ---------------------------------------------------------------------------
+# A passing check on a GPU times the candidate and the course's solution on a realistic size and
+# places both under the device's measured roofs. Never a failure: anything that goes wrong while
+# timing is said in the line.
+
+MEASURED: dict[str, Any] = {}  # exercise id -> roofline.Point of the student's last timed kernel
+
+
+def _materialize(args: tuple, device: str) -> tuple:
+    return tuple(torch.empty(a.shape, dtype=a.dtype, device=device) if isinstance(a, Out) else a for a in args)
+
+
+def _seconds(fn: Callable, args: tuple) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(lambda: fn(*args), warmup=25, rep=100) / 1e3
+
+
+def _solution(path: str) -> Callable:
+    import importlib
+
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def format_speed(speed: Speed, cost, seconds: float, solution_seconds: float | None, ceilings) -> tuple[str, Any]:
+    """The speed line, and the candidate's roofline.Point. Memory-bound work is told in GB/s against
+    the measured copy bandwidth, compute-bound work in TFLOP/s against its flat roof."""
+    from ..roofline import Point
+
+    point = Point("", cost.intensity, cost.flops / seconds / 1e12, speed.roof)
+    roof = point.roof_of(ceilings)
+    memory = ceilings.bound(cost.intensity, roof) == "memory"
+
+    def rate(s: float) -> str:
+        return f"{cost.n_bytes / s / 1e9:,.0f} GB/s" if memory else f"{cost.flops / s / 1e12:,.1f} TFLOP/s"
+
+    def share(s: float) -> str:
+        return f"{Point('', cost.intensity, cost.flops / s / 1e12, speed.roof).fraction(ceilings):.0%}"
+
+    ceiling = (f"{ceilings.copy_gbps:,.0f} GB/s copy bandwidth" if memory
+               else f"{ceilings.peak(roof) / 1e12:,.0f} TFLOP/s {roof} matmul rate")
+    line = (f"speed on {speed.label}: {rate(seconds)}, {share(seconds)} of this GPU's measured {ceiling} "
+            f"({'memory' if memory else 'compute'}-bound)")
+    if solution_seconds is not None:
+        line += f"; the course's solution: {rate(solution_seconds)} ({share(solution_seconds)})"
+    return line, point
+
+
+def speed_line(ex: Exercise, candidate: Callable) -> str:
+    """Time a passing candidate beside the course's solution (GPU only); one line, never an exception."""
+    from ..roofline import device_ceilings
+
+    try:
+        with _quiet_numerics():
+            args = _materialize(ex.speed.args(), current().device)
+            cost = ex.speed.cost(args)
+            seconds = _seconds(candidate, args)
+            try:
+                solution_seconds = _seconds(_solution(ex.speed.solution), args)
+            except Exception:  # the course's kernel could not run here: show the candidate alone
+                solution_seconds = None
+            line, point = format_speed(ex.speed, cost, seconds, solution_seconds, device_ceilings())
+    except Exception as exc:  # timing is a bonus: say why it is missing, never fail the check
+        return f"speed: not measured ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    point.label = ex.id
+    MEASURED[ex.id] = point
+    return line

@@ -1,0 +1,68 @@
+"""Is a candidate the student's own? The course's solutions live in course_utils/lessons/: a candidate
+defined there, or a kernel of the exercise's own lesson launched for it, is the course's answer.
+
+Kernels of earlier lessons that an exercise builds on stay allowed (lesson 06's down projection runs
+lesson 03's matmul; lesson 06 packs its weights with lesson 02's copy_2d).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Iterable
+
+LESSONS_PACKAGE = "course_utils.lessons."
+
+_allowed = [0]  # > 0 inside course_solutions_allowed(): tests and lessons that show the course's own code
+
+
+@contextlib.contextmanager
+def course_solutions_allowed():
+    """Let `check` run the course's own solutions (the test suite; a lesson showing its code passing)."""
+    _allowed[0] += 1
+    try:
+        yield
+    finally:
+        _allowed[0] -= 1
+
+
+def _module_path(module: str) -> str:
+    return module.replace(".", "/") + ".py"
+
+
+def _defined_in(candidate) -> tuple[str, str]:
+    """(name, module) of the function behind a candidate (partials and decorated functions unwrapped)."""
+    for _ in range(8):
+        if isinstance(candidate, functools.partial):
+            candidate = candidate.func
+        elif hasattr(candidate, "__wrapped__"):
+            candidate = candidate.__wrapped__
+        else:
+            break
+    if inspect.ismethod(candidate):
+        candidate = candidate.__func__
+    name = getattr(candidate, "__name__", type(candidate).__name__)
+    module = getattr(candidate, "__module__", "") or ""
+    return name, module
+
+
+def course_solution(exercise_id: str, candidate=None, launched: Iterable = ()) -> str | None:
+    """Why `candidate` is not the student's own work, or None when it may be.
+
+    candidate: the function given to check (refused when course_utils.lessons defined it);
+    launched: what it launched, objects with `.name` and `.module` (guard.Launch) or (name, module)
+    pairs; a kernel defined in the exercise's own lesson module (lesson "02" -> l02_*) is refused.
+    """
+    if _allowed[0]:
+        return None
+    if candidate is not None:
+        name, module = _defined_in(candidate)
+        if module.startswith(LESSONS_PACKAGE):
+            return f"`{name}` is the course's solution from {_module_path(module)}; write your own"
+    own_lesson = LESSONS_PACKAGE + "l" + exercise_id.split(".", 1)[0] + "_"
+    for launch in launched:
+        name, module = (launch.name, launch.module) if hasattr(launch, "module") else launch
+        if module.startswith(own_lesson):
+            return (f"your function launches `{name}`, the course's solution from {_module_path(module)}; "
+                    "write your own")
+    return None
