@@ -1,0 +1,330 @@
+"""Exercises of lesson 09: the decode step's floor, a KV-cache append, GQA decode attention, an int4 GEMV.
+
+The KV cache of 09.kv_append is an input *and* an output: it is passed as an `Out` with `init` (the
+harness copies the earlier tokens into a guarded buffer with the cache's strides), and the expected
+cache is that same content with only row `positions[b]` of each sequence replaced: a write anywhere
+else is a mismatch. 09.w4a16_gemv must refuse a K that is no multiple of the group size: that case
+passes when the candidate raises ValueError (`Case.raises`).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..grading import Case, Exercise, Out, register
+from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
+from ..mode import current, size
+
+
+def _half() -> torch.dtype:
+    """bf16 where Triton computes with it (a GPU of compute capability 8.0+), else fp16."""
+    if current().gpu and torch.cuda.get_device_capability()[0] >= 8:
+        return torch.bfloat16
+    return torch.float16
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+# --- 09.decode_floor --------------------------------------------------------------------------
+
+def _floor_verify(args):
+    batch, weights, kv, context, bandwidth = args
+    want = (weights + batch * context * kv) / bandwidth
+    mistakes = [
+        ((weights + context * kv) / bandwidth, "the KV cache of one sequence only: each of the batch's "
+         "sequences reads its own cache (batch * context * kv_bytes_per_token)"),
+        (batch * (weights + context * kv) / bandwidth, "the weights read once per sequence: the batch shares "
+         "them, they are read once per step"),
+        (weights / bandwidth, "the weights only: attention reads the KV cache too"),
+        (batch * context * kv / bandwidth, "the KV cache only: the weights are read too"),
+        (want * 1e3, "milliseconds: return seconds"),
+    ]
+
+    def verify(result, case) -> list[str]:
+        try:
+            got = float(result)
+        except (TypeError, ValueError):
+            return [f"returned {type(result).__name__} {result!r:.60}; return a float (seconds)"]
+        if math.isclose(got, want, rel_tol=1e-9):
+            return []
+        for value, why in mistakes:
+            if math.isclose(got, value, rel_tol=1e-9) and not math.isclose(value, want, rel_tol=1e-9):
+                return [f"returned {got:.6g} s, expected {want:.6g} s: that is {why}"]
+        return [f"returned {got:.6g} s, expected {want:.6g} s"]
+
+    return verify
+
+
+def _floor_cases(gen):
+    llama8b = 16.06e9  # bf16 weights of Llama-3-8B
+    kv8b = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 K/V heads of 128, bf16: 131072 bytes per token
+    for label, args in (
+        ("Llama-3-8B, batch 1, context 4096, 3.35 TB/s", (1, llama8b, kv8b, 4096, 3.35e12)),
+        ("Llama-3-8B, batch 64, context 4096: the KV cache dominates", (64, llama8b, kv8b, 4096, 3.35e12)),
+        ("batch 16, context 1", (16, 1e9, 1000, 1, 1e12)),
+        ("context 0: the weights only", (8, 2e9, 5000, 0, 2e12)),
+        ("batch 3, odd numbers", (3, 123456789.0, 4321.0, 777, 9.87e11)),
+    ):
+        yield Case(label, args, None, verify=_floor_verify(args))
+    batch = int(torch.randint(1, 128, (), generator=gen))
+    context = int(torch.randint(1, 32768, (), generator=gen))
+    args = (batch, 7e9, 65536, context, 4.8e12)
+    yield Case(f"batch {batch}, context {context}", args, None, verify=_floor_verify(args))
+
+
+# --- 09.kv_append -----------------------------------------------------------------------------
+
+def _cache(B, H, S, D, dtype, gen, layout: str) -> torch.Tensor:
+    """A (B, H, S, D) cache full of earlier tokens, in one of three layouts."""
+    if layout == "bshd":  # tokens outermost per sequence, as some engines store it: strides (S H D, D, H D, 1)
+        return randn((B, S, H, D), dtype, gen).permute(0, 2, 1, 3)
+    if layout == "sliced":  # a window of a longer cache, every other element of a wider D
+        return randn((B, H, S + 5, 2 * D), dtype, gen)[:, :, 2:S + 2, ::2]
+    return randn((B, H, S, D), dtype, gen)
+
+
+def _kv_explain(outs, case) -> str:
+    k_new, v_new, out_k, out_v, positions = case.args
+    pos = positions.cpu().tolist()
+    for name, out, new, other in (("cache_k", out_k, k_new, v_new), ("cache_v", out_v, v_new, k_new)):
+        got, before = f64(outs[name]), f64(out.init)
+        changed = (got != before).any(dim=-1)  # (B, H, S): rows the candidate wrote
+        for b, p in enumerate(pos):
+            rows = sorted(set(changed[b].nonzero()[:, 1].tolist()))
+            if p not in rows and rows:
+                why = ""
+                if all(r == pos[0] for r in rows):
+                    why = f" (positions[0]: each sequence has its own position, positions[{b}])"
+                return (f"`{name}`: sequence {b} was written at position(s) {rows[:4]} instead of "
+                        f"positions[{b}] = {p}{why}")
+            extra = [r for r in rows if r != p]
+            if extra:
+                return (f"`{name}`: sequence {b} also changed position(s) {extra[:4]}; write only row "
+                        f"positions[{b}] = {p} and leave the earlier tokens alone")
+        if bool(torch.equal(got[torch.arange(len(pos)), :, pos], f64(other))):
+            return f"`{name}` holds the other tensor's values: K goes to cache_k, V to cache_v"
+    return ""
+
+
+def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None, strided_new=False):
+    if strided_new:  # slices of one fused (B, 3 H D) projection output: strides (3 H D, D, 1)
+        fused = randn((B, 3 * H * D), dtype, gen)
+        k_new, v_new = fused[:, H * D:2 * H * D].view(B, H, D), fused[:, 2 * H * D:].view(B, H, D)
+    else:
+        k_new, v_new = randn((B, H, D), dtype, gen), randn((B, H, D), dtype, gen)
+    if positions is None:
+        positions = torch.randint(0, S, (B,), generator=gen)
+    positions = torch.as_tensor(positions, dtype=torch.int32)
+    cache_k, cache_v = _cache(B, H, S, D, dtype, gen, layout), _cache(B, H, S, D, dtype, gen, layout)
+    want_k, want_v = f64(cache_k), f64(cache_v)
+    rows = torch.arange(B)
+    want_k[rows, :, positions.long()] = f64(k_new)
+    want_v[rows, :, positions.long()] = f64(v_new)
+    args = (k_new, v_new, Out("cache_k", (B, H, S, D), dtype, init=cache_k),
+            Out("cache_v", (B, H, S, D), dtype, init=cache_v), positions.to(current().device))
+    return Case(label, args, {"cache_k": want_k, "cache_v": want_v}, 0.0, 0.0, explain=_kv_explain)
+
+
+def _kv_cases(gen):
+    half = _half()
+    yield _kv_case("one sequence, one head, position 0", 1, 1, 5, 16, torch.float32, gen, positions=[0])
+    yield _kv_case(f"4 sequences at different positions incl. 0 and S_max - 1, S_max 37, {_name(half)}",
+                   4, 8, 37, 64, half, gen, positions=[0, 36, 17, 3])
+    yield _kv_case("D = 80: no power of 2", 3, 4, 23, 80, torch.float32, gen)
+    yield _kv_case("cache stored (B, S, H, D), viewed (B, H, S, D): any strides", 3, 4, 29, 32, half, gen,
+                   layout="bshd")
+    yield _kv_case("cache a window of a longer one, every other element of D; k_new, v_new slices of a "
+                   "fused QKV output", 2, 8, 19, 16, half, gen, layout="sliced", strided_new=True)
+    B, S = size((16, 4100), (3, 100))
+    yield _kv_case(f"{B} sequences, S_max {S}", B, 8, S, 128, half, gen)
+
+
+# --- 09.decode_attention ----------------------------------------------------------------------
+
+def _attention64(q, k, v, lengths, *, mapping="div", scale=True, masked=True) -> torch.Tensor:
+    """float64 (B, H_q, D) decode attention; the keyword arguments reproduce known mistakes."""
+    B, H_q, D = q.shape
+    H_kv = k.shape[1]
+    heads = torch.arange(H_q)
+    kv_head = heads // (H_q // H_kv) if mapping == "div" else heads % H_kv
+    out = torch.empty(B, H_q, D, dtype=torch.float64)
+    for b in range(B):
+        n = int(lengths[b]) if masked else k.shape[2]
+        keys, values = k[b, kv_head, :n], v[b, kv_head, :n]  # (H_q, n, D)
+        s = (keys @ q[b, :, :, None])[..., 0] / (math.sqrt(D) if scale else 1.0)  # (H_q, n)
+        out[b] = (torch.softmax(s, dim=-1)[:, None, :] @ values)[:, 0]
+    return out
+
+
+def _unrescaled64(q, k, v, lengths, split_len: int) -> torch.Tensor:
+    """Flash-decoding with the partials added up as they are: no exp(m_i - m) factors."""
+    B, H_q, D = q.shape
+    group = H_q // k.shape[1]
+    out = torch.empty(B, H_q, D, dtype=torch.float64)
+    for b in range(B):
+        n = int(lengths[b])
+        keys, values = k[b, torch.arange(H_q) // group, :n], v[b, torch.arange(H_q) // group, :n]
+        s = (keys @ q[b, :, :, None])[..., 0] / math.sqrt(D)  # (H_q, n)
+        num, den = 0.0, 0.0
+        for start in range(0, n, split_len):
+            part = s[:, start:start + split_len]
+            p = torch.exp(part - part.max(dim=1, keepdim=True).values)  # each split against its own max
+            num = num + (p[:, None, :] @ values[:, start:start + split_len])[:, 0]  # (H_q, D)
+            den = den + p.sum(dim=1, keepdim=True)
+        out[b] = num / den
+    return out
+
+
+def _attention_explain(atol, rtol):
+    def close(got, want) -> bool:
+        return bool(((got - want).abs() <= atol + rtol * want.abs()).all())
+
+    def explain(outs, case) -> str:
+        q, k, v, lengths = (f64(a) for a in case.args[:4])
+        got = f64(outs["out"])
+        if torch.isnan(got).any():
+            return ""
+        H_q, H_kv, S_max = q.shape[1], k.shape[1], k.shape[2]
+        if H_kv not in (1, H_q) and close(got, _attention64(q, k, v, lengths, mapping="mod")):
+            return ("that is query head h reading K/V head h % H_kv: consecutive query heads share a K/V head, "
+                    f"g(h) = h // (H_q // H_kv) = h // {H_q // H_kv}")
+        if bool((lengths < S_max).any()) and close(got, _attention64(q, k, v, lengths, masked=False)):
+            return ("that is attention over all S_max keys: keys at positions >= lengths[b] are garbage; "
+                    "mask them (score -inf) and stop the loop at the length")
+        if close(got, _attention64(q, k, v, lengths, scale=False)):
+            return "that is attention without the 1/sqrt(D) scale on the scores"
+        for split_len in sorted({16, 32, 64, 128, 256, 512, 1024}
+                                | {math.ceil(S_max / n / t) * t for n in (2, 4, 8, 16) for t in (16, 32, 64)}):
+            if split_len < int(lengths.max()) and close(got, _unrescaled64(q, k, v, lengths, split_len)):
+                return (f"that is the splits' partials (of {split_len} keys) added up without rescaling: "
+                        "each split's (l, acc) is relative to its own max m_i; multiply both by exp(m_i - m), "
+                        "m the largest m_i, before summing (lesson 05's merge rule)")
+        return ""
+
+    return explain
+
+
+def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout="contiguous"):
+    q = randn((B, H_q, D), dtype, gen)
+    k = _cache(B, H_kv, S, D, dtype, gen, layout)
+    v = _cache(B, H_kv, S, D, dtype, gen, layout)
+    if lengths is None:
+        lengths = torch.randint(1, S + 1, (B,), generator=gen)
+    lengths = torch.as_tensor(lengths, dtype=torch.int32)
+    for b in range(B):  # past the length: another request's stale tokens, large enough to matter
+        k[b, :, int(lengths[b]):] *= 4
+        v[b, :, int(lengths[b]):] += 3
+    expected = _attention64(f64(q), f64(k), f64(v), lengths)
+    eps = EPS[dtype] if dtype != torch.float32 else (TF32_EPS if current().gpu else 2.0**-20)
+    # Rounding of p to the cache's dtype before P @ V, and of the output: a few steps of V's magnitude.
+    atol, rtol = 8 * eps * float(f64(v).abs().max()), 8 * eps
+    args = (q, k, v, lengths.to(current().device), Out("out", (B, H_q, D), dtype))
+    return Case(label, args, {"out": expected}, atol, rtol, explain=_attention_explain(atol, rtol))
+
+
+def _attention_cases(gen):
+    half = _half()
+    f32 = torch.float32
+    yield _attention_case("one sequence, length 1", 1, 4, 4, 5, 16, f32, gen, lengths=[1])
+    yield _attention_case(f"GQA 8 query heads on 2 K/V heads, lengths 1, 57 and S_max = 100, {_name(half)}",
+                          3, 8, 2, 100, 16, half, gen, lengths=[1, 57, 100])
+    yield _attention_case("MHA: 4 query heads, 4 K/V heads, S_max 37", 2, 4, 4, 37, 32, f32, gen,
+                          lengths=[37, 20])
+    S = size(1000, 200)
+    yield _attention_case(f"MQA: 8 query heads on 1 K/V head, S_max {S}", 3, 8, 1, S, 16, half, gen)
+    yield _attention_case("32 query heads on 8 K/V heads (Llama-3-8B's grouping), cache (B, S, H, D) strides",
+                          2, 32, 8, 50, 16, half, gen, layout="bshd")
+    yield _attention_case("GQA group 4, cache a window of a longer one: any strides", 2, 16, 4, 70, 32, half, gen,
+                          layout="sliced")
+    B, S, D = size((8, 4099, 128), (2, 100, 64))
+    yield _attention_case(f"B {B}, 32 on 8 heads, D {D}, S_max {S}", B, 32, 8, S, D, half, gen)
+
+
+# --- 09.w4a16_gemv ----------------------------------------------------------------------------
+
+def _w4_weights(W_q, scales, group_size, *, swap=False, zero=8, per_row=False):
+    """float64 W (N, K) from nibbles (N, K) and scales (N, K / group); keywords reproduce mistakes."""
+    q = W_q.to(torch.float64)
+    if swap:  # even k read from the high nibble and odd k from the low one
+        q = torch.stack([q[:, 1::2], q[:, 0::2]], dim=2).reshape(q.shape)
+    s = f64(scales)
+    s = s[:, :1].expand_as(s) if per_row else s
+    return (q - zero) * s.repeat_interleave(group_size, dim=1)
+
+
+def _w4_explain(atol, rtol, W_q):
+    def explain(outs, case) -> str:
+        x = f64(case.args[0])
+        scales, group_size = case.args[2], case.args[3]
+        got = f64(outs["out"])
+        for kwargs, why in (
+            (dict(swap=True), "the nibbles swapped: weight k = 2j is the LOW nibble of byte j (& 0xF), "
+                              "k = 2j + 1 the high one (>> 4), as 07.pack_int4 packs them"),
+            (dict(zero=0), "the zero point forgotten: the nibbles are unsigned 0..15 and mean q - 8"),
+            (dict(per_row=True), "one scale per row (scales[n, 0]) for every group: group g of row n has its "
+                                 "own scale, scales[n, k // group_size]"),
+            (dict(swap=True, zero=0), "the nibbles swapped and the zero point (8) forgotten"),
+        ):
+            want = x @ _w4_weights(W_q, scales, group_size, **kwargs).T
+            if bool(((got - want).abs() <= atol + rtol * want.abs()).all()):
+                return "that is " + why
+        return ""
+
+    return explain
+
+
+def _w4_case(label, M, N, K, group_size, dtype, gen, scale_dtype=None):
+    x = randn((M, K), dtype, gen)
+    W_q = torch.randint(0, 16, (N, K), generator=gen, dtype=torch.uint8)  # the nibbles, 0..15
+    w_packed = (W_q[:, 0::2] | (W_q[:, 1::2] << 4)).to(current().device)  # 07.pack_int4's order
+    scales = uniform((N, K // group_size), 0.005, 0.05, scale_dtype or dtype, gen)
+    if K % group_size:
+        args = (x, w_packed, scales, group_size, Out("out", (M, N), dtype))
+        return Case(label, args, None, raises=ValueError)
+    expected = f64(x) @ _w4_weights(W_q, scales, group_size).T  # (M, N)
+    magnitude = float((f64(x).abs() @ _w4_weights(W_q, scales, group_size).abs().T).max())
+    out_eps = EPS[dtype]
+    atol, rtol = magnitude * 2.0**-18 + 2 * out_eps * float(expected.abs().max()) * 0.01, 4 * out_eps
+    return Case(label, (x, w_packed, scales, group_size, Out("out", (M, N), dtype)), {"out": expected}, atol, rtol,
+                explain=_w4_explain(atol, rtol, W_q))
+
+
+def _w4_cases(gen):
+    half = _half()
+    N, K = size((4099, 4096), (300, 512))
+    yield _w4_case("one token, one group: 1 x 16 @ (17 x 16).T, group 16", 1, 17, 16, 16, half, gen)
+    yield _w4_case(f"one token: 1 x {K} @ ({N} x {K}).T, group 128", 1, N, K, 128, half, gen)
+    yield _w4_case("M = 5, K = 384 = 3 groups of 128, N = 96", 5, 96, 384, 128, half, gen)
+    yield _w4_case("M = 16, group 32, fp32 scales", 16, 40, 256, 32, half, gen, scale_dtype=torch.float32)
+    yield _w4_case("M = 3, group 64, N = 33", 3, 33, 448, 64, half, gen)
+    yield _w4_case("K = 200 is no multiple of group_size = 64: must raise ValueError", 2, 8, 200, 64, half, gen)
+
+
+# --- registration -----------------------------------------------------------------------------
+
+register(Exercise(
+    "09.decode_floor", "the decode step's memory floor",
+    "decode_floor(batch, weight_bytes, kv_bytes_per_token, context, bandwidth)", _floor_cases,
+    hint="(weight_bytes + batch * context * kv_bytes_per_token) / bandwidth: the weights once for the batch, "
+         "each sequence's own KV cache", kernel=False))
+register(Exercise(
+    "09.kv_append", "append a token to a KV cache", "kv_append(k_new, v_new, cache_k, cache_v, positions)",
+    _kv_cases,
+    hint="one program per (b, h): load positions[b] in the kernel, then store k_new[b, h, :] at "
+         "cache_k + b*stride_b + h*stride_h + positions[b]*stride_s + offs_d*stride_d (all four strides of "
+         "the cache, all three of k_new), masked on offs_d < D"))
+register(Exercise(
+    "09.decode_attention", "flash-decoding for GQA", "decode_attention(q, cache_k, cache_v, lengths, out)",
+    _attention_cases,
+    hint="program (b, kv head, split): q rows kv_head*group .. +group, keys [split*len, min(+len, lengths[b])) "
+         "masked to -inf past the length, online softmax (m, l, acc) per query head; the merge multiplies "
+         "each split's l and acc by exp(m_i - m) before summing, then out = acc / l"))
+register(Exercise(
+    "09.w4a16_gemv", "int4 weight-only GEMV with group scales", "w4a16_gemv(x, w_packed, scales, group_size, out)",
+    _w4_cases,
+    hint="byte j of row n holds weight 2j in bits 0-3 and 2j+1 in bits 4-7; w = (nibble - 8) * "
+         "scales[n, k // group_size]; loop over groups: sum x * (q - 8) over the group, then multiply by the "
+         "group's scale"))

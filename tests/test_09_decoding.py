@@ -1,0 +1,192 @@
+"""Lesson 09: the solutions pass, named wrong answers fail with their names, the static-cache decode loop
+gives Hugging Face's greedy tokens."""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from course_utils.grading import CandidateError, CheckFailed, check
+from course_utils.lessons import l09_decoding as l09
+from course_utils.llama import toy_llama
+from helpers import interpreter_only
+
+
+def failure(exercise: str, candidate) -> str:
+    with pytest.raises(CheckFailed) as info:
+        check(exercise, candidate, seed=0, quiet=True)
+    assert not isinstance(info.value, CandidateError), str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("exercise, solution", [
+    ("09.decode_floor", l09.decode_floor), ("09.kv_append", l09.kv_append),
+    ("09.decode_attention", l09.decode_attention), ("09.w4a16_gemv", l09.w4a16_gemv)])
+def test_solution_passes(exercise, solution):
+    check(exercise, solution, seed=1, quiet=True)
+
+
+# --- 09.decode_floor --------------------------------------------------------------------------
+
+def test_floor_names_a_kv_cache_read_once_for_the_batch():
+    def wrong(batch, weight_bytes, kv_bytes_per_token, context, bandwidth):
+        return (weight_bytes + context * kv_bytes_per_token) / bandwidth
+
+    assert "each of the batch's sequences reads its own cache" in failure("09.decode_floor", wrong)
+
+
+def test_floor_names_weights_read_per_sequence():
+    def wrong(batch, weight_bytes, kv_bytes_per_token, context, bandwidth):
+        return batch * (weight_bytes + context * kv_bytes_per_token) / bandwidth
+
+    assert "the batch shares" in failure("09.decode_floor", wrong)
+
+
+# --- 09.kv_append -----------------------------------------------------------------------------
+
+@triton.jit
+def _append_at_kernel(k_ptr, v_ptr, ck_ptr, cv_ptr, pos_ptr, H, D, skb, skh, skd, svb, svh, svd,
+                      sckb, sckh, scks, sckd, scvb, scvh, scvs, scvd, BLOCK_D: tl.constexpr,
+                      SHIFT: tl.constexpr, FIRST: tl.constexpr):
+    pid = tl.program_id(0)
+    b = pid // H
+    h = pid % H
+    pos = tl.load(pos_ptr + (0 if FIRST else b)) + SHIFT
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = offs_d < D
+    k = tl.load(k_ptr + b * skb + h * skh + offs_d * skd, mask=mask)
+    v = tl.load(v_ptr + b * svb + h * svh + offs_d * svd, mask=mask)
+    tl.store(ck_ptr + b * sckb + h * sckh + pos * scks + offs_d * sckd, k, mask=mask)
+    tl.store(cv_ptr + b * scvb + h * scvh + pos * scvs + offs_d * scvd, v, mask=mask)
+
+
+def _append_variant(shift=0, first=False):
+    def kv_append(k_new, v_new, cache_k, cache_v, positions):
+        B, H, D = k_new.shape
+        _append_at_kernel[(B * H,)](k_new, v_new, cache_k, cache_v, positions, H, D, *k_new.stride(),
+                                    *v_new.stride(), *cache_k.stride(), *cache_v.stride(),
+                                    BLOCK_D=triton.next_power_of_2(D), SHIFT=shift, FIRST=first)
+    return kv_append
+
+
+@interpreter_only
+def test_append_at_one_position_for_all_sequences_is_named():
+    message = failure("09.kv_append", _append_variant(first=True))
+    assert "positions[0]" in message and "instead of" in message
+
+
+@interpreter_only
+def test_append_off_by_one_is_named():
+    message = failure("09.kv_append", _append_variant(shift=-1))
+    assert "instead of positions[" in message or "written before its start" in message
+
+
+def test_append_that_also_clears_the_cache_fails():
+    def wrong(k_new, v_new, cache_k, cache_v, positions):
+        cache_k.zero_()  # "a fresh cache": the earlier tokens are gone
+        l09.kv_append(k_new, v_new, cache_k, cache_v, positions)
+
+    assert "also changed position(s)" in failure("09.kv_append", wrong)
+
+
+# --- 09.decode_attention ----------------------------------------------------------------------
+
+def _attention_with(*, mapping=None, masked=True, rescale=True):
+    """The solution's algorithm in torch with one mistake, behind a stand-in launch (the harness wants one)."""
+    def decode_attention(q, cache_k, cache_v, lengths, out):
+        B, H_q, D = q.shape
+        H_kv = cache_k.shape[1]
+        group = H_q // H_kv
+        result = torch.empty(B, H_q, D, dtype=torch.float64)
+        for b in range(B):
+            n = int(lengths[b]) if masked else cache_k.shape[2]
+            for h in range(H_q):
+                g = h % H_kv if mapping == "mod" else h // group
+                k, v = cache_k[b, g, :n].double(), cache_v[b, g, :n].double()
+                s = k @ q[b, h].double() / D**0.5
+                if rescale:
+                    result[b, h] = torch.softmax(s, 0) @ v
+                else:
+                    num, den = 0, 0
+                    for i in range(0, n, 32):
+                        p = torch.exp(s[i:i + 32] - s[i:i + 32].max())
+                        num, den = num + p @ v[i:i + 32], den + p.sum()
+                    result[b, h] = num / den
+        _copy_kernel[(out.numel(),)](result.to(out.dtype).to(out.device).contiguous(), out)
+    return decode_attention
+
+
+@triton.jit
+def _copy_kernel(src_ptr, dst_ptr):
+    i = tl.program_id(0)
+    tl.store(dst_ptr + i, tl.load(src_ptr + i))
+
+
+def _explained(candidate) -> str:
+    return failure("09.decode_attention", candidate)
+
+
+@interpreter_only
+@pytest.mark.parametrize("mistake, words", [
+    (dict(mapping="mod"), "h % H_kv"),
+    (dict(masked=False), "all S_max keys"),
+    (dict(rescale=False), "without rescaling"),
+])
+def test_attention_mistakes_are_named(mistake, words):
+    assert words in _explained(_attention_with(**mistake))
+
+
+# --- 09.w4a16_gemv ----------------------------------------------------------------------------
+
+def _w4_variant(**mistake):
+    def w4a16_gemv(x, w_packed, scales, group_size, out):
+        if x.shape[1] % group_size:
+            raise ValueError("K is not a multiple of group_size")
+        N = w_packed.shape[0]
+        lo, hi = (w_packed >> 4, w_packed & 0xF) if mistake.get("swap") else (w_packed & 0xF, w_packed >> 4)
+        q = torch.stack([lo, hi], dim=2).reshape(N, -1).double() - (0 if mistake.get("zero") else 8)
+        s = scales.double()
+        if mistake.get("per_row"):
+            s = s[:, :1].expand_as(s)
+        result = x.double() @ (q * s.repeat_interleave(group_size, dim=1)).T
+        _copy_kernel[(out.numel(),)](result.to(out.dtype).contiguous(), out)
+    return w4a16_gemv
+
+
+@interpreter_only
+@pytest.mark.parametrize("mistake, words", [
+    (dict(swap=True), "nibbles swapped"),
+    (dict(zero=True), "zero point forgotten"),
+    (dict(per_row=True), "one scale per row"),
+])
+def test_w4a16_mistakes_are_named(mistake, words):
+    assert words in failure("09.w4a16_gemv", _w4_variant(**mistake))
+
+
+@interpreter_only
+def test_w4a16_must_refuse_a_k_that_is_no_multiple_of_the_group():
+    def accepts_anything(x, w_packed, scales, group_size, out):
+        if x.shape[1] % group_size == 0:
+            l09.w4a16_gemv(x, w_packed, scales, group_size, out)
+
+    assert "must be refused: raise ValueError" in failure("09.w4a16_gemv", accepts_anything)
+
+
+# --- the decode loop --------------------------------------------------------------------------
+
+@interpreter_only
+def test_static_cache_decoding_gives_hf_greedy_tokens():
+    model = toy_llama(small=True)
+    prompt = torch.randint(0, model.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(3))
+    ours = l09.StaticCacheLlama(model, 2, 16).generate(prompt, 4)
+    theirs = model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(ours, theirs)
+
+
+def test_quantize_int4_round_trips_within_half_a_step():
+    w = torch.randn(8, 256)
+    packed, scales = l09.quantize_int4_ref(w, 64)
+    assert packed.dtype == torch.uint8 and packed.shape == (8, 128) and scales.shape == (8, 4)
+    err = (l09.dequantize_int4_ref(packed, scales, 64) - w).abs()
+    assert bool((err <= scales.repeat_interleave(64, dim=1) / 2 + 1e-6).all())
