@@ -1,0 +1,304 @@
+"""Lesson 08 on a GPU: forward + backward of RMSNorm, SwiGLU's SiLU * mul and cross-entropy against eager
+PyTorch, torch.compile and Liger-Kernel; FlashAttention-2 backward against SDPA's; one training step of the
+toy Llama (batch 8 x 1024 tokens, bf16) with our kernels against the Hugging Face model eager,
+torch.compile'd and Liger-patched, in tokens/s and peak memory.
+
+Each "fwd+bwd" row times y = f(inputs) and torch.autograd.grad(y, inputs, dy): gradients are returned,
+not accumulated into .grad, for every implementation alike. Every implementation is checked against the
+eager reference before it is timed. Peak memory is torch.cuda.max_memory_allocated during one call,
+minus what was allocated before it (facts "peak MiB ..."). torch.compile runs in its default mode
+(max-autotune's compile time does not fit this bench's GPU budget; table.notes says so).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..bench import Table, Target
+from ..lessons.l08_backward_passes import (
+    CrossEntropyFunction,
+    RMSNormFunction,
+    SiluMulFunction,
+    attention_backward,
+    causal_lm_loss,
+    swap_in_training_kernels,
+)
+from ..llama import toy_llama
+
+DEVICE = "cuda"
+DTYPE = torch.bfloat16
+EPS = 1e-6
+OURS = "triton (ours)"
+
+
+def _liger(module: str, name: str):
+    try:
+        mod = __import__(module, fromlist=[name])
+        return getattr(mod, name)
+    except Exception:  # noqa: BLE001 - not installed, or an incompatible version: no Liger rows
+        return None
+
+
+def _peak_mib(fn) -> float:
+    """MiB allocated at the peak of one call of fn, above what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def _fwd_bwd(f, inputs: tuple, dy_of):
+    """A function running f(*inputs) and its backward, returning the gradients of `inputs`."""
+    def step():
+        y = f(*inputs)
+        return torch.autograd.grad(y, inputs, dy_of(y))
+    return step
+
+
+def _close(got, want, tol=3e-2) -> None:
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w.float(), atol=tol * max(1.0, float(w.float().abs().max())), rtol=tol)
+
+
+def _peers(table: Table, group: str, eager, inputs, dy_of, n_bytes, liger=None, memory=False) -> list[str]:
+    """Time eager, torch.compile, Liger (each checked against eager first); returns the rows recorded."""
+    want = _fwd_bwd(eager, inputs, dy_of)()
+    names = []
+    candidates = [("torch eager", lambda: eager), ("torch.compile", lambda: torch.compile(eager, dynamic=False))]
+    if liger is not None:
+        candidates.append(("Liger-Kernel", lambda: liger))
+    for name, make in candidates:
+        try:
+            step = _fwd_bwd(make(), inputs, dy_of)
+            _close(step(), want)
+        except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
+            table.notes.append(f"{group}: peer '{name}' skipped: {str(exc).splitlines()[0][:200]}")
+            continue
+        table.time(group, name, step, n_bytes=n_bytes)
+        if memory:
+            table.fact(f"peak MiB {group} {name}", f"{_peak_mib(step):.0f}")
+        names.append(name)
+    return names
+
+
+# --- RMSNorm, SiLU * mul, cross-entropy: forward + backward ---------------------------------------
+
+def _rmsnorm_eager(x, w):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(x.dtype)
+
+
+def bench_rmsnorm(table: Table, rows: int = 16384, cols: int = 4096) -> None:
+    group = f"rmsnorm fwd+bwd bf16 {rows}x{cols}"
+    x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPE, requires_grad=True)
+    w = (torch.rand(cols, device=DEVICE, dtype=DTYPE) + 0.5).requires_grad_()
+    dy = torch.randn(rows, cols, device=DEVICE, dtype=DTYPE)
+    n_bytes = 5 * x.numel() * x.element_size()  # fwd: read x, write y; bwd: read dy and x, write dx
+    fn = _liger("liger_kernel.ops.rms_norm", "LigerRMSNormFunction")
+    liger = (lambda a, b: fn.apply(a, b, EPS)) if fn else None
+    peers = _peers(table, group, _rmsnorm_eager, (x, w), lambda y: dy, n_bytes, liger)
+    ours = _fwd_bwd(lambda a, b: RMSNormFunction.apply(a, b, EPS), (x, w), lambda y: dy)
+    _close(ours(), _fwd_bwd(_rmsnorm_eager, (x, w), lambda y: dy)())
+    table.time(group, OURS, ours, n_bytes=n_bytes)
+    table.target(group, OURS, peers, 1.0)
+
+
+def bench_silu_mul(table: Table, rows: int = 16384, cols: int = 14336) -> None:
+    group = f"silu_mul fwd+bwd bf16 {rows}x{cols}"
+    g = torch.randn(rows, cols, device=DEVICE, dtype=DTYPE, requires_grad=True)
+    u = torch.randn(rows, cols, device=DEVICE, dtype=DTYPE, requires_grad=True)
+    dh = torch.randn(rows, cols, device=DEVICE, dtype=DTYPE)
+    n_bytes = 8 * g.numel() * g.element_size()  # fwd: read g, u, write h; bwd: read dh, g, u, write dg, du
+
+    def eager(a, b):
+        return F.silu(a) * b
+
+    fn = _liger("liger_kernel.ops.swiglu", "LigerSiLUMulFunction")
+    # Ours and Liger write dg, du into the saved g, u (their memory is dead after the backward): check
+    # them on copies, then time them on copies made once (the values drift from call to call; the
+    # work does not).
+    want = _fwd_bwd(eager, (g, u), lambda y: dh)()
+    names = _peers(table, group, eager, (g, u), lambda y: dh, n_bytes)
+    for name, f in ((OURS, SiluMulFunction.apply), ("Liger-Kernel", fn.apply if fn else None)):
+        if f is None:
+            continue
+        gc, uc = (t.detach().clone().requires_grad_() for t in (g, u))
+        step = _fwd_bwd(f, (gc, uc), lambda y: dh)
+        try:
+            _close(step(), want)
+        except Exception as exc:  # noqa: BLE001
+            table.notes.append(f"{group}: '{name}' skipped: {str(exc).splitlines()[0][:200]}")
+            continue
+        gc, uc = (t.detach().clone().requires_grad_() for t in (g, u))
+        table.time(group, name, _fwd_bwd(f, (gc, uc), lambda y: dh), n_bytes=n_bytes)
+        if name != OURS:
+            names.append(name)
+    table.target(group, OURS, names, 1.0)
+
+
+def bench_cross_entropy(table: Table, rows: int = 8192, vocab: int = 32000) -> None:
+    group = f"cross_entropy fwd+bwd bf16 {rows}x{vocab}"
+    logits0 = torch.randn(rows, vocab, device=DEVICE, dtype=DTYPE) * 3
+    targets = torch.randint(vocab, (rows,), device=DEVICE)
+    targets[::17] = -100
+    n_bytes = 2 * logits0.numel() * logits0.element_size()  # the floor: read the logits, write dlogits
+
+    def eager(x):  # what Hugging Face's loss does: upcast to fp32, then F.cross_entropy
+        return F.cross_entropy(x.float(), targets, ignore_index=-100)
+
+    x = logits0.clone().requires_grad_()
+    names = _peers(table, group, eager, (x,), lambda y: None, n_bytes, memory=True)
+    want = _fwd_bwd(eager, (x,), lambda y: None)()
+    fn = _liger("liger_kernel.ops.cross_entropy", "LigerCrossEntropyFunction")
+    impls = [(OURS, lambda t: CrossEntropyFunction.apply(t, targets))]
+    if fn is not None:
+        def liger(t):
+            out = fn.apply(t, targets)
+            return out[0] if isinstance(out, tuple) else out
+        impls.append(("Liger-Kernel", liger))
+    for name, f in impls:  # both write dlogits into the logits: checked and timed on their own copy
+        xc = logits0.clone().requires_grad_()
+        step = _fwd_bwd(f, (xc,), lambda y: None)
+        try:
+            _close(step(), want)
+        except Exception as exc:  # noqa: BLE001
+            table.notes.append(f"{group}: '{name}' skipped: {str(exc).splitlines()[0][:200]}")
+            continue
+        xc = logits0.clone().requires_grad_()
+        step = _fwd_bwd(f, (xc,), lambda y: None)
+        table.time(group, name, step, n_bytes=n_bytes)
+        table.fact(f"peak MiB {group} {name}", f"{_peak_mib(step):.0f}")
+        if name != OURS:
+            names.append(name)
+    table.target(group, OURS, names, 1.0)
+    _memory_target(table, group, f"peak MiB {group} ", OURS, "torch eager", 1.0)
+
+
+def _memory_target(table: Table, group: str, prefix: str, ours: str, peer: str, at_most: float) -> None:
+    """Target: peak memory of ours <= at_most x peer's, recorded as the ratio peer / ours >= 1 / at_most."""
+    a, b = table.facts.get(prefix + ours), table.facts.get(prefix + peer)
+    t = Target(group + " peak memory", ours, peer, round(1 / at_most, 3), metric="memory (peer / ours)")
+    if a and b:
+        t.ratio = float(b) / max(float(a), 1.0)
+        t.met = t.ratio >= t.minimum
+    table.targets.append(t)
+
+
+# --- attention backward -------------------------------------------------------------------------
+
+def _lse(q, k, causal: bool) -> torch.Tensor:
+    """(B, H, S) fp32 natural-log log-sum-exp of the scaled scores, one (S, S) block at a time."""
+    B, H, S, D = q.shape
+    out = torch.empty((B, H, S), device=q.device, dtype=torch.float32)
+    mask = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1) if causal else None
+    for b in range(B):
+        for h in range(H):
+            s = (q[b, h].float() @ k[b, h].float().T) / math.sqrt(D)
+            if mask is not None:
+                s.masked_fill_(mask, float("-inf"))
+            out[b, h] = torch.logsumexp(s, -1)
+    return out
+
+
+def bench_attention_backward(table: Table, shape=(4, 16, 4096, 128)) -> None:
+    B, H, S, D = shape
+    for causal in (False, True):
+        group = f"attention backward bf16 {shape}{' causal' if causal else ''}"
+        q, k, v, do = (torch.randn(shape, device=DEVICE, dtype=DTYPE) * (0.5 if i < 2 else 1.0) for i in range(4))
+        flops = 10 * B * H * S * S * D * (0.5 if causal else 1.0)  # 5 matmuls of 2 S^2 D (recompute s too)
+        qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+        o = F.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
+        want = torch.autograd.grad(o, (qr, kr, vr), do, retain_graph=True)
+        table.time(group, "SDPA backward", lambda o=o, qr=qr, kr=kr, vr=vr: torch.autograd.grad(
+            o, (qr, kr, vr), do, retain_graph=True), flops=flops)
+        lse = _lse(q, k, causal)
+        o_ = o.detach()
+        dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+        attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal)
+        _close((dq, dk, dv), want, 5e-2)
+        table.time(group, OURS, lambda: attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal), flops=flops)
+        table.target(group, OURS, "SDPA backward", 0.7, 0.85)
+        del o, want
+
+
+# --- the training step --------------------------------------------------------------------------
+
+def bench_training_step(table: Table, batch: int = 8, seq: int = 1024) -> None:
+    group = f"toy Llama training step bf16 {batch}x{seq}"
+    tokens = batch * seq
+    ids = torch.randint(32000, (batch, seq), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+
+    def model():
+        return toy_llama(dtype=DTYPE, device=DEVICE).train()
+
+    def hf_step(m):
+        def step():
+            m.zero_grad(set_to_none=True)
+            loss = m(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            return loss
+        return step
+
+    variants = [("HF eager", lambda: hf_step(model())),
+                ("HF torch.compile", lambda: hf_step(torch.compile(model(), dynamic=False)))]
+    apply_liger = _liger("liger_kernel.transformers", "apply_liger_kernel_to_llama")
+    if apply_liger is not None:
+        def liger_step():
+            m = model()
+            apply_liger(rope=False, rms_norm=True, swiglu=True, cross_entropy=False,
+                        fused_linear_cross_entropy=True, model=m)
+            return hf_step(m)
+        variants.append(("HF + Liger-Kernel", liger_step))
+
+    def ours_step():
+        m = swap_in_training_kernels(model())
+
+        def step():
+            m.zero_grad(set_to_none=True)
+            loss = causal_lm_loss(m, ids, ids)
+            loss.backward()
+            return loss
+        return step
+
+    variants.append((OURS, ours_step))
+    want = None
+    names = []
+    for name, make in variants:
+        try:
+            step = make()
+            loss = float(step())
+            if want is None:
+                want = loss
+            if abs(loss - want) > 2e-2 * abs(want):
+                raise AssertionError(f"loss {loss:.5f}, eager {want:.5f}")
+        except Exception as exc:  # noqa: BLE001
+            table.notes.append(f"{group}: '{name}' skipped: {str(exc).splitlines()[0][:200]}")
+            continue
+        row = table.time(group, name, step, rep_ms=500)
+        table.fact(f"tokens/s {name}", f"{tokens / (row.ms * 1e-3):.0f}")
+        table.fact(f"peak MiB {group} {name}", f"{_peak_mib(step):.0f}")
+        if name != OURS:
+            names.append(name)
+        del step
+        torch.cuda.empty_cache()
+    table.target(group, OURS, "HF torch.compile", 1.0)
+    _memory_target(table, group, f"peak MiB {group} ", OURS, "HF eager", 0.8)
+    table.notes.append(f"{group}: a step is zero_grad + forward + loss + backward (no optimizer, the same "
+                       "for every row); ours swaps every RMSNorm, the MLP's SiLU * mul and the loss, "
+                       "attention and matmuls stay PyTorch's")
+
+
+def run(table: Table) -> None:
+    table.notes.append("torch.compile rows use the default mode: max-autotune's compile time does not fit "
+                       "this bench's GPU budget")
+    for bench in (bench_rmsnorm, bench_silu_mul, bench_cross_entropy, bench_attention_backward,
+                  bench_training_step):
+        try:
+            bench(table)
+        except Exception as exc:  # noqa: BLE001 - one failing bench must not lose the others' rows
+            table.notes.append(f"{bench.__name__} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+        torch.cuda.empty_cache()

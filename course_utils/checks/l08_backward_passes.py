@@ -1,0 +1,451 @@
+"""Exercises of lesson 08: backward passes (RMSNorm, SwiGLU, cross-entropy, attention) and an autograd Function.
+
+References are float64 autograd on upcast inputs. A failing gradient is compared with the answers
+the usual mistakes give (dw not summed over all rows or summed twice, the mean's term missing from
+dx, a wrong sigmoid', a gradient not divided by the non-ignored count, ignored rows not zeroed, a
+log-sum-exp in base 2), and the mistake it matches is named in the failure message.
+
+The kernel cases hand the harness infinite tolerances, so that its own comparison reports only what
+it reports best (elements never written, NaN, writes out of bounds); each case's `verify` then
+compares every output at its real tolerance and adds the diagnosis.
+
+Cross-entropy's convention when every target is ignored: n = 0 non-ignored rows, so the loss and
+dlogits are all 0 (PyTorch's mean reduction would give 0/0 = NaN; a batch of padding changes nothing).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from ..grading import Case, Exercise, Out, register
+from ..grading.harness import compare
+from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
+from ..mode import current, size
+
+IGNORE = -100
+
+
+def _dtypes():
+    """fp32 and fp16 everywhere; bf16 only on a GPU (the interpreter has no bf16 arithmetic)."""
+    return (torch.float32, torch.float16, torch.bfloat16) if current().gpu else (torch.float32, torch.float16)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _tol(dtype: torch.dtype, expected: torch.Tensor, slack: float = 8.0, eps: float | None = None):
+    """(atol, rtol): `slack` roundings of the output dtype, atol relative to the output's largest value."""
+    eps = eps or EPS[dtype]
+    scale = float(expected.abs().max()) if expected.numel() else 1.0
+    atol = slack * eps * max(scale, 1e-30)
+    if dtype == torch.float16:
+        atol = max(atol, 2.0**-24)  # fp16's subnormal step
+    return atol, slack * eps
+
+
+def _same(got: torch.Tensor, alt: torch.Tensor, tol: tuple[float, float]) -> bool:
+    """Does an output match a wrong answer's values (within the case's tolerance, a little looser)?"""
+    atol, rtol = tol
+    return not compare("x", got, alt, 4 * atol, 4 * rtol)
+
+
+def _verify(expected: dict, tols: dict, diagnose: Callable[[dict], list[str]] | None = None):
+    """A verify callback: each output against its float64 reference at its tolerance, then named mistakes."""
+    def verify(outs: dict, case: Case) -> list[str]:
+        problems = []
+        for name, want in expected.items():
+            problems += compare(name, outs[name], want, *tols[name])
+        if problems and diagnose is not None:
+            problems += [f"likely mistake: {text}" for text in diagnose(outs)]
+        return problems
+    return verify
+
+
+def _case(label: str, args: tuple, expected: dict, tols: dict, diagnose=None) -> Case:
+    return Case(label, args, expected, math.inf, 0.0, verify=_verify(expected, tols, diagnose))
+
+
+# --- 08.rmsnorm_backward ----------------------------------------------------------------------
+
+def _rmsnorm_grads(x, weight, eps, dy):
+    """(y, dx, dw, rstd) by float64 autograd through y = x * rsqrt(mean(x**2) + eps) * weight."""
+    x64 = f64(x).reshape(-1, x.shape[-1]).requires_grad_()
+    w64 = f64(weight).requires_grad_()
+    rstd = torch.rsqrt(x64.detach().pow(2).mean(-1) + eps)
+    y = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * w64
+    y.backward(f64(dy).reshape(y.shape))
+    return y.detach(), x64.grad, w64.grad, rstd
+
+
+def _rmsnorm_mistakes(dy, x, weight, rstd, tol_dx, tol_dw):
+    """What each usual mistake writes into dx and dw, in float64, and its name."""
+    dy, x, w = f64(dy).reshape(-1, x.shape[-1]), f64(x).reshape(-1, x.shape[-1]), f64(weight)
+    r = rstd[:, None]
+    xhat = x * r
+    wdy = dy * w
+    dw = (dy * xhat).sum(0)
+    dx_wrong = [
+        (rstd[:, None] * wdy, "the mean's gradient term is missing from dx: rstd depends on every x of the row, "
+         "so dx = rstd * (dy * w - xhat * mean(dy * w * xhat)), not rstd * dy * w"),
+        (r * (dy - xhat * (dy * xhat).mean(-1, keepdim=True)), "dx lacks the weight: the gradient reaching "
+         "xhat is dy * w"),
+        (r * (wdy - xhat * (wdy * xhat).sum(-1, keepdim=True)), "dx uses the SUM of dy * w * xhat where the "
+         "MEAN goes (divide by hidden)"),
+    ]
+    dw_wrong = [
+        (2 * dw, "dw summed twice: each row's dy * xhat must be added exactly once (overlapping row ranges, "
+         "or the partial sums added on top of a total?)"),
+        ((dy * x).sum(0), "dw = sum(dy * x) lacks rstd: it is sum over rows of dy * x * rstd"),
+        ((dy * xhat)[-1], "dw not summed across all rows: it holds the last row's dy * xhat only"),
+        ((dy * xhat)[0], "dw not summed across all rows: it holds the first row's dy * xhat only"),
+    ]
+
+    def diagnose(outs: dict) -> list[str]:
+        found = [text for alt, text in dx_wrong if _same(outs["dx"], alt, tol_dx)]
+        if "dw" in outs and compare("dw", outs["dw"], dw, *tol_dw):
+            named = [text for alt, text in dw_wrong if _same(outs["dw"], alt, tol_dw)]
+            found += named or ["dw not summed across all rows: dw = sum over EVERY row of dy * x * rstd; each "
+                               "program stores its partial sum of its rows and all the partials are added once"]
+        return found
+
+    return diagnose
+
+
+def _dw_tol(dy, x, rstd) -> tuple[float, float]:
+    """dw is an fp32 sum over rows: its rounding error grows with the sum of the terms' magnitudes."""
+    terms = (f64(dy).reshape(-1, x.shape[-1]) * f64(x).reshape(-1, x.shape[-1]) * rstd[:, None]).abs().sum(0)
+    return 32 * 2.0**-24 * float(terms.max()) + 1e-30, 64 * 2.0**-24
+
+
+def _rmsnorm_backward_cases(gen):
+    rows, hidden = size((1823, 781), (37, 781))
+    many = size((4096, 1024), (300, 80))
+    for dtype in _dtypes():
+        shapes = [
+            ("one row of 48", (1, 48), 1e-6),
+            (f"{rows} rows x hidden {hidden}: no size is a multiple of a block", (rows, hidden), 1e-6),
+            (f"{many[0]} rows x hidden {many[1]}: dw sums rows handled by many programs", many, 1e-6),
+            ("inputs ~0.03 with eps = 1e-3 (rstd saved by the forward already holds eps)", (rows, hidden), 1e-3),
+            (f"x and dy slices of wider tensors (row stride {hidden + 7}): use their strides", (rows, hidden), 1e-6),
+        ]
+        if current().gpu:
+            shapes.append(("2048 rows x hidden 4096, Llama-7B's width", (2048, 4096), 1e-6))
+        for label, (m, n), eps in shapes:
+            scale = 0.03 if eps == 1e-3 else 1.0
+            if "slices" in label:
+                x = randn((m, n + 7), dtype, gen, scale)[:, 3:3 + n]
+                dy = randn((m, n + 7), dtype, gen)[:, 2:2 + n]
+            else:
+                x, dy = randn((m, n), dtype, gen, scale), randn((m, n), dtype, gen)
+            weight = uniform((n,), 0.5, 1.5, dtype, gen)
+            _, dx, dw, rstd = _rmsnorm_grads(x, weight, eps, dy)
+            rstd32 = rstd.to(torch.float32).to(current().device)
+            tols = {"dx": _tol(dtype, dx), "dw": _dw_tol(dy, x, rstd)}
+            args = (dy, x, weight, rstd32, Out("dx", (m, n), dtype), Out("dw", (n,), torch.float32))
+            yield _case(f"{label}, {_name(dtype)}", args, {"dx": dx, "dw": dw}, tols,
+                        _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
+
+
+register(Exercise(
+    "08.rmsnorm_backward", "RMSNorm backward: dx per row, dw reduced across programs",
+    "rmsnorm_backward(dy, x, weight, rstd, dx, dw)", _rmsnorm_backward_cases,
+    hint="per row (fp32): xhat = x * rstd, wdy = dy * w, dx = rstd * (wdy - xhat * mean(wdy * xhat)); dw: each "
+         "of P programs adds dy * xhat over its rows into a (BLOCK_N,) fp32 accumulator and stores it as row "
+         "pid of a (P, hidden) fp32 scratch (torch.empty), then sum_rows(scratch, dw)"))
+
+
+# --- 08.silu_mul_backward ---------------------------------------------------------------------
+
+def _silu_mistakes(dh, g, u, tol_dg, tol_du):
+    dh, g, u = f64(dh), f64(g), f64(u)
+    s = torch.sigmoid(g)
+    dg, du = dh * u * s * (1 + g * (1 - s)), dh * g * s
+    dg_wrong = [
+        (dh * u * s, "sigmoid' wrong: silu'(g) is not sigmoid(g); silu(g) = g * s, so by the product rule "
+         "silu'(g) = s + g * s * (1 - s)"),
+        (dh * u * s * (1 - s), "sigmoid' wrong: that is sigmoid'(g) = s * (1 - s); silu'(g) = s + g * s * (1 - s)"),
+        (dh * u * (s + g * s), "sigmoid' wrong: sigmoid'(g) = s * (1 - s), not s"),
+        (dh * u * (s + g * (1 - s)), "sigmoid' wrong: sigmoid'(g) = s * (1 - s), not 1 - s"),
+        (dh * s * (1 + g * (1 - s)), "dg forgot u: h = silu(g) * u, so dg = dh * u * silu'(g)"),
+    ]
+    du_wrong = [(dh * s, "du = dh * silu(g) = dh * g * sigmoid(g), not dh * sigmoid(g)"),
+                (dh * g, "du = dh * silu(g) = dh * g * sigmoid(g), not dh * g")]
+
+    def diagnose(outs: dict) -> list[str]:
+        if _same(outs["dg"], du, tol_du) and _same(outs["du"], dg, tol_dg):
+            return ["dg and du swapped"]
+        return ([text for alt, text in dg_wrong if _same(outs["dg"], alt, tol_dg)]
+                + [text for alt, text in du_wrong if _same(outs["du"], alt, tol_du)])
+
+    return diagnose
+
+
+def _silu_cases(gen):
+    rows, hidden = size((1823, 781), (37, 80))
+    for dtype in _dtypes():
+        shapes = [
+            ("one element", (1,), 1.0),
+            (f"({rows}, {hidden}): no multiple of a block", (rows, hidden), 2.0),
+            ("(3, 5, 77): any shape, treat it as flat", (3, 5, 77), 2.0),
+            ("g spread to +-30: sigmoid saturates, no NaN (use tl.sigmoid)", (rows, hidden), 10.0),
+        ]
+        if current().gpu:
+            shapes.append(("(64, 14336), Llama-3-8B's MLP width", (64, 14336), 2.0))
+        for label, shape, spread in shapes:
+            dh, g, u = randn(shape, dtype, gen), randn(shape, dtype, gen, spread), randn(shape, dtype, gen)
+            s = torch.sigmoid(f64(g))
+            dg = f64(dh) * f64(u) * s * (1 + f64(g) * (1 - s))
+            du = f64(dh) * f64(g) * s
+            tols = {"dg": _tol(dtype, dg), "du": _tol(dtype, du)}
+            args = (dh, g, u, Out("dg", shape, dtype), Out("du", shape, dtype))
+            yield _case(f"{label}, {_name(dtype)}", args, {"dg": dg, "du": du}, tols,
+                        _silu_mistakes(dh, g, u, tols["dg"], tols["du"]))
+
+
+register(Exercise(
+    "08.silu_mul_backward", "SwiGLU backward, the sigmoid recomputed", "silu_mul_backward(dh, g, u, dg, du)",
+    _silu_cases,
+    hint="in fp32: s = tl.sigmoid(g); du = dh * g * s; dg = dh * u * (s + g * s * (1 - s)); store each once "
+         "in its output's dtype; mask offsets < n"))
+
+
+# --- 08.cross_entropy -------------------------------------------------------------------------
+
+def _ce64(logits, targets):
+    """(loss, dlogits) in float64 by autograd of the mean loss; all-ignored rows -> zeros (see module doc)."""
+    x = f64(logits).requires_grad_()
+    t = targets.cpu()
+    keep = t != IGNORE
+    n = int(keep.sum())
+    loss_rows = torch.nn.functional.cross_entropy(x, t, ignore_index=IGNORE, reduction="none")
+    (loss_rows.sum() / max(n, 1)).backward()
+    return loss_rows.detach(), x.grad, keep, n
+
+
+def _ce_mistakes(logits, targets, tol_loss, tol_d):
+    x = f64(logits)
+    _, dl, keep, n = _ce64(logits, targets)
+    rows = x.shape[0]
+    safe = torch.where(keep, targets.cpu(), 0)
+    x_t = x.gather(1, safe[:, None])[:, 0]
+    m = x.max(-1).values
+    lse2 = m + torch.log2(torch.exp2(x - m[:, None]).sum(-1))  # exp2/log2 on unscaled logits
+    p2 = torch.exp2(x - lse2[:, None])
+    onehot = torch.nn.functional.one_hot(safe, x.shape[1]).to(x.dtype)
+    d2 = (p2 - onehot) * keep[:, None] / max(n, 1)
+    lse = torch.logsumexp(x, -1)
+    loss = torch.where(keep, lse - x_t, 0.0)
+    loss_wrong = [
+        (torch.where(keep, lse2 - x_t, 0.0), "log-sum-exp in base 2: exp2/log2 work on logits * log2(e) and "
+         "give lse * log2(e); use tl.exp and tl.log (or scale in and out)"),
+        (loss * math.log2(math.e), "log-sum-exp in base 2: log2 where the natural log goes"),
+        (loss / max(n, 1), "the loss is per row: loss[i] = lse_i - logits[i, t]; only dlogits is divided by n"),
+    ]
+    d_wrong = [
+        (dl * max(n, 1), f"gradient not divided by the non-ignored count: dlogits = (softmax - onehot) / n, n = {n}"),
+        (dl * max(n, 1) / rows, f"gradient divided by all {rows} rows; divide by the {n} rows whose target is "
+         "not -100"),
+        (d2, "log-sum-exp in base 2: the softmax must be exp(x - lse) with the natural log"),
+    ]
+
+    def diagnose(outs: dict) -> list[str]:
+        found = []
+        ign = ~keep
+        if bool(ign.any()):
+            if (outs["loss"].cpu()[ign] != 0).any() or (outs["dlogits"].cpu()[ign] != 0).any():
+                found.append("ignore_index rows not zeroed: a row whose target is -100 gets loss 0 and dlogits 0")
+        if n == 0 and not torch.isfinite(outs["dlogits"].cpu().double()).all():
+            found.append("every target is ignored (n = 0): loss and dlogits are all 0, no division by n")
+        found += [text for alt, text in loss_wrong if _same(outs["loss"], alt, tol_loss)]
+        found += [text for alt, text in d_wrong if _same(outs["dlogits"], alt, tol_d)]
+        return found
+
+    return diagnose
+
+
+def _targets(rows: int, vocab: int, gen, ignored: int = 0) -> torch.Tensor:
+    t = torch.randint(vocab, (rows,), generator=gen)
+    if ignored:
+        t[torch.randperm(rows, generator=gen)[:ignored]] = IGNORE
+    return t.to(current().device)
+
+
+def _ce_cases(gen):
+    v1, v2 = size((32000, 50257), (1000, 2999))
+    rows = size(64, 9)
+    for dtype in _dtypes():
+        inputs = [
+            ("one row, vocab 1000", randn((1, 1000), dtype, gen), _targets(1, 1000, gen)),
+            (f"{rows} rows, vocab {v1}: no power of 2, many blocks per row", randn((rows, v1), dtype, gen, 2.0),
+             _targets(rows, v1, gen)),
+            (f"13 rows, vocab {v2}", randn((13, v2), dtype, gen, 2.0), _targets(13, v2, gen)),
+            ("logits near 100: exp(100) overflows fp16, subtract the running max",
+             randn((rows, v1), dtype, gen, 3.0, 100.0), _targets(rows, v1, gen)),
+            (f"{rows} rows, 4 of them ignored (-100): loss 0 and dlogits 0 there, the rest divided by "
+             f"{rows - 4}", randn((rows, v1), dtype, gen, 2.0), _targets(rows, v1, gen, ignored=4)),
+            ("every target ignored: n = 0, loss and dlogits all 0", randn((5, v2), dtype, gen),
+             _targets(5, v2, gen, ignored=5)),
+            (f"logits a slice of a wider tensor (row stride {v2 + 5})", randn((7, v2 + 5), dtype, gen)[:, 2:2 + v2],
+             _targets(7, v2, gen, ignored=1)),
+        ]
+        for label, logits, targets in inputs:
+            loss, dl, _, _ = _ce64(logits, targets)
+            big = float(f64(logits).abs().max())
+            rtol_d = 8 * EPS[dtype] + 2.0**-21 * big  # exp(x - lse) inherits lse's rounding (~1e-5 at 100)
+            tol_d = (max(rtol_d * 1e-3 * float(dl.abs().max()), 2.0**-24 if dtype == torch.float16 else 1e-30),
+                     rtol_d)
+            tol_loss = (2.0**-20 * (1 + big), 2.0**-20)
+            rows_, vocab = logits.shape
+            args = (logits, targets, Out("loss", (rows_,), torch.float32), Out("dlogits", (rows_, vocab), dtype))
+            yield _case(f"{label}, {_name(dtype)}", args, {"loss": loss, "dlogits": dl},
+                        {"loss": tol_loss, "dlogits": tol_d}, _ce_mistakes(logits, targets, tol_loss, tol_d))
+
+
+register(Exercise(
+    "08.cross_entropy", "cross-entropy: loss and dlogits in one pass of online statistics",
+    "cross_entropy(logits, targets, loss, dlogits)", _ce_cases,
+    hint="n = count_targets(targets) (a device scalar); one program per row: if the target is -100 write zeros; "
+         "else pass 1 over blocks keeps (m, d) per lane as in lesson 05 (other=-inf), lse = m + log(d) merged "
+         "over lanes, loss = lse - logits[target]; pass 2 writes (exp(x - lse) - (col == target)) / n"))
+
+
+# --- 08.rmsnorm_train -------------------------------------------------------------------------
+
+def _train_verify(x, weight, eps, dy):
+    y64, dx64, dw64, rstd = _rmsnorm_grads(x, weight, eps, dy)
+    dtype, hidden = x.dtype, x.shape[-1]
+    rows = x.numel() // hidden
+    tol_y, tol_dx = _tol(dtype, y64), _tol(dtype, dx64)
+    tol_dw = _dw_tol(dy, x, rstd)
+    if weight.dtype != torch.float32:  # dw is returned in weight's dtype: one more rounding
+        tol_dw = (tol_dw[0] + 4 * EPS[weight.dtype] * float(dw64.abs().max()), 4 * EPS[weight.dtype] + tol_dw[1])
+    diagnose = _rmsnorm_mistakes(dy, x, weight, rstd, tol_dx, tol_dw)
+
+    def verify(result, case) -> list[str]:
+        if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(x.shape):
+            return [f"returned {type(result).__name__} {getattr(result, 'shape', '')}; expected a tensor of "
+                    f"x's shape {tuple(x.shape)}"]
+        fn = result.grad_fn
+        if not isinstance(fn, torch.autograd.function.BackwardCFunction):
+            return [f"the output's grad_fn is {type(fn).__name__ if fn else None}: return "
+                    "YourFunction.apply(x, weight, eps), a torch.autograd.Function"]
+        problems = _saved_problems(fn, x, weight, rows, hidden)
+        problems += compare("y", result.detach(), y64.view(x.shape), *tol_y)
+        try:
+            result.backward(dy)
+        except Exception as exc:  # the student's backward
+            return problems + [f"backward raised {type(exc).__name__}: {exc}"]
+        for name, t in (("x", x), ("weight", weight)):
+            if t.grad is None:
+                problems.append(f"no gradient reached `{name}`: backward returns (dx, dw, None), one per input")
+        if problems:
+            return problems
+        if x.grad.dtype != x.dtype or weight.grad.dtype != weight.dtype:
+            problems.append(f"gradients must have their inputs' dtypes: dx {x.grad.dtype}, dw {weight.grad.dtype}")
+        found = compare("x.grad", x.grad.reshape(-1, hidden), dx64, *tol_dx)
+        found += compare("weight.grad", weight.grad, dw64, *tol_dw)
+        if found:
+            found += [f"likely mistake: {t}" for t in diagnose({"dx": x.grad.reshape(-1, hidden), "dw": weight.grad})]
+        return problems + found
+
+    return verify
+
+
+def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden: int) -> list[str]:
+    """What the forward kept for the backward: ctx.save_for_backward's tensors and any ctx attribute."""
+    try:
+        saved = list(fn.saved_tensors)
+    except RuntimeError as exc:
+        return [f"could not read the saved tensors: {exc}"]
+    saved += [v for v in vars(fn).values() if isinstance(v, torch.Tensor)] if hasattr(fn, "__dict__") else []
+    inputs = {x.untyped_storage().data_ptr(), weight.untyped_storage().data_ptr()}
+    copies = [t for t in saved if t.numel() >= rows * hidden and t.untyped_storage().data_ptr() not in inputs]
+    problems = []
+    if copies:
+        shapes = ", ".join(f"{tuple(t.shape)} {_name(t.dtype)}" for t in copies)
+        problems.append(f"the forward keeps a (rows, hidden) tensor besides x ({shapes}): save x, weight and rstd "
+                        "(rows,) fp32, and recompute xhat = x * rstd in the backward")
+    if not any(t.numel() == rows and t.dtype == torch.float32 for t in saved):
+        problems.append(f"the forward saves no rstd: ctx.save_for_backward(x, weight, rstd) with rstd ({rows},) "
+                        "fp32")
+    return problems
+
+
+def _train_cases(gen):
+    rows, hidden = size((1823, 781), (37, 781))
+    for dtype in _dtypes():
+        shapes = [("one row of 48", (1, 48)), (f"{rows} rows x hidden {hidden}", (rows, hidden)),
+                  ("x (2, 7, 80): (batch, seq, hidden), y and dx keep x's shape", (2, 7, 80))]
+        for label, shape in shapes:
+            # Parameters: leaves that collect .grad, and that the harness passes as they are (not copied)
+            x = torch.nn.Parameter(randn(shape, dtype, gen))
+            weight = torch.nn.Parameter(uniform((shape[-1],), 0.5, 1.5, dtype, gen))
+            dy = randn(shape, dtype, gen)
+            yield Case(f"{label}, {_name(dtype)}", (x, weight, 1e-6), None, verify=_train_verify(x, weight, 1e-6, dy))
+
+
+register(Exercise(
+    "08.rmsnorm_train", "a differentiable RMSNorm: torch.autograd.Function on the two kernels",
+    "rmsnorm_train(x, weight, eps)", _train_cases, kernel=False,
+    hint="forward: rows = x.reshape(-1, hidden), y and rstd (rows,) fp32 from rmsnorm_forward, "
+         "ctx.save_for_backward(x, weight, rstd), return y.view(x.shape); backward: dx, dw from rmsnorm_backward "
+         "on dy.reshape(rows.shape).contiguous(), return dx.view(x.shape), dw.to(weight.dtype), None"))
+
+
+# --- 08.attention_backward --------------------------------------------------------------------
+
+def _attention64(q, k, v, do, causal: bool):
+    """(o, lse, dq, dk, dv) in float64."""
+    q64, k64, v64 = (f64(t).requires_grad_() for t in (q, k, v))
+    s = q64 @ k64.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        S = q.shape[-2]
+        s = s.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    o = torch.softmax(s, -1) @ v64
+    o.backward(f64(do))
+    return o.detach(), lse.detach(), q64.grad, k64.grad, v64.grad
+
+
+def _attention_cases(gen):
+    for dtype in _dtypes():
+        eps = TF32_EPS if (dtype == torch.float32 and current().gpu) else EPS[dtype]
+        shapes = size(
+            [((2, 3, 300, 64), False), ((2, 3, 300, 64), True), ((1, 2, 1023, 128), True), ((1, 1, 1, 64), False)],
+            [((1, 2, 37, 16), False), ((1, 2, 37, 16), True), ((1, 1, 64, 32), True), ((1, 1, 1, 16), False)])
+        for (B, H, S, D), causal in shapes:
+            q, k, v, do = (randn((B, H, S, D), dtype, gen) for _ in range(4))
+            o, lse, dq, dk, dv = _attention64(q, k, v, do, causal)
+            tols = {n: _tol(dtype, t, 64 if dtype == torch.float32 else 16, eps) for n, t in (("dq", dq), ("dk", dk),
+                                                                                              ("dv", dv))}
+            _, _, nq, nk, nv = _attention64(q, k, v, do, not causal) if S > 1 else (None,) * 5
+            wrong = [] if nq is None else [(nq, "dq"), (nk, "dk"), (nv, "dv")]
+
+            def diagnose(outs, dq=dq, dk=dk, tols=tols, wrong=wrong, causal=causal, D=D):
+                found = []
+                for name, want in (("dq", dq), ("dk", dk)):
+                    if _same(outs[name], want * math.sqrt(D), tols[name]):
+                        found.append(f"{name} lacks the scale 1/sqrt(D) (s = q k^T * scale: the chain rule "
+                                     "multiplies ds by it)")
+                if wrong and all(_same(outs[name], alt, tols[name]) for alt, name in wrong):
+                    found.append("the causal mask is " + ("missing" if causal else "applied where causal=False"))
+                return found
+
+            args = (q, k, v, o.to(dtype).to(q.device), lse.to(torch.float32).to(q.device), do,
+                    Out("dq", (B, H, S, D), dtype), Out("dk", (B, H, S, D), dtype), Out("dv", (B, H, S, D), dtype),
+                    causal)
+            label = f"({B}, {H}, {S}, {D}), {'causal' if causal else 'not causal'}"
+            if S % 16:
+                label += f": S = {S} is no multiple of a block, mask queries and keys"
+            yield _case(f"{label}, {_name(dtype)}", args, {"dq": dq, "dk": dk, "dv": dv}, tols, diagnose)
+
+
+register(Exercise(
+    "08.attention_backward", "FlashAttention-2 backward from the saved log-sum-exp (bonus)",
+    "attention_backward(q, k, v, o, lse, do, dq, dk, dv, causal)", _attention_cases,
+    hint="delta = attention_delta(o, do); per key tile: loop over query tiles, p^T = exp(k q^T * scale - lse), "
+         "dv += p^T do, ds^T = p^T * (v do^T - delta), dk += ds^T q, store dk * scale; per query tile: loop over "
+         "key tiles, dq += ds k, store dq * scale; mask keys and queries >= S (and j > i when causal)"))

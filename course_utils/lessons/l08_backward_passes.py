@@ -1,0 +1,647 @@
+# %% [markdown]
+# # Lesson 08 exercises: backward passes, and the toy Llama trained with your kernels
+#
+# Every kernel so far ran forward only. Training needs, for each operation `y = f(x)`, the
+# **backward**: given `dy = dL/dy`, compute `dx = dL/dx` (and the gradients of the weights). Five
+# exercises, each checked on fresh random inputs against float64 autograd:
+#
+# - `rmsnorm_backward`: dx, and dw summed over **all** rows (a reduction across programs);
+# - `silu_mul_backward`: SwiGLU's backward, recomputing the sigmoid from the saved `g`;
+# - `cross_entropy`: loss and gradient of the logits in one kernel, any vocabulary size, with
+#   ignored targets (`-100`);
+# - `rmsnorm_train`: a differentiable RMSNorm, a `torch.autograd.Function` on your two kernels;
+# - `attention_backward` (bonus): FlashAttention-2's backward from the saved log-sum-exp.
+#
+# Destination passing as before: the host function receives its inputs and the output buffers,
+# which the checker poisoned; write every element of them, and nothing else. Gradients are computed
+# in fp32 and rounded once when stored.
+
+# %% [setup]
+
+# %%
+from course_utils import check, current, progress  # noqa: F401
+import math  # noqa: E402
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from torch import nn  # noqa: E402
+
+from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402
+
+# %% [markdown]
+# ## 08.rmsnorm_backward
+#
+# `rmsnorm_backward(dy, x, weight, rstd, dx, dw)`.
+#
+# The forward, per row: `rstd = 1 / sqrt(mean(x**2) + eps)`, `xhat = x * rstd`, `y = xhat * w`.
+# Its backward ([lesson section](../notebooks/08_backward_passes.ipynb#RMSNorm-backward,-step-by-step)):
+#
+# ```
+# dx = rstd * (dy * w - xhat * mean(dy * w * xhat))      per row: one more row reduction
+# dw = sum over rows of dy * xhat                        (hidden,): a reduction ACROSS rows
+# ```
+#
+# `rstd` (rows,) fp32 comes from the forward (`rmsnorm_forward` below saves it). The row part is lesson
+# 06's kernel again: a program loads whole rows. `dw` is the new part: every row contributes to every
+# element of `dw`, and the rows are spread over many programs. Two stages: each of `P` programs walks
+# its share of the rows and keeps a partial `dw` (hidden,) in fp32 registers, stores it as row `p` of a
+# `(P, hidden)` fp32 scratch tensor, and a second kernel (`sum_rows_kernel`, given) adds the `P` rows.
+# Deterministic, and the scratch is small (`P` ~ the number of SMs). `dw` is fp32 (hidden,).
+# Rows may have any row stride (`x.stride(0)`); columns are contiguous.
+
+# %%
+@triton.jit
+def rmsnorm_forward_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_rows, n_cols, stride_xm, stride_ym, eps,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Lesson 06's RMSNorm forward plus one store: the (rows,) fp32 rstd a backward needs."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) a whole row
+    mask = (offs_m[:, None] < n_rows) & (offs_n[None, :] < n_cols)
+    rows = offs_m.to(tl.int64)
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)  # (BLOCK_M,) fp32
+    w = tl.load(w_ptr + offs_n, mask=offs_n < n_cols, other=0.0).to(tl.float32)
+    tl.store(y_ptr + rows[:, None] * stride_ym + offs_n[None, :],
+             (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(rstd_ptr + offs_m, rstd, mask=offs_m < n_rows)  # 4 bytes a row: what the backward keeps
+
+
+def row_config(n_rows: int, n_cols: int) -> dict:
+    """Rows per tile and warps for the row kernels: about 4096 elements a tile, whole rows only."""
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, min(4096 // block_n, triton.next_power_of_2(n_rows)))
+    elements = block_m * block_n
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4 if elements <= 2048 else 8 if elements <= 8192 else 16)
+
+
+def rmsnorm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, y: torch.Tensor, rstd: torch.Tensor) -> None:
+    """y = x * rstd * weight and rstd = 1 / sqrt(mean(x**2) + eps); x, y (rows, hidden), rstd (rows,) fp32."""
+    n_rows, n_cols = x.shape
+    cfg = row_config(n_rows, n_cols)
+    grid = (triton.cdiv(n_rows, cfg["BLOCK_M"]),)
+    rmsnorm_forward_kernel[grid](x, weight, y, rstd, n_rows, n_cols, x.stride(0), y.stride(0), eps,
+                                 BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"])
+
+
+@triton.jit
+def sum_rows_kernel(part_ptr, out_ptr, n_parts, n_cols, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out[n] = sum over p of part[p, n]: stage two of a cross-program reduction, fixed order."""
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) columns of this program
+    offs_p = tl.arange(0, BLOCK_P)
+    acc = tl.zeros((BLOCK_N,), tl.float32)
+    for p0 in range(0, n_parts, BLOCK_P):
+        mask = ((p0 + offs_p)[:, None] < n_parts) & (offs_n[None, :] < n_cols)
+        part = tl.load(part_ptr + (p0 + offs_p)[:, None] * n_cols + offs_n[None, :], mask=mask, other=0.0)
+        acc += tl.sum(part, axis=0)
+    tl.store(out_ptr + offs_n, acc, mask=offs_n < n_cols)
+
+
+def sum_rows(part: torch.Tensor, out: torch.Tensor) -> None:
+    """out (n,) = part (P, n) summed over its rows, part contiguous fp32."""
+    n_parts, n_cols = part.shape
+    block_n = min(triton.next_power_of_2(n_cols), 256)
+    sum_rows_kernel[(triton.cdiv(n_cols, block_n),)](part, out, n_parts, n_cols, BLOCK_P=32, BLOCK_N=block_n)
+
+
+def backward_programs(n_rows: int) -> int:
+    """How many programs share the rows of a backward: one per SM (the interpreter: a few)."""
+    if current().interpret:
+        return max(1, min(n_rows, 3))
+    return min(n_rows, torch.cuda.get_device_properties(0).multi_processor_count)
+
+
+def rmsnorm_backward_ref(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor):
+    """(dx, dw) of y = x * rstd * weight, in fp32, written out formula by formula."""
+    dy, x, w = dy.float(), x.float(), weight.float()
+    xhat = x * rstd[:, None]  # (rows, hidden)
+    wdy = dy * w  # (rows, hidden): the gradient reaching xhat
+    dx = rstd[:, None] * (wdy - xhat * (wdy * xhat).mean(-1, keepdim=True))
+    return dx, (dy * xhat).sum(0)  # dw: a sum over every row
+
+
+@triton.jit
+def rmsnorm_backward_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_part_ptr, n_rows, n_cols,
+                            rows_per_program, stride_dym, stride_xm, stride_dxm,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # BEGIN SOLUTION
+    pid = tl.program_id(0)
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) a whole row
+    col_ok = offs_n < n_cols
+    w = tl.load(w_ptr + offs_n, mask=col_ok, other=0.0).to(tl.float32)  # read once per program
+    dw_acc = tl.zeros((BLOCK_N,), tl.float32)  # this program's share of dw, in registers
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    for m0 in range(row_start, row_end, BLOCK_M):
+        offs_m = m0 + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+        row_ok = offs_m < row_end
+        mask = row_ok[:, None] & col_ok[None, :]
+        rows = offs_m.to(tl.int64)
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * stride_dym + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + offs_m, mask=row_ok, other=0.0)  # (BLOCK_M,) fp32 from the forward
+        xhat = x * rstd[:, None]  # (BLOCK_M, BLOCK_N) recomputed: never saved
+        wdy = dy * w[None, :]
+        c = tl.sum(wdy * xhat, axis=1) / n_cols  # (BLOCK_M,) mean(dy * w * xhat): the mean's gradient
+        dx = (wdy - xhat * c[:, None]) * rstd[:, None]
+        tl.store(dx_ptr + rows[:, None] * stride_dxm + offs_n[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw_acc += tl.sum(dy * xhat, axis=0)  # masked rows are 0: they add nothing
+    tl.store(dw_part_ptr + pid * n_cols + offs_n, dw_acc, mask=col_ok)  # row pid of the (P, hidden) scratch
+    # END SOLUTION
+
+
+def rmsnorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+                     dx: torch.Tensor, dw: torch.Tensor, programs: int | None = None) -> None:
+    """dx (rows, hidden) and dw (hidden,) fp32 of y = x * rstd * weight, given dy; rstd (rows,) fp32."""
+    # BEGIN SOLUTION
+    n_rows, n_cols = x.shape
+    cfg = row_config(n_rows, n_cols)
+    cfg["BLOCK_M"] = min(cfg["BLOCK_M"], 4)  # one row of 4096 per step, or up to 4 short rows
+    P = programs or backward_programs(n_rows)
+    rows_per_program = triton.cdiv(n_rows, P)
+    part = torch.empty((P, n_cols), device=x.device, dtype=torch.float32)  # stage one's partial sums
+    rmsnorm_backward_kernel[(P,)](dy, x, weight, rstd, dx, part, n_rows, n_cols, rows_per_program,
+                                  dy.stride(0), x.stride(0), dx.stride(0), BLOCK_M=cfg["BLOCK_M"],
+                                  BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"])
+    sum_rows(part, dw)  # stage two: P partial rows -> dw, in a fixed order (deterministic)
+    # END SOLUTION
+
+
+# %% [check] 08.rmsnorm_backward
+
+# %% [markdown]
+# ## 08.silu_mul_backward
+#
+# `silu_mul_backward(dh, g, u, dg, du)`.
+#
+# SwiGLU's `h = silu(g) * u` with `silu(g) = g * s`, `s = sigmoid(g)`. The forward saved `g` and `u`
+# (not `s`, not `silu(g)`); the backward recomputes `s` (one exp, free in a memory-bound kernel) and
+# writes ([lesson section](../notebooks/08_backward_passes.ipynb#SwiGLU-backward:-recompute-the-sigmoid)):
+#
+# ```
+# du = dh * silu(g)
+# dg = dh * u * silu'(g)        silu'(g) = d/dg (g * s): the product rule, with sigmoid' = s * (1 - s)
+# ```
+#
+# Elementwise, any shape (contiguous), fp32 arithmetic, each output rounded once to its dtype.
+# Reads 3 tensors and writes 2: the floor is 5 x n x bytes / bandwidth.
+
+# %%
+def silu_mul_backward_ref(dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor):
+    """(dg, du) of h = silu(g) * u, in fp32."""
+    dh, g, u = dh.float(), g.float(), u.float()
+    s = torch.sigmoid(g)
+    return dh * u * s * (1 + g * (1 - s)), dh * g * s
+
+
+@triton.jit
+def silu_mul_backward_kernel(dh_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, n_elements, BLOCK: tl.constexpr):
+    # BEGIN SOLUTION
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    mask = offs < n_elements
+    dh = tl.load(dh_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    s = tl.sigmoid(g)  # recomputed: the forward kept only g and u
+    silu = g * s
+    dsilu = s * (1.0 + g * (1.0 - s))  # s + g * s * (1 - s)
+    tl.store(du_ptr + offs, (dh * silu).to(du_ptr.dtype.element_ty), mask=mask)
+    tl.store(dg_ptr + offs, (dh * u * dsilu).to(dg_ptr.dtype.element_ty), mask=mask)
+    # END SOLUTION
+
+
+def silu_mul_backward(dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, dg: torch.Tensor, du: torch.Tensor,
+                      BLOCK: int = 2048, num_warps: int = 8) -> None:
+    """dg and du of h = silu(g) * u given dh; all contiguous, one shape. dg, du may be g, u (in place)."""
+    # BEGIN SOLUTION
+    n = g.numel()
+    silu_mul_backward_kernel[(triton.cdiv(n, BLOCK),)](dh, g, u, dg, du, n, BLOCK=BLOCK, num_warps=num_warps)
+    # END SOLUTION
+
+
+# %% [check] 08.silu_mul_backward
+
+# %% [markdown]
+# ## 08.cross_entropy
+#
+# `cross_entropy(logits, targets, loss, dlogits)`.
+#
+# For each row `i` of `logits` (rows, vocab) with target `t = targets[i]`
+# ([lesson section](../notebooks/08_backward_passes.ipynb#Cross-entropy:-loss-and-gradient-in-one-kernel)):
+#
+# ```
+# lse_i      = log(sum_j exp(logits[i, j]))              natural log, computed stably
+# loss[i]    = lse_i - logits[i, t]                       0 where t == -100 (ignored)
+# dlogits[i] = (softmax(logits[i]) - onehot(t)) / n       n = number of rows whose target is not -100
+# ```
+#
+# `dlogits` is the gradient of the **mean** loss over the non-ignored rows (PyTorch's
+# `F.cross_entropy(..., ignore_index=-100)`), 0 on ignored rows. **If every target is ignored**, `n` is 0:
+# then the loss and dlogits are all 0 (PyTorch's mean would be 0/0 = NaN; a training step that sees a
+# batch of padding should change nothing).
+#
+# One program per row, lesson 05's online statistics: a first pass over the row in blocks keeps the
+# running max `m` and sum `d` (rescaled when the max grows), so `lse = m + log(d)` for any vocab
+# (32000, 50257: no power of 2, far beyond one block) and logits near 100 (`exp(100)` overflows fp16
+# and is 2.7e43 in fp32). A second pass writes `dlogits`. Counting `n` needs every row's target:
+# `count_targets` (given) does it in a tiny first kernel. `dlogits` may be `logits` itself (in place:
+# each element is read before it is written): that is how the training step uses it.
+
+# %%
+@triton.jit
+def count_targets_kernel(targets_ptr, count_ptr, n_rows, ignore_index, BLOCK: tl.constexpr):
+    """count[0] = number of targets != ignore_index (fp32), one program, blocks of BLOCK rows."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for r0 in range(0, n_rows, BLOCK):
+        t = tl.load(targets_ptr + r0 + offs, mask=r0 + offs < n_rows, other=ignore_index)
+        acc += (t != ignore_index).to(tl.float32)
+    tl.store(count_ptr, tl.sum(acc, axis=0))
+
+
+def count_targets(targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    """A 1-element fp32 tensor on the device: how many targets are not ignore_index (no host sync)."""
+    count = torch.empty(1, device=targets.device, dtype=torch.float32)
+    count_targets_kernel[(1,)](targets, count, targets.numel(), ignore_index, BLOCK=1024)
+    return count
+
+
+def cross_entropy_ref(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100):
+    """(loss (rows,), dlogits) in fp32: per-row loss, gradient of the mean over non-ignored rows."""
+    x = logits.float()
+    keep = targets != ignore_index
+    lse = torch.logsumexp(x, dim=-1)  # (rows,)
+    safe = torch.where(keep, targets, 0)
+    loss = torch.where(keep, lse - x.gather(1, safe[:, None])[:, 0], 0.0)
+    onehot = torch.nn.functional.one_hot(safe, x.shape[1]).to(x.dtype)
+    n = keep.sum().clamp_min(1)
+    dlogits = (torch.softmax(x, dim=-1) - onehot) * keep[:, None] / n
+    return loss, dlogits
+
+
+def ce_config(n_cols: int) -> dict:
+    """Vocabulary columns per block and warps of cross_entropy_kernel."""
+    if current().interpret:
+        return dict(BLOCK_N=512, num_warps=4)
+    return dict(BLOCK_N=min(8192, triton.next_power_of_2(n_cols)), num_warps=16)
+
+
+@triton.jit
+def cross_entropy_kernel(logits_ptr, targets_ptr, count_ptr, loss_ptr, dlogits_ptr, n_cols,
+                         stride_lm, stride_dm, ignore_index, BLOCK_N: tl.constexpr):
+    # BEGIN SOLUTION
+    row = tl.program_id(0).to(tl.int64)  # one program per row; 64-bit: rows x vocab passes 2^31
+    logits_row = logits_ptr + row * stride_lm
+    dlogits_row = dlogits_ptr + row * stride_dm
+    offs_n = tl.arange(0, BLOCK_N)
+    target = tl.load(targets_ptr + row)
+    if target == ignore_index:  # ignored row: loss 0, gradient 0
+        for n0 in range(0, n_cols, BLOCK_N):
+            zero = tl.zeros((BLOCK_N,), tl.float32)
+            tl.store(dlogits_row + n0 + offs_n, zero.to(dlogits_ptr.dtype.element_ty), mask=n0 + offs_n < n_cols)
+        tl.store(loss_ptr + row, 0.0)
+    else:
+        m = tl.full((BLOCK_N,), float("-inf"), tl.float32)  # running max of each lane (lesson 05)
+        d = tl.zeros((BLOCK_N,), tl.float32)  # running sum of exp(x - m) of each lane
+        for n0 in range(0, n_cols, BLOCK_N):  # pass 1: statistics
+            x = tl.load(logits_row + n0 + offs_n, mask=n0 + offs_n < n_cols, other=float("-inf")).to(tl.float32)
+            m_new = tl.maximum(m, x)
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # lanes that saw only padding
+            d = d * tl.exp(m - m_ref) + tl.exp(x - m_ref)
+            m = m_new
+        m_row = tl.max(m, axis=0)  # merge the lanes
+        lse = m_row + tl.log(tl.sum(d * tl.exp(m - m_row), axis=0))  # natural log
+        x_t = tl.load(logits_row + target).to(tl.float32)
+        tl.store(loss_ptr + row, lse - x_t)
+        inv_n = 1.0 / tl.load(count_ptr)  # n >= 1 here: this row counts
+        for n0 in range(0, n_cols, BLOCK_N):  # pass 2: softmax - onehot, scaled; in place is safe
+            cols = n0 + offs_n
+            x = tl.load(logits_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+            p = tl.exp(x - lse)
+            grad = tl.where(cols == target, p - 1.0, p) * inv_n
+            tl.store(dlogits_row + cols, grad.to(dlogits_ptr.dtype.element_ty), mask=cols < n_cols)
+    # END SOLUTION
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor, dlogits: torch.Tensor,
+                  BLOCK_N: int | None = None, num_warps: int | None = None) -> None:
+    """loss (rows,) fp32 per row and dlogits = d mean loss / d logits; targets int64, -100 ignored."""
+    # BEGIN SOLUTION
+    n_rows, n_cols = logits.shape
+    cfg = ce_config(n_cols)
+    count = count_targets(targets)  # n: a device scalar, read by every program
+    cross_entropy_kernel[(n_rows,)](logits, targets, count, loss, dlogits, n_cols, logits.stride(0),
+                                    dlogits.stride(0), -100, BLOCK_N=BLOCK_N or cfg["BLOCK_N"],
+                                    num_warps=num_warps or cfg["num_warps"])
+    # END SOLUTION
+
+
+# %% [check] 08.cross_entropy
+
+# %% [markdown]
+# ## 08.rmsnorm_train
+#
+# `rmsnorm_train(x, weight, eps) -> Tensor`.
+#
+# A differentiable RMSNorm: a `torch.autograd.Function` whose `forward` runs `rmsnorm_forward` (given
+# above) and saves, with `ctx.save_for_backward`, what the backward needs: `x`, `weight` and `rstd`
+# (rows,) fp32; **not** `xhat` or any other (rows, hidden) copy. Its `backward` gets `dy` and returns
+# one gradient per forward input (`None` for `eps`), computed by your `rmsnorm_backward`; `dw` comes out
+# fp32, return it in `weight`'s dtype. `x` may be (batch, seq, hidden): work on `x.reshape(-1, hidden)`
+# and give `y` and `dx` `x`'s shape; `dy` may be non-contiguous (make it contiguous).
+# ([lesson section](../notebooks/08_backward_passes.ipynb#torch.autograd.Function:-what-a-backward-may-keep))
+
+# %%
+class RMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        # BEGIN SOLUTION
+        rows = x.reshape(-1, x.shape[-1])  # (rows, hidden): a view of a contiguous activation
+        y = torch.empty_like(rows)
+        rstd = torch.empty(rows.shape[0], device=x.device, dtype=torch.float32)
+        rmsnorm_forward(rows, weight, eps, y, rstd)
+        ctx.save_for_backward(x, weight, rstd)  # x and weight are the inputs themselves: no copy
+        return y.view(x.shape)
+        # END SOLUTION
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        # BEGIN SOLUTION
+        x, weight, rstd = ctx.saved_tensors
+        rows = x.reshape(-1, x.shape[-1])
+        dy_rows = dy.reshape(rows.shape).contiguous()
+        dx = torch.empty_like(rows)
+        dw = torch.empty(rows.shape[1], device=x.device, dtype=torch.float32)
+        rmsnorm_backward(dy_rows, rows, weight, rstd, dx, dw)
+        return dx.view(x.shape), dw.to(weight.dtype), None
+        # END SOLUTION
+
+
+def rmsnorm_train(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm that autograd can differentiate: y = x / sqrt(mean(x**2, -1) + eps) * weight."""
+    return RMSNormFunction.apply(x, weight, eps)
+
+
+# %% [check] 08.rmsnorm_train
+
+# %% [markdown]
+# ## Autograd Functions for the training step (given)
+#
+# The same pattern for SwiGLU (lesson 04's `silu_mul` forward, your `silu_mul_backward`) and for the
+# loss (your `cross_entropy`, computing the gradient already in the forward, in place of the logits).
+# Then the toy Llama with its RMSNorms, its MLPs' SiLU * mul and its loss swapped for them.
+
+# %%
+class SiluMulFunction(torch.autograd.Function):
+    """h = silu(g) * u; saves g and u, and writes dg, du into their memory in the backward."""
+
+    @staticmethod
+    def forward(ctx, g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        g, u = g.contiguous(), u.contiguous()
+        h = torch.empty_like(g)
+        silu_mul(g, u, h)
+        ctx.save_for_backward(g, u)
+        return h
+
+    @staticmethod
+    def backward(ctx, dh: torch.Tensor):
+        g, u = ctx.saved_tensors
+        # In place: g and u are dead after this (the matmuls that made them kept their inputs, not
+        # their outputs), so their memory takes the gradients: no new (rows, intermediate) tensors.
+        silu_mul_backward(dh.contiguous(), g, u, g, u)
+        return g, u
+
+
+class CrossEntropyFunction(torch.autograd.Function):
+    """Mean cross-entropy over non-ignored rows; the forward overwrites `logits` with their gradient."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = torch.empty(logits.shape[0], device=logits.device, dtype=torch.float32)
+        cross_entropy(logits, targets, loss, logits)  # dlogits in place: the logits are not needed again
+        ctx.save_for_backward(logits)
+        return loss.sum() / (targets != -100).sum().clamp_min(1)
+
+    @staticmethod
+    def backward(ctx, dloss: torch.Tensor):
+        (dlogits,) = ctx.saved_tensors
+        return dlogits.mul_(dloss.to(dlogits.dtype)), None  # in place: no second (rows, vocab) tensor
+
+
+class RMSNormTrain(nn.Module):
+    """A drop-in for LlamaRMSNorm whose forward and backward are our kernels."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.weight = norm.weight  # the same Parameter: gradients land on the model's weight
+        self.eps = norm.variance_epsilon
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rmsnorm_train(x, self.weight, self.eps)
+
+
+class SwiGLUTrain(nn.Module):
+    """A drop-in for LlamaMLP: the three nn.Linear matmuls (cuBLAS) around our SiLU * mul."""
+
+    def __init__(self, mlp: nn.Module):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(SiluMulFunction.apply(self.gate_proj(x), self.up_proj(x)))
+
+
+def swap_in_training_kernels(model: nn.Module) -> nn.Module:
+    """Every RMSNorm and MLP of a Hugging Face Llama replaced by ours, in place (same parameters)."""
+    inner = model.model
+    for block in inner.layers:
+        block.input_layernorm = RMSNormTrain(block.input_layernorm)
+        block.post_attention_layernorm = RMSNormTrain(block.post_attention_layernorm)
+        block.mlp = SwiGLUTrain(block.mlp)
+    inner.norm = RMSNormTrain(inner.norm)
+    return model
+
+
+def shifted_targets(labels: torch.Tensor) -> torch.Tensor:
+    """Token t predicts token t + 1: the labels moved left by one, -100 after each sequence's end."""
+    return torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100).reshape(-1)  # (B * T,)
+
+
+def causal_lm_loss(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss Hugging Face computes for model(ids, labels=labels), with our cross-entropy kernel."""
+    hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state  # (B, T, H)
+    logits = model.lm_head(hidden)  # (B, T, V) in the model's dtype: never upcast to fp32
+    return CrossEntropyFunction.apply(logits.view(-1, logits.shape[-1]), shifted_targets(labels))
+
+
+# %% [markdown]
+# ## 08.attention_backward
+#
+# `attention_backward(q, k, v, o, lse, do, dq, dk, dv, causal)` (bonus).
+#
+# FlashAttention-2's backward ([lesson section](../notebooks/08_backward_passes.ipynb#Bonus:-FlashAttention-2-backward)).
+# The forward kept `o` and `lse` (B, H, S) fp32, the natural-log log-sum-exp of each row of the
+# scaled scores; from them any tile of probabilities is recomputed without the softmax's statistics:
+#
+# ```
+# P    = exp(q k^T * scale - lse[:, None])          scale = 1 / sqrt(D); -inf where causal masks
+# dv   = P^T do          dp = do v^T
+# ds   = P * (dp - delta[:, None])                  delta = rowsum(do * o), one number per query
+# dq   = ds k * scale    dk = ds^T q * scale
+# ```
+#
+# `attention_delta` (given) computes `delta`. Then a kernel per tile of keys walks the queries and
+# accumulates `dk` and `dv` in registers, and a kernel per tile of queries walks the keys and
+# accumulates `dq` (no atomics). All (B, H, S, D), contiguous; D a power of 2 >= 16; S any length.
+
+# %%
+@triton.jit
+def attention_delta_kernel(o_ptr, do_ptr, delta_ptr, n_rows, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """delta[r] = sum(o[r, :] * do[r, :]) over (B * H * S) rows of D: the softmax's backward term."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    mask = offs_m[:, None] < n_rows
+    ptrs = offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+    o = tl.load(o_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(delta_ptr + offs_m, tl.sum(o * do, axis=1), mask=offs_m < n_rows)
+
+
+def attention_delta(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
+    """delta (B, H, S) fp32 = rowsum(o * do); o, do contiguous (B, H, S, D)."""
+    B, H, S, D = o.shape
+    delta = torch.empty((B, H, S), device=o.device, dtype=torch.float32)
+    attention_delta_kernel[(triton.cdiv(B * H * S, 64),)](o, do, delta, B * H * S, HEAD_DIM=D, BLOCK_M=64)
+    return delta
+
+
+def attention_backward_ref(q, k, v, do, causal: bool):
+    """(dq, dk, dv) by autograd through the three-kernel attention, in fp32."""
+    q, k, v = (t.detach().float().requires_grad_() for t in (q, k, v))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        S = q.shape[-2]
+        scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    (torch.softmax(scores, dim=-1) @ v).backward(do.float())
+    return q.grad, k.grad, v.grad
+
+
+@triton.jit
+def attention_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, S, scale,
+                          CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr):
+    # BEGIN SOLUTION
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1).to(tl.int64)  # batch * H + head: every (S, D) slab is contiguous
+    base = bh * S * HEAD_DIM
+    offs_n = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,) keys of this program
+    offs_d = tl.arange(0, HEAD_DIM)
+    key_ok = offs_n < S
+    kv_off = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)  # (BLOCK_N, D)
+    v = tl.load(v_ptr + kv_off, mask=key_ok[:, None], other=0.0)
+    dk = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
+    dv = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
+    lo = start_n // BLOCK_M * BLOCK_M if CAUSAL else 0  # queries before the keys see none of them
+    for start_m in range(lo, S, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) queries
+        q_ok = offs_m < S
+        qo_off = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+        q = tl.load(q_ptr + qo_off, mask=q_ok[:, None], other=0.0)  # (BLOCK_M, D)
+        do = tl.load(do_ptr + qo_off, mask=q_ok[:, None], other=0.0)
+        lse = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=0.0)  # (BLOCK_M,)
+        delta = tl.load(delta_ptr + bh * S + offs_m, mask=q_ok, other=0.0)
+        s_t = tl.dot(k, tl.trans(q)) * scale  # (BLOCK_N, BLOCK_M): the scores, transposed
+        keep = q_ok[None, :] & key_ok[:, None]
+        if CAUSAL:
+            keep = keep & (offs_n[:, None] <= offs_m[None, :])
+        p_t = tl.where(keep, tl.exp(s_t - lse[None, :]), 0.0)  # P^T recomputed from the saved lse
+        dv = tl.dot(p_t.to(do.dtype), do, dv)  # dv += P^T do
+        dp_t = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M) = (do v^T)^T
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)  # dk += ds^T q
+    tl.store(dk_ptr + kv_off, (dk * scale).to(dk_ptr.dtype.element_ty), mask=key_ok[:, None])
+    tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=key_ok[:, None])
+    # END SOLUTION
+
+
+@triton.jit
+def attention_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, S, scale,
+                        CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr):
+    # BEGIN SOLUTION
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1).to(tl.int64)
+    base = bh * S * HEAD_DIM
+    offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) queries of this program
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ok = offs_m < S
+    qo_off = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    q = tl.load(q_ptr + qo_off, mask=q_ok[:, None], other=0.0)  # (BLOCK_M, D)
+    do = tl.load(do_ptr + qo_off, mask=q_ok[:, None], other=0.0)
+    lse = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=0.0)
+    delta = tl.load(delta_ptr + bh * S + offs_m, mask=q_ok, other=0.0)
+    dq = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
+    hi = S
+    if CAUSAL:
+        hi = tl.minimum(start_m + BLOCK_M, S)  # keys after the tile's last query are all masked
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < S
+        kv_off = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+        k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)  # (BLOCK_N, D)
+        v = tl.load(v_ptr + kv_off, mask=key_ok[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale  # (BLOCK_M, BLOCK_N)
+        keep = q_ok[:, None] & key_ok[None, :]
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v))  # (BLOCK_M, BLOCK_N)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)  # dq += ds k
+    tl.store(dq_ptr + qo_off, (dq * scale).to(dq_ptr.dtype.element_ty), mask=q_ok[:, None])
+    # END SOLUTION
+
+
+def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                       do: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
+                       BLOCK_M: int | None = None, BLOCK_N: int | None = None, num_warps: int | None = None,
+                       num_stages: int | None = None) -> None:
+    """dq, dk, dv of o = softmax(q k^T / sqrt(D) (+ causal mask)) v; all (B, H, S, D) contiguous."""
+    B, H, S, D = q.shape
+    if D < 16 or D & (D - 1):
+        raise ValueError(f"head dim {D}: this kernel needs a power of 2 >= 16 (tl.dot's smallest tile)")
+    BLOCK_M = BLOCK_M or (16 if current().interpret else 64)
+    BLOCK_N = BLOCK_N or (16 if current().interpret else 64)
+    # BEGIN SOLUTION
+    delta = attention_delta(o, do)  # (B, H, S) fp32
+    scale = 1.0 / math.sqrt(D)
+    launch = dict(CAUSAL=causal, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=num_warps or 4,
+                  num_stages=num_stages or (1 if current().interpret else 2))
+    attention_dkdv_kernel[(triton.cdiv(S, BLOCK_N), B * H)](q, k, v, do, lse, delta, dk, dv, S, scale, **launch)
+    attention_dq_kernel[(triton.cdiv(S, BLOCK_M), B * H)](q, k, v, do, lse, delta, dq, S, scale, **launch)
+    # END SOLUTION
+
+
+# %% [check] 08.attention_backward
+
+# %% [markdown]
+# Your kernels training the small toy Llama (runs once the checks above pass): the loss and every
+# parameter's gradient against the Hugging Face model's own.
+
+# %%
+if __name__ == "__main__":
+    from course_utils.llama import toy_config, toy_llama
+
+    vocab = toy_config(small=True).vocab_size
+    ids = torch.randint(vocab, (2, 16), generator=torch.Generator().manual_seed(0)).to(current().device)
+    reference = toy_llama(small=True, device=current().device).train()
+    ours = swap_in_training_kernels(toy_llama(small=True, device=current().device).train())
+    loss_ref = reference(input_ids=ids, labels=ids, use_cache=False).loss
+    loss_ref.backward()
+    loss = causal_lm_loss(ours, ids, ids)
+    loss.backward()
+    worst = max((p.grad - q.grad).abs().max().item() for p, q in zip(reference.parameters(), ours.parameters()))
+    print(f"loss {loss.item():.6f} (Hugging Face {loss_ref.item():.6f}); worst gradient |diff| {worst:.2e}")
+
+# %% [progress] 08

@@ -1,0 +1,241 @@
+"""Lesson 08: the solutions pass their checks, the usual wrong backward passes fail with a message naming
+the mistake, and the toy Llama with our autograd Functions trains like the Hugging Face model."""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from course_utils import setup
+
+setup("interpret", quiet=True)
+
+from course_utils.grading import check  # noqa: E402
+from course_utils.lessons import l08_backward_passes as l08  # noqa: E402
+from course_utils.llama import toy_config, toy_llama  # noqa: E402
+
+from helpers import failure  # noqa: E402
+
+SEED = 1234
+
+
+# --- the solutions ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("exercise, solution", [
+    ("08.rmsnorm_backward", l08.rmsnorm_backward), ("08.silu_mul_backward", l08.silu_mul_backward),
+    ("08.cross_entropy", l08.cross_entropy), ("08.rmsnorm_train", l08.rmsnorm_train),
+    ("08.attention_backward", l08.attention_backward)])
+def test_solution_passes(exercise, solution):
+    check(exercise, solution, seed=SEED, quiet=True)
+
+
+def test_dw_is_deterministic():
+    """Two-stage partial sums in a fixed order: the same dw, bit for bit, run after run."""
+    gen = torch.Generator().manual_seed(0)
+    x, dy = torch.randn(50, 80, generator=gen), torch.randn(50, 80, generator=gen)
+    w = torch.rand(80, generator=gen) + 0.5
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
+    runs = []
+    for _ in range(2):
+        dx, dw = torch.empty_like(x), torch.empty(80)
+        l08.rmsnorm_backward(dy, x, w, rstd, dx, dw)
+        runs.append(dw)
+    assert torch.equal(runs[0], runs[1])
+    torch.testing.assert_close(runs[0], l08.rmsnorm_backward_ref(dy, x, w, rstd)[1])
+
+
+# --- wrong RMSNorm backwards ------------------------------------------------------------------
+
+@triton.jit
+def _rmsnorm_bwd_bug_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, n_cols, stride_dy, stride_x,
+                            BUG: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    ok = cols < n_cols
+    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row * stride_dy + cols, mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    rstd = tl.load(rstd_ptr + row)
+    xhat = x * rstd
+    if BUG == "no mean term":
+        dx = rstd * dy * w
+    else:
+        dx = rstd * (dy * w - xhat * tl.sum(dy * w * xhat, axis=0) / n_cols)
+    tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+    if BUG == "dw stored, not added":  # every row overwrites dw: one row's contribution survives
+        tl.store(dw_ptr + cols, dy * xhat, mask=ok)
+    else:
+        tl.atomic_add(dw_ptr + cols, dy * xhat, mask=ok)
+        if BUG == "dw twice":
+            tl.atomic_add(dw_ptr + cols, dy * xhat, mask=ok)
+
+
+def _buggy_rmsnorm_backward(bug: str):
+    def rmsnorm_backward(dy, x, weight, rstd, dx, dw):
+        n_rows, n_cols = x.shape
+        dw.zero_()
+        _rmsnorm_bwd_bug_kernel[(n_rows,)](dy, x, weight, rstd, dx, dw, n_cols, dy.stride(0), x.stride(0),
+                                           BUG=bug, BLOCK_N=triton.next_power_of_2(n_cols))
+    return rmsnorm_backward
+
+
+def test_buggy_rmsnorm_backward_without_bug_passes():
+    check("08.rmsnorm_backward", _buggy_rmsnorm_backward("none"), seed=SEED, quiet=True)
+
+
+@pytest.mark.parametrize("bug, says", [
+    ("no mean term", "the mean's gradient term is missing from dx"),
+    ("dw twice", "dw summed twice"),
+    ("dw stored, not added", "dw not summed across all rows"),
+])
+def test_rmsnorm_backward_mistakes_are_named(bug, says):
+    failure("08.rmsnorm_backward", _buggy_rmsnorm_backward(bug), "likely mistake", says, seed=SEED)
+
+
+# --- wrong SwiGLU backwards -------------------------------------------------------------------
+
+@triton.jit
+def _silu_bwd_bug_kernel(dh_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, n, BUG: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    dh = tl.load(dh_ptr + offs, mask=ok).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=ok).to(tl.float32)
+    u = tl.load(u_ptr + offs, mask=ok).to(tl.float32)
+    s = tl.sigmoid(g)
+    if BUG == "silu' = sigmoid":
+        dsilu = s
+    elif BUG == "sigmoid' = s":
+        dsilu = s + g * s
+    else:
+        dsilu = s + g * s * (1.0 - s)
+    tl.store(dg_ptr + offs, (dh * u * dsilu).to(dg_ptr.dtype.element_ty), mask=ok)
+    tl.store(du_ptr + offs, (dh * g * s).to(du_ptr.dtype.element_ty), mask=ok)
+
+
+def _buggy_silu_backward(bug: str):
+    def silu_mul_backward(dh, g, u, dg, du):
+        n = g.numel()
+        _silu_bwd_bug_kernel[(triton.cdiv(n, 1024),)](dh, g, u, dg, du, n, BUG=bug, BLOCK=1024)
+    return silu_mul_backward
+
+
+def test_buggy_silu_backward_without_bug_passes():
+    check("08.silu_mul_backward", _buggy_silu_backward("none"), seed=SEED, quiet=True)
+
+
+@pytest.mark.parametrize("bug", ["silu' = sigmoid", "sigmoid' = s"])
+def test_silu_backward_mistakes_are_named(bug):
+    failure("08.silu_mul_backward", _buggy_silu_backward(bug), "likely mistake", "sigmoid' wrong", seed=SEED)
+
+
+# --- wrong cross-entropies --------------------------------------------------------------------
+
+@triton.jit
+def _ce_bug_kernel(logits_ptr, targets_ptr, loss_ptr, dlogits_ptr, n_rows, n_cols, stride_l, stride_d,
+                   BUG: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    offs_r = tl.arange(0, BLOCK_R)
+    all_t = tl.load(targets_ptr + offs_r, mask=offs_r < n_rows, other=-100)
+    n = tl.maximum(tl.sum((all_t != -100).to(tl.float32), axis=0), 1.0)
+    if BUG == "divided by all rows":
+        n = n_rows * 1.0
+    if BUG == "not divided":
+        n = 1.0
+    cols = tl.arange(0, BLOCK_N)
+    ok = cols < n_cols
+    x = tl.load(logits_ptr + row * stride_l + cols, mask=ok, other=float("-inf")).to(tl.float32)
+    t = tl.load(targets_ptr + row)
+    m = tl.max(x, axis=0)
+    if BUG == "base 2":
+        lse = m + tl.log2(tl.sum(tl.exp2(x - m), axis=0))
+        p = tl.exp2(x - lse)
+    else:
+        lse = m + tl.log(tl.sum(tl.exp(x - m), axis=0))
+        p = tl.exp(x - lse)
+    x_t = tl.load(logits_ptr + row * stride_l + tl.where(t == -100, 0, t)).to(tl.float32)
+    keep = (t != -100) | (BUG == "ignored not zeroed")
+    tl.store(loss_ptr + row, tl.where(keep, lse - x_t, 0.0))
+    grad = tl.where(keep, (p - tl.where(cols == t, 1.0, 0.0)) / n, 0.0)
+    tl.store(dlogits_ptr + row * stride_d + cols, grad.to(dlogits_ptr.dtype.element_ty), mask=ok)
+
+
+def _buggy_cross_entropy(bug: str):
+    def cross_entropy(logits, targets, loss, dlogits):
+        n_rows, n_cols = logits.shape
+        _ce_bug_kernel[(n_rows,)](logits, targets, loss, dlogits, n_rows, n_cols, logits.stride(0),
+                                  dlogits.stride(0), BUG=bug, BLOCK_R=triton.next_power_of_2(n_rows),
+                                  BLOCK_N=triton.next_power_of_2(n_cols))
+    return cross_entropy
+
+
+def test_buggy_cross_entropy_without_bug_passes():
+    check("08.cross_entropy", _buggy_cross_entropy("none"), seed=SEED, quiet=True)
+
+
+@pytest.mark.parametrize("bug, says", [
+    ("not divided", "gradient not divided by the non-ignored count"),
+    ("divided by all rows", "divided by all"),
+    ("ignored not zeroed", "ignore_index rows not zeroed"),
+    ("base 2", "log-sum-exp in base 2"),
+])
+def test_cross_entropy_mistakes_are_named(bug, says):
+    failure("08.cross_entropy", _buggy_cross_entropy(bug), "likely mistake", says, seed=SEED)
+
+
+def test_all_ignored_targets_give_zero_loss_and_gradient():
+    logits = torch.randn(4, 300)
+    loss, dlogits = torch.full((4,), float("nan")), torch.full((4, 300), float("nan"))
+    l08.cross_entropy(logits, torch.full((4,), -100), loss, dlogits)
+    assert torch.equal(loss, torch.zeros(4)) and torch.equal(dlogits, torch.zeros(4, 300))
+
+
+# --- wrong autograd Functions -----------------------------------------------------------------
+
+class _SavesXhat(torch.autograd.Function):
+    """Right values, but the forward keeps xhat, a second (rows, hidden) tensor."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rows = x.reshape(-1, x.shape[-1])
+        y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0])
+        l08.rmsnorm_forward(rows, weight, eps, y, rstd)
+        ctx.save_for_backward(x, weight, rstd, rows * rstd[:, None])
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd, _ = ctx.saved_tensors
+        rows = x.reshape(-1, x.shape[-1])
+        dx, dw = torch.empty_like(rows), torch.empty(rows.shape[1])
+        l08.rmsnorm_backward(dy.reshape(rows.shape).contiguous(), rows, weight, rstd, dx, dw)
+        return dx.view(x.shape), dw.to(weight.dtype), None
+
+
+def test_rmsnorm_train_mistakes_are_named():
+    failure("08.rmsnorm_train", lambda x, weight, eps: _SavesXhat.apply(x, weight, eps),
+            "keeps a (rows, hidden) tensor besides x", seed=SEED)
+    failure("08.rmsnorm_train", lambda x, weight, eps: l08.rmsnorm_train(x, weight, eps).detach(),
+            "a torch.autograd.Function", seed=SEED)
+
+
+# --- the training step ------------------------------------------------------------------------
+
+def test_training_step_matches_hugging_face():
+    """The small toy Llama with our RMSNorm, SwiGLU and cross-entropy: HF's loss and every gradient."""
+    vocab = toy_config(small=True).vocab_size
+    ids = torch.randint(vocab, (2, 12), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    labels[0, :3] = -100  # ignored positions count in neither loss nor gradient
+    reference = toy_llama(small=True).train()
+    ours = l08.swap_in_training_kernels(toy_llama(small=True).train())
+    assert isinstance(ours.model.norm, l08.RMSNormTrain)
+    loss_ref = reference(input_ids=ids, labels=labels, use_cache=False).loss
+    loss_ref.backward()
+    loss = l08.causal_lm_loss(ours, ids, labels)
+    loss.backward()
+    torch.testing.assert_close(loss, loss_ref, atol=1e-5, rtol=1e-5)
+    named = dict(ours.named_parameters())
+    assert len(named) == len(dict(reference.named_parameters()))
+    for name, p in reference.named_parameters():
+        torch.testing.assert_close(named[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
