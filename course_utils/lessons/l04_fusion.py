@@ -11,7 +11,9 @@
 #
 # Kernel exercises use destination passing: your host function receives its inputs and the output
 # buffer `out` (allocated and poisoned by the checker). Write every element of `out`, and nothing else.
-# In interpreter mode (no GPU) the same kernels run on the CPU, with smaller sizes.
+# In interpreter mode (no GPU) the same kernels run on the CPU, with smaller sizes. The lesson,
+# [notebooks/04_fusion.ipynb](../notebooks/04_fusion.ipynb), teaches each exercise with a worked
+# sibling; every exercise below links its section.
 
 # %% [setup]
 
@@ -23,7 +25,11 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 # %% [markdown]
-# ## 04.bytes_moved: `bytes_moved(n_elements, bytes_per_element, n_ops, fused) -> int`
+# ## 04.bytes_moved: bytes of a chain
+#
+# `bytes_moved(n_elements, bytes_per_element, n_ops, fused) -> int`. Taught in the lesson's
+# [Counting the bytes](../notebooks/04_fusion.ipynb#Counting-the-bytes) (the worked example counts
+# the two-input chain `silu(g) * u`).
 #
 # An elementwise op on `n` elements reads `n` elements and writes `n` elements. Run a chain of
 # `n_ops` of them eagerly (one kernel each) and every op pays a full read **and** a full write,
@@ -47,7 +53,11 @@ def bytes_moved(n_elements: int, bytes_per_element: int, n_ops: int, fused: bool
 # %% [check] 04.bytes_moved
 
 # %% [markdown]
-# ## 04.sin4: `sin4(x, out)`
+# ## 04.sin4: four sines in one kernel
+#
+# `sin4(x, out)`. Taught in the lesson's
+# [A fused kernel for a chain](../notebooks/04_fusion.ipynb#A-fused-kernel-for-a-chain) (the worked
+# example fuses `cos(exp(x))`).
 #
 # The PyTorch spec is `sin4_ref` below: four calls, so four kernels, and `8 * 4 = 32` bytes per fp32
 # element. Write it as **one** kernel: load a block of `x`, apply `tl.sin` four times to the values in
@@ -85,7 +95,11 @@ def sin4(x: torch.Tensor, out: torch.Tensor, BLOCK: int = 2048, num_warps: int =
 # %% [check] 04.sin4
 
 # %% [markdown]
-# ## 04.silu_mul: `silu_mul(g, u, out)`
+# ## 04.silu_mul: the gated MLP product
+#
+# `silu_mul(g, u, out)`. Taught in the lesson's
+# [The gated MLP product](../notebooks/04_fusion.ipynb#The-gated-MLP-product) (the worked example is
+# `gelu(g) * u`).
 #
 # In Llama's MLP, `down(silu(x @ W_gate.T) * (x @ W_up.T))`, the two projections `g = x @ W_gate.T`
 # and `u = x @ W_up.T` are (tokens, intermediate) matrices, and between the matmuls sits a triple

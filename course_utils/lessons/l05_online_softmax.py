@@ -10,6 +10,9 @@
 #
 # The statistics of a set of numbers x: its maximum `m = max(x)` and its normalizer
 # `d = sum(exp(x - m))`. With them, `softmax(x) = exp(x - m) / d`, and `logsumexp(x) = m + log(d)`.
+#
+# The lesson, [notebooks/05_online_softmax.ipynb](../notebooks/05_online_softmax.ipynb), teaches each exercise with a worked sibling;
+# every exercise below links its section.
 
 # %% [setup]
 
@@ -25,7 +28,11 @@ import triton.language as tl  # noqa: E402
 from course_utils import size  # noqa: E402
 
 # %% [markdown]
-# ## 05.merge_stats: `merge_stats(m1, d1, m2, d2) -> (m, d)`
+# ## 05.merge_stats: merge two blocks
+#
+# `merge_stats(m1, d1, m2, d2) -> (m, d)`. Taught in the lesson's
+# [Merging the statistics of two blocks](../notebooks/05_online_softmax.ipynb#Merging-the-statistics-of-two-blocks) (the worked
+# example merges running means and variances, Welford's way).
 #
 # Block 1 has max `m1` and normalizer `d1 = sum(exp(x - m1))` over its elements, block 2 has `m2`,
 # `d2`. The union has max `m = max(m1, m2)`, and each normalizer only needs its reference point moved
@@ -51,7 +58,11 @@ def merge_stats(m1, d1, m2, d2):
 # %% [check] 05.merge_stats
 
 # %% [markdown]
-# ## 05.online_softmax_stats: `online_softmax_stats(x, block) -> (m, d)`
+# ## 05.online_softmax_stats: one pass over blocks
+#
+# `online_softmax_stats(x, block) -> (m, d)`. Taught in the lesson's
+# [Merging the statistics of two blocks](../notebooks/05_online_softmax.ipynb#Merging-the-statistics-of-two-blocks) (the worked
+# example walks a tensor block by block for its mean and variance).
 #
 # The max and normalizer of a 1-D tensor, reading it **once**, front to back, `block` elements at a
 # time: keep a running `(m, d)`, compute each block's own statistics, and merge them in with
@@ -76,7 +87,11 @@ def online_softmax_stats(x: torch.Tensor, block: int):
 # %% [check] 05.online_softmax_stats
 
 # %% [markdown]
-# ## 05.softmax: `softmax(x, out)`
+# ## 05.softmax: a fused row softmax
+#
+# `softmax(x, out)`. Taught in the lesson's
+# [The fused softmax kernels](../notebooks/05_online_softmax.ipynb#The-fused-softmax-kernels) (the worked example is a row-wise
+# log-sum-exp kernel).
 #
 # `out[i, :] = softmax(x[i, :])` for a 2-D `x` of any strides and rows of any length, in fp32
 # arithmetic whatever the storage dtype. Two kernels, one launch each:
@@ -84,8 +99,10 @@ def online_softmax_stats(x: torch.Tensor, block: int):
 # - **one pass** (`softmax_kernel`), for rows that fit in one block (`n_cols <= ONE_PASS_MAX_COLS`):
 #   a program loads `ROWS` whole rows (a `(ROWS, BLOCK_N)` tile, `BLOCK_N >= n_cols`), takes the max
 #   and the sum in registers and writes the result. Traffic: read the row once, write it once,
-#   exactly what a copy moves. Programs loop over row blocks `pid, pid + n_programs, ...` so that a
-#   launch may use fewer programs than row blocks (a persistent grid).
+#   exactly what a copy moves. (The course's kernel also loops over row blocks `pid, pid + n_programs,
+#   ...`, pipelined by `NUM_STAGES`, so that a launch may use fewer programs than row blocks: a
+#   persistent grid. That is a tuning option, not part of the exercise: the check launches
+#   `softmax(x, out)` with its defaults, one program per row block, and `NUM_STAGES` may stay unused.)
 # - **online** (`softmax_online_kernel`), for longer rows: one program per row. Pass 1 walks the
 #   row in blocks keeping a running `(m, d)` *per lane* (`BLOCK_N` independent online softmaxes,
 #   merged with `merge_stats`' formula at the end); pass 2 reads the row again and writes
@@ -128,20 +145,20 @@ def softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_xm, stride_xn, stride_
                    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, NUM_STAGES: tl.constexpr):
     """One pass: ROWS whole rows per tile (BLOCK_N >= n_cols); read once, write once."""
     # BEGIN SOLUTION
-    cols = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
-    col_mask = cols < n_cols
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) column indices
+    col_mask = offs_n < n_cols
     n_row_blocks = tl.cdiv(n_rows, ROWS)
     for row_block in tl.range(tl.program_id(0), n_row_blocks, tl.num_programs(0), num_stages=NUM_STAGES):
-        rows = row_block * ROWS + tl.arange(0, ROWS)  # (ROWS,)
-        safe_rows = tl.minimum(rows, n_rows - 1).to(tl.int64)  # rows past the end re-read the last row
-        x = tl.load(x_ptr + safe_rows[:, None] * stride_xm + cols[None, :] * stride_xn,
+        offs_m = row_block * ROWS + tl.arange(0, ROWS)  # (ROWS,) row indices
+        safe_m = tl.minimum(offs_m, n_rows - 1).to(tl.int64)  # rows past the end re-read the last row
+        x = tl.load(x_ptr + safe_m[:, None] * stride_xm + offs_n[None, :] * stride_xn,
                     mask=col_mask[None, :], other=float("-inf")).to(tl.float32)  # (ROWS, BLOCK_N)
         m = tl.max(x, axis=1)  # (ROWS,) pass 1, in registers
         p = tl.exp(x - m[:, None])  # padding: exp(-inf) = 0
         d = tl.sum(p, axis=1)  # (ROWS,) pass 2, in registers
         y = p * (1.0 / d)[:, None]  # pass 3, in registers
-        tl.store(out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :] * stride_on,
-                 y.to(out_ptr.dtype.element_ty), mask=(rows[:, None] < n_rows) & col_mask[None, :])
+        tl.store(out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on,
+                 y.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < n_rows) & col_mask[None, :])
     # END SOLUTION
 
 
@@ -153,12 +170,12 @@ def softmax_online_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_o
     row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: rows x stride may pass 2^31 elements
     x_row = x_ptr + row * stride_xm
     out_row = out_ptr + row * stride_om
-    cols = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) column indices within a block
     m = tl.full((BLOCK_N,), float("-inf"), tl.float32)  # running max of each lane
     d = tl.zeros((BLOCK_N,), tl.float32)  # running sum of exp(x - m) of each lane
     for start in range(0, n_cols, BLOCK_N):  # pass 1: read the row once
-        mask = start + cols < n_cols
-        x = tl.load(x_row + (start + cols) * stride_xn, mask=mask, other=float("-inf")).to(tl.float32)
+        mask = start + offs_n < n_cols
+        x = tl.load(x_row + (start + offs_n) * stride_xn, mask=mask, other=float("-inf")).to(tl.float32)
         m_new = tl.maximum(m, x)
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # lanes that saw only -inf: avoid -inf - -inf
         d = d * tl.exp(m - m_ref) + tl.exp(x - m_ref)  # rescale the old sum to the new max, add the new term
@@ -169,10 +186,10 @@ def softmax_online_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_o
     n_blocks = tl.cdiv(n_cols, BLOCK_N)
     for i in range(n_blocks):  # pass 2: read again, last block first (it is the likeliest in L2)
         start = (n_blocks - 1 - i) * BLOCK_N
-        mask = start + cols < n_cols
-        x = tl.load(x_row + (start + cols) * stride_xn, mask=mask, other=float("-inf")).to(tl.float32)
+        mask = start + offs_n < n_cols
+        x = tl.load(x_row + (start + offs_n) * stride_xn, mask=mask, other=float("-inf")).to(tl.float32)
         y = tl.exp(x - m_row) * inv_d
-        tl.store(out_row + (start + cols) * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_row + (start + offs_n) * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask)
     # END SOLUTION
 
 
@@ -196,7 +213,11 @@ def softmax(x: torch.Tensor, out: torch.Tensor, config: SoftmaxConfig | None = N
 # %% [check] 05.softmax
 
 # %% [markdown]
-# ## 05.attention (bonus): `attention(q, k, v, out, causal)`
+# ## 05.attention: bonus, FlashAttention forward
+#
+# `attention(q, k, v, out, causal)`. Taught in the lesson's
+# [FlashAttention, online softmax on tiles of QK^T](../notebooks/05_online_softmax.ipynb#FlashAttention,-online-softmax-on-tiles-of-QK^T)
+# (the worked example computes the row statistics of `softmax(QK^T)` tile by tile, without the output).
 #
 # `out = softmax(q @ k^T / sqrt(D) + mask) @ v` for `(B, H, S, D)` tensors (any strides), without
 # ever writing the `(S, S)` score matrix: FlashAttention-2's forward pass. A program owns a tile of

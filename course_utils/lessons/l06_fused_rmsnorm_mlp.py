@@ -18,7 +18,9 @@
 # is free. `x` may have any strides (the checks give you a slice of a wider tensor).
 #
 # Destination passing as in lesson 02: your host function receives its inputs and the output `out`,
-# which the checker poisoned; write every element of `out`, and nothing else.
+# which the checker poisoned; write every element of `out`, and nothing else. The lesson,
+# [notebooks/06_fused_rmsnorm_mlp.ipynb](../notebooks/06_fused_rmsnorm_mlp.ipynb), teaches each exercise with a worked sibling; every
+# exercise below links its section.
 
 # %% [setup]
 
@@ -57,7 +59,10 @@ def rmsnorm_mlp_ref(x, norm_weight, w_gate, w_up, w_down, eps):
 
 
 # %% [markdown]
-# ## 06.rmsnorm: `rmsnorm(x, weight, eps, out)`
+# ## 06.rmsnorm: one pass statistics in fp32
+#
+# `rmsnorm(x, weight, eps, out)`. Taught in the lesson's
+# [Normalizing rows in one pass](../notebooks/06_fused_rmsnorm_mlp.ipynb#Normalizing-rows-in-one-pass) (the worked example is LayerNorm).
 #
 # `out[i, :] = x[i, :] / sqrt(mean(x[i, :]**2) + eps) * weight` for `x` of shape `(rows, hidden)`.
 # One program normalizes `BLOCK_M` whole rows: it loads a `(BLOCK_M, BLOCK_N)` tile with
@@ -115,7 +120,11 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
 # %% [check] 06.rmsnorm
 
 # %% [markdown]
-# ## 06.gate_up_silu: `gate_up_silu(x, w_gate, w_up, out)`
+# ## 06.gate_up_silu: gate, up and SiLU in one kernel
+#
+# `gate_up_silu(x, w_gate, w_up, out)`. Taught in the lesson's
+# [A matmul with an activation in its epilogue](../notebooks/06_fused_rmsnorm_mlp.ipynb#A-matmul-with-an-activation-in-its-epilogue)
+# (the worked example is one linear layer with a GELU epilogue).
 #
 # `out = silu(x @ w_gate.T) * (x @ w_up.T)` in **one** kernel: x `(M, K)`, w_gate and w_up `(N, K)`
 # in `nn.Linear` layout, out `(M, N)`. It is lesson 03's matmul with **two accumulators**: each
@@ -204,7 +213,11 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 # %% [check] 06.gate_up_silu
 
 # %% [markdown]
-# ## 06.rmsnorm_mlp: `rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out)`
+# ## 06.rmsnorm_mlp: the block in two kernels
+#
+# `rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out)`. Taught in the lesson's
+# [The norm inside the matmul](../notebooks/06_fused_rmsnorm_mlp.ipynb#The-norm-inside-the-matmul) (the worked example fuses LayerNorm
+# into one linear layer) and [One merged weight and a split epilogue](../notebooks/06_fused_rmsnorm_mlp.ipynb#One-merged-weight-and-a-split-epilogue).
 #
 # The whole block, `out = (silu(n @ w_gate.T) * (n @ w_up.T)) @ w_down.T` with `n = rmsnorm(x)`,
 # without ever writing `n`. The trick (section 4 of "About GPU fuzed kernel"): `1 / rms(x)` is one
@@ -220,10 +233,8 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 # intermediate) is written once and the down projection is lesson 03's `matmul`: two launches for
 # the block instead of Hugging Face's 13 (in fp16).
 #
-# **One merged weight, one accumulator.** With many rows the gate/up kernel is compute-bound
-# (8192 x 1024 x 22016 at the prefill size), and two accumulators are not what the tensor cores like:
-# 06.gate_up_silu's design reached 320-340 TFLOP/s on an H200 where cuBLAS runs one of the two GEMMs at
-# 626. So the weights are packed **once**, as an inference engine does when it loads a model, into
+# **One merged weight, one accumulator.** The weights are packed **once**, as an inference engine
+# does when it loads a model (vLLM merges `gate_proj` and `up_proj` the same way), into
 # `w_gu`, an `(H, 2I)` row-major matrix whose columns interleave gate and up,
 # `w_gu[:, 2j] = w_gate[j, :]` and `w_gu[:, 2j + 1] = w_up[j, :]`. Each K step is then **one**
 # `tl.dot` of the `(BLOCK_M, BLOCK_K)` tile of `x` with a `(BLOCK_K, 2 * BLOCK_N)` tile of `w_gu` into
@@ -236,8 +247,14 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 # ```
 #
 # scale both by `1 / rms`, and store `silu(g) * u`, a `(BLOCK_M, BLOCK_N)` tile of `h`. The down
-# weight is packed too, as `w_down_t = w_down.T` `(I, H)` row-major (lesson 03's matmul: 670 TFLOP/s
-# with it, 552 with the `nn.Linear` view `w_down.t()`, on an H200).
+# weight is packed too, as `w_down_t = w_down.T` `(I, H)` row-major, the layout lesson 03's matmul
+# reads fastest. (Whether the whole fused block then beats three separate kernels depends on the
+# size: the lesson's measurements say where.)
+#
+# Mind the rounding: multiplying each `x` tile by `norm_weight` and converting it to the weights'
+# dtype before the `tl.dot` rounds the *un-normalized* `x * norm_weight` to 16 bits (Hugging Face
+# rounds the normalized value): the same relative precision, but in fp16 a large `x * norm_weight`
+# can overflow 65504 where the normalized value cannot. The check's inputs stay in range.
 #
 # `pack_mlp_weights` (given) packs with lesson 02's `copy_2d`, which addresses `out` with its strides:
 # `w_gu[:, 0::2]` is an `(H, I)` view of the even columns. You write the kernel and

@@ -11,6 +11,8 @@
 # interpreter at small sizes. The interpreter's own float -> fp8 cast rounds about 1% of values wrongly
 # (the lesson shows how); `install_fp8_fix()` gives it an exact one, so a correct kernel passes there too.
 # At the end, a worked example that is not an exercise: the W8A16 GEMV of the lesson and its benchmark.
+# The lesson, [notebooks/07_fp8_quantization.ipynb](../notebooks/07_fp8_quantization.ipynb), teaches each exercise with a worked
+# sibling; every exercise below links its section.
 
 # %% [setup] fp8
 
@@ -25,7 +27,10 @@ import triton.language as tl  # noqa: E402
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn: 0 1111 110 = 1.75 * 2^8
 
 # %% [markdown]
-# ## 07.decode_e4m3: `decode_e4m3(bits) -> float`
+# ## 07.decode_e4m3: the value of a byte
+#
+# `decode_e4m3(bits) -> float`. Taught in the lesson's
+# [The formats, bit by bit](../notebooks/07_fp8_quantization.ipynb#The-formats,-bit-by-bit) (the worked example decodes e5m2).
 #
 # A float8_e4m3fn byte is `S EEEE MMM`: 1 sign bit, 4 exponent bits with bias 7, 3 mantissa bits.
 # - exponent field 1..15: a normal number, `(-1)^S * (1 + M/8) * 2^(E - 7)`;
@@ -55,7 +60,10 @@ def decode_e4m3(bits: int) -> float:
 # %% [check] 07.decode_e4m3
 
 # %% [markdown]
-# ## 07.quantize_rowwise: `quantize_rowwise(x, out, scale_out)`
+# ## 07.quantize_rowwise: one scale per row
+#
+# `quantize_rowwise(x, out, scale_out)`. Taught in the lesson's
+# [A quantize kernel](../notebooks/07_fp8_quantization.ipynb#A-quantize-kernel) (the worked example quantizes with one scale per tensor).
 #
 # Per-row scaled quantization: for each row `i` of `x` (rows, cols), any strides,
 # - `amax = max_j |x[i, j]|` (in fp32),
@@ -128,7 +136,11 @@ def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
 # %% [check] 07.quantize_rowwise
 
 # %% [markdown]
-# ## 07.fp8_matmul: `fp8_matmul(a, a_scale, b, b_scale, out)`
+# ## 07.fp8_matmul: e4m3 tiles in tl.dot
+#
+# `fp8_matmul(a, a_scale, b, b_scale, out)`. Taught in the lesson's
+# [The FP8 matmul](../notebooks/07_fp8_quantization.ipynb#The-FP8-matmul) (the worked example is the W8A16 GEMV of
+# [W8A16, an int8-weight GEMV for decoding](../notebooks/07_fp8_quantization.ipynb#W8A16,-an-int8-weight-GEMV-for-decoding)).
 #
 # `out = (a * a_scale[:, None]) @ (b * b_scale[:, None]).T` where
 # - `a` (M, K) float8_e4m3fn, `a_scale` (M,) fp32: one scale per row of a (per token);
@@ -235,7 +247,11 @@ def fp8_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
 # %% [check] 07.fp8_matmul
 
 # %% [markdown]
-# ## 07.pack_int4 and 07.unpack_int4
+# ## 07.pack_int4: two nibbles per byte
+#
+# `pack_int4(lo, hi) -> Tensor`. Taught in the lesson's
+# [int4, two values per byte](../notebooks/07_fp8_quantization.ipynb#int4,-two-values-per-byte) (the worked example packs four 2-bit
+# values per byte).
 #
 # int4 weights take half the bytes of int8: two 4-bit values share a byte. `lo` and `hi` are uint8
 # tensors of the same shape holding values 0..15 (nibbles); `pack_int4` returns one uint8 tensor of
@@ -253,6 +269,12 @@ def pack_int4(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
 
 
 # %% [check] 07.pack_int4
+
+# %% [markdown]
+# ## 07.unpack_int4: and back
+#
+# `unpack_int4(packed) -> (lo, hi)`, the inverse of `pack_int4`. Taught in the lesson's
+# [int4, two values per byte](../notebooks/07_fp8_quantization.ipynb#int4,-two-values-per-byte).
 
 # %%
 def unpack_int4(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,48 +1,34 @@
 # %% [markdown]
-# # 06 · The toy Llama: fused RMSNorm, SwiGLU, and RMSNorm + MLP in two kernels
+# # 06 The toy Llama: fused RMSNorm, SwiGLU, and RMSNorm + MLP in two kernels
 #
 # **What you will learn**: what the second half of a Llama decoder layer computes, node by node, as
-# the Hugging Face model runs it (13 kernels in fp16) and as ONNX draws it in Netron; an RMSNorm
-# kernel with its statistics in fp32 and one pass over memory; the gate and up projections with the
-# SiLU in **one** kernel (two accumulators); the trick that removes the normalization pass
-# altogether: compute the RMS statistics **inside** the matmul's K loop, so the normalized input is
-# never written (section 4 of the "About GPU fuzed kernel" paper); and why the fast version packs
-# the gate and up weights **once** into one interleaved matrix, so that its K loop is one big
-# `tl.dot` and its epilogue splits the accumulator back into gate and up. Then we swap the fused
-# block into the Hugging Face model, check its logits, and time it against eager PyTorch and
-# `torch.compile`.
+# the Hugging Face model runs it (13 kernels in fp16) and as ONNX draws it in Netron; a normalization
+# kernel with its statistics in fp32 and one pass over memory; a matmul whose epilogue applies an
+# activation, so that the gate and up projections and the SiLU can be one kernel; the trick that
+# removes the normalization pass altogether: compute the statistics **inside** the matmul's K loop,
+# so the normalized input is never written (section 4 of the "About GPU fuzed kernel" paper); and
+# what the measurements say about when that fusion pays. Then we swap the fused block into the
+# Hugging Face model, check its logits, and time it against eager PyTorch and `torch.compile`.
+#
+# The exercises are in [exercises/06_fused_rmsnorm_mlp.ipynb](../exercises/06_fused_rmsnorm_mlp.ipynb):
+# each section below teaches one with a worked sibling (LayerNorm beside RMSNorm, a matmul with a
+# GELU epilogue beside gate/up/SiLU, a fused LayerNorm + linear beside the fused RMSNorm + MLP), then
+# sends you there.
+
+# %% [setup]
 
 # %%
-from course_utils import setup
-
-mode = setup()
-
-# %%
-import inspect
-
 import torch
 
-from course_utils import check, netron
-from course_utils.bench import Table, can_time, plot, show_results
+from course_utils import netron
+from course_utils.bench import Table, can_time, load_results, plot, show_results
 from course_utils.benches import l06_fused_rmsnorm_mlp as bench06
-from course_utils.build import solve
-from course_utils.lessons.l06_fused_rmsnorm_mlp import (
-    FusedRMSNormMLP,
-    PackedMLP,
-    gate_up_silu,
-    gate_up_silu_kernel,
-    gate_up_silu_ref,
-    pack_mlp_weights,
-    rmsnorm,
-    rmsnorm_gate_up_silu_kernel,
-    rmsnorm_kernel,
-    rmsnorm_mlp,
-    rmsnorm_mlp_packed,
-    rmsnorm_mlp_ref,
-    rmsnorm_ref,
-    swap_in_fused_mlp,
-)
 from course_utils.llama import mlp_block, toy_config, toy_llama
+from course_utils.roofline import DATASHEETS, reference_ceilings
+import triton
+import triton.language as tl
+
+results = load_results("06")  # what the last GPU run measured, or None
 
 # %% [markdown]
 # ## The toy Llama
@@ -75,7 +61,7 @@ block = mlp_block(model)  # mlp(norm(x)), sharing the model's parameters
 norm, mlp = block.norm, block.mlp
 
 # %% [markdown]
-# ## The block as a graph: ONNX and Netron
+# ## The block as a graph in ONNX and Netron
 #
 # Exporting the block to ONNX writes down every operation the model performs, in order; Netron draws
 # that graph. We export the small config's block (seconds, a 0.5 MB file) and count its nodes:
@@ -120,22 +106,28 @@ if netron_url is not None:
     print("Netron stopped")
 
 # %% [markdown]
-# ## Napkin maths: bytes and FLOPs of the block
+# ## Napkin maths, bytes and FLOPs of the block
 #
-# With `M` tokens (rows), hidden `H` = 1024 and intermediate `I` = 11008 in fp16:
+# With `M` tokens (rows), hidden `H` and intermediate `I` in fp16:
 # - FLOPs: gate and up are `2 * M * H * I` each, down another `2 * M * I * H`: **6MHI** in all.
-# - Weights: `3 * H * I * 2` bytes = 67.6 MB, read at least once whatever M is.
+# - Weights: `3 * H * I * 2` bytes, read at least once whatever M is.
 # - Activations: eager PyTorch writes and reads back every intermediate of the table above. The RMSNorm
-#   alone is 8 kernels in fp16 (a cast to fp32, pow, mean, add, rsqrt, mul, a cast back, mul by the
-#   weight), then gate, up, silu, mul, down: 13 kernels.
+#   alone is 8 kernels in fp16 or bf16 (a cast to fp32, pow, mean, add eps, rsqrt, mul, a cast back,
+#   mul by the weight; in fp32 the two casts do nothing, and it is 6), then gate, up, silu, mul, down:
+#   13 kernels.
 #
 # The fused version is two kernels: (1) RMS statistics + norm weight + gate + up + SiLU-mul, which
 # reads `x` and the two weights and writes `h` (`M x I`); (2) the down projection, which reads `h` and
 # `W_down` and writes `out`. (It reads the weights in a layout packed once when the model is loaded:
 # that copy is not part of any call, so it is not counted here.)
+#
+# Two model widths matter here. The "About GPU fuzed kernel" paper measured its fused block at the
+# input `(1, 16, 4096)`: hidden 4096 and intermediate 11008, the MLP of a 7B Llama. The course's toy
+# Llama has hidden **1024** (so that it fits a small GPU and runs on a CPU), a change from the paper's
+# size; the benchmark times both.
 
 # %%
-def traffic(M: int, H: int = 1024, I: int = 11008, b: int = 2) -> dict[str, float]:  # noqa: E741
+def traffic(M: int, H: int, I: int = 11008, b: int = 2) -> dict[str, float]:  # noqa: E741
     """Bytes moved by each kernel of the block, eager fp16 (HF) and fused (ours)."""
     f32 = 4
     eager = {
@@ -147,37 +139,38 @@ def traffic(M: int, H: int = 1024, I: int = 11008, b: int = 2) -> dict[str, floa
     }
     fused = {"norm + gate/up + silu*up": (M * H + 2 * H * I + M * I + H) * b,
              "down (lesson 03 matmul)": (M * I + I * H + M * H) * b}
-    return {"eager": sum(eager.values()), "fused": sum(fused.values()), "flops": 6 * M * H * I}
+    return {"eager": sum(eager.values()), "fused": sum(fused.values()), "flops": 6 * M * H * I,
+            "weights": 3 * H * I * b, "kernels": len(eager) + 1}  # + 1: "add eps, rsqrt" is two kernels
 
 
-H100_BYTES, H100_FLOPS = 3.35e12, 989e12  # H100 SXM: HBM3 bandwidth, dense fp16 tensor-core peak
-for shape in [(1, 16, 1024), (4, 2048, 1024)]:
-    M = shape[0] * shape[1]
-    t = traffic(M)
-    memory_ms = {k: t[k] / H100_BYTES * 1e3 for k in ("eager", "fused")}
-    compute_ms = t["flops"] / H100_FLOPS * 1e3
-    print(f"{shape}: {t['flops'] / 1e9:7.1f} GFLOP; bytes eager {t['eager'] / 1e6:7.1f} MB, fused "
-          f"{t['fused'] / 1e6:7.1f} MB; H100 floors: memory {memory_ms['eager']:.4f} ms eager / "
-          f"{memory_ms['fused']:.4f} ms fused, compute {compute_ms:.4f} ms")
-
-# %% [markdown]
-# At the paper's input `(1, 16, 1024)` the block does about 1 GFLOP but must read 68 MB of weights:
-# 16 FLOPs per byte, far left of an H100's ridge point (about 300), so the floor is the memory time,
-# about 20 us, and launching 13 kernels (a few microseconds each) costs as much as the work.
-# Fusion there is about **launches**: eager and fused move nearly the same bytes. At the prefill size
-# `(4, 2048, 1024)` the block is 554 GFLOP: compute-bound (0.56 ms at the tensor-core peak), and the
-# eager intermediates move 1.9 GB against 0.46 GB fused, 0.4 ms more at 3.35 TB/s. Fusion there
-# saves that traffic, if the fused matmul keeps cuBLAS's speed.
+ceilings = reference_ceilings()  # measured copy bandwidth and matmul rate of the course's GPU run
+bandwidth, tensor_peak = ceilings.bandwidth, ceilings.peak("fp16" if "fp16" in ceilings.matmul_tflops else None)
+print(f"{ceilings.device}: copy {bandwidth / 1e9:,.0f} GB/s, matmul {tensor_peak / 1e12:.0f} TFLOP/s "
+      f"(measured: {ceilings.source}) -> ridge {tensor_peak / bandwidth:.0f} FLOP/byte")
+for shape in [(1, 16, 1024), (1, 16, 4096), (4, 2048, 1024)]:
+    M, H = shape[0] * shape[1], shape[2]
+    t = traffic(M, H)
+    print(f"{shape}: {t['flops'] / 1e9:7.1f} GFLOP, weights {t['weights'] / 1e6:5.1f} MB, "
+          f"{t['flops'] / t['eager']:6.1f} FLOP/byte eager; bytes eager {t['eager'] / 1e6:7.1f} MB in "
+          f"{t['kernels']} kernels, fused {t['fused'] / 1e6:7.1f} MB in 2")
+    print(f"    floors: memory {t['eager'] / bandwidth * 1e6:7.1f} us eager, {t['fused'] / bandwidth * 1e6:7.1f} us "
+          f"fused; compute {t['flops'] / tensor_peak * 1e6:7.1f} us")
 
 # %% [markdown]
+# At the decode sizes `(1, 16, *)` the block does a few FLOPs per byte of weights, far left of the
+# ridge point: the floor is the time to read the weights once, a few tens of microseconds, and
+# launching 13 kernels (microseconds each, lesson 04) costs as much as the work. Fusion there is about
+# **launches**: eager and fused move nearly the same bytes. At the prefill size `(4, 2048, 1024)` the
+# block is compute-bound, and the eager intermediates move about four times the bytes of the fused
+# version; fusion saves that traffic, if the fused matmul keeps cuBLAS's speed.
+#
 # ## The PyTorch references
 #
 # The exercise module states each step in PyTorch; they match the Hugging Face modules:
 
+# %% [inline] course_utils.lessons.l06_fused_rmsnorm_mlp: rmsnorm_ref gate_up_silu_ref rmsnorm_mlp_ref
+
 # %%
-print(inspect.getsource(rmsnorm_ref))
-print(inspect.getsource(gate_up_silu_ref))
-print(inspect.getsource(rmsnorm_mlp_ref))
 x = torch.randn(2, 8, cfg.hidden_size, device=mode.device, dtype=dtype)
 weights = (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
 with torch.no_grad():
@@ -185,11 +178,11 @@ with torch.no_grad():
     print("reference vs Hugging Face block: max |diff| =", (ref - block(x)).abs().max().item())
 
 # %% [markdown]
-# ## RMSNorm: one pass, statistics in fp32
+# ## Normalizing rows in one pass
 #
 # `rmsnorm(x) = x / sqrt(mean(x**2) + eps) * weight`, per row. One program loads whole rows (a
-# `(BLOCK_M, next_power_of_2(hidden))` tile, masked past `hidden`), squares and sums in fp32, and
-# writes the scaled rows: one read and one write of every element, the least any RMSNorm can move.
+# `(BLOCK_M, next_power_of_2(hidden))` tile, masked past `hidden`), reduces in fp32, and writes the
+# scaled rows: one read and one write of every element, the least any normalization can move.
 # Why fp32: the largest finite fp16 number is 65504, so `x**2` of any value above 256 overflows.
 # Activations of that size are ordinary in large models (outlier features); the sum overflows even
 # sooner.
@@ -197,44 +190,121 @@ with torch.no_grad():
 # %%
 big = torch.full((4,), 300.0, dtype=torch.float16)
 print("300**2 in fp16:", (big * big)[0].item(), "| in fp32:", (big.float() ** 2)[0].item())
-print(solve(inspect.getsource(rmsnorm_kernel.fn)))
 
 # %% [markdown]
-# For short rows, one row per program is too little work: hidden 1024 in bf16 is 2 KB, and a program
-# that loads 2 KB and stops cannot keep enough memory requests in flight. `rmsnorm_config` gives each
-# program about 4096 elements: 4 rows of 1024, or one row of 4096.
+# **The worked sibling: LayerNorm.** `layernorm(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias`
+# needs two statistics per row (the mean, then the variance around it) where RMSNorm needs one, and a
+# bias. Same tile, same fp32 reductions along axis 1, same single store. Short rows (hidden 1024 in
+# bf16 is 2 KB) leave a one-row program too little to load at once, so a program takes `BLOCK_M` rows.
 
 # %%
+def layernorm_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(x.float(), x.shape[-1:], weight.float(), bias.float(), eps).to(x.dtype)
+
+
+@triton.jit
+def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, stride_xm, stride_xn, stride_om, stride_on,
+                     eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of this program
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) the whole row: BLOCK_N >= n_cols
+    in_row = offs_n < n_cols
+    tile_mask = (offs_m[:, None] < n_rows) & in_row[None, :]  # (BLOCK_M, BLOCK_N)
+    offs_m64 = offs_m.to(tl.int64)  # rows x stride may pass 2^31 elements
+    v = tl.load(x_ptr + offs_m64[:, None] * stride_xm + offs_n[None, :] * stride_xn,
+                mask=tile_mask, other=0.0).to(tl.float32)  # read x once; fp32 from here on
+    mean = tl.sum(v, axis=1) / n_cols  # (BLOCK_M,) padded columns are 0
+    centered = tl.where(in_row[None, :], v - mean[:, None], 0.0)  # keep the padding at 0
+    inv_std = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=1) / n_cols + eps)  # (BLOCK_M,)
+    gamma = tl.load(w_ptr + offs_n, mask=in_row, other=0.0).to(tl.float32)  # (BLOCK_N,)
+    beta = tl.load(b_ptr + offs_n, mask=in_row, other=0.0).to(tl.float32)
+    normed = centered * inv_std[:, None] * gamma[None, :] + beta[None, :]
+    tl.store(out_ptr + offs_m64[:, None] * stride_om + offs_n[None, :] * stride_on,
+             normed.to(out_ptr.dtype.element_ty), mask=tile_mask)  # write out once, in out's dtype
+
+
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, out: torch.Tensor) -> None:
+    """out = layer_norm(x) over the last axis; x and out (rows, hidden), any strides."""
+    n_rows, n_cols = x.shape
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, min(4096 // block_n, triton.next_power_of_2(n_rows)))  # ~4096 elements per program
+    layernorm_kernel[(triton.cdiv(n_rows, block_m),)](
+        x, weight, bias, out, n_rows, n_cols, x.stride(0), x.stride(1), out.stride(0), out.stride(1), eps,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4 if block_m * block_n <= 2048 else 8)
+
+
 rows = x.view(-1, cfg.hidden_size)
-out = torch.empty_like(rows)
-rmsnorm(rows, norm.weight, norm.variance_epsilon, out)
-with torch.no_grad():
-    print("rmsnorm vs HF LlamaRMSNorm: max |diff| =", (out - norm(rows)).abs().max().item())
-check("06.rmsnorm", rmsnorm)
+ln_w, ln_b = torch.rand_like(norm.weight) + 0.5, torch.randn_like(norm.weight)
+ln_out = torch.empty_like(rows)
+layernorm(rows, ln_w, ln_b, 1e-5, ln_out)
+torch.testing.assert_close(ln_out, layernorm_ref(rows, ln_w, ln_b, 1e-5), atol=2e-3, rtol=2e-3)
+print(f"layernorm matches F.layer_norm on {tuple(rows.shape)} {dtype}")
 
 # %% [markdown]
-# ## Gate, up and SiLU in one kernel
+# RMSNorm is the same kernel with one statistic (`mean(x**2)`, no centering) and no bias: exercise
+# [06.rmsnorm](../exercises/06_fused_rmsnorm_mlp.ipynb#06.rmsnorm:-one-pass-statistics-in-fp32).
 #
-# `silu(x @ W_gate.T) * (x @ W_up.T)`: both matmuls read the same `x`, so one program computes the
-# same output tile of both, with **two accumulators**, and applies `g * sigmoid(g) * u` to them in
-# registers before the single store. Everything else is lesson 03's matmul: the grouped order, the
-# indices wrapped with `% M` and `% N` instead of masked loads, the K mask on the last step. Eager
-# PyTorch writes `g`, `u` and `silu(g)` (3 x `M x I`) and reads them back; this kernel writes only the
-# product. It is the simplest correct fusion, and it reads the `nn.Linear` weights as they are. We will
-# see below why the block's fast kernel does it differently.
+# ## A matmul with an activation in its epilogue
+#
+# `silu(x @ W_gate.T) * (x @ W_up.T)`: both matmuls read the same `x`, so one program can compute the
+# same output tile of both and apply `g * sigmoid(g) * u` to them in registers before a single store.
+# Eager PyTorch writes `g`, `u` and `silu(g)` (3 x `M x I`) and reads them back; a fused kernel writes
+# only the product.
+#
+# **The worked sibling: one linear layer with a GELU epilogue**, `quick_gelu(x @ W.T)` (GELU in its
+# sigmoid form, as in lesson 04). It is lesson 03's tiled matmul: a `(BLOCK_M, BLOCK_N)` output tile
+# per program, a K loop of `tl.dot` into an fp32 accumulator, with B read as `W.T` straight from the
+# `nn.Linear` weight `(N, K)` (element `(k, n)` of `W.T` is `W[n, k]`), then the activation on the
+# accumulator in registers, and one store. A 2-D grid keeps it short (lesson 03's grouped order is
+# faster at large sizes).
 
 # %%
-print(solve(inspect.getsource(gate_up_silu_kernel.fn)))
-n_rows = torch.empty_like(rows)
-rmsnorm(rows, norm.weight, norm.variance_epsilon, n_rows)
-h = torch.empty(rows.shape[0], cfg.intermediate_size, device=mode.device, dtype=dtype)
-gate_up_silu(n_rows, mlp.gate_proj.weight, mlp.up_proj.weight, h)
-with torch.no_grad():
-    want = mlp.act_fn(mlp.gate_proj(n_rows)) * mlp.up_proj(n_rows)
-    print("gate_up_silu vs HF gate/up/silu: max |diff| =", (h - want).abs().max().item())
-check("06.gate_up_silu", gate_up_silu)
+def linear_gelu_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    y = x.float() @ w.float().T
+    return (y * torch.sigmoid(1.702 * y)).to(x.dtype)
+
+
+@triton.jit
+def linear_gelu_kernel(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                       stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of x and out
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) rows of W, columns of out
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):  # 2 * BLOCK_M * BLOCK_N * BLOCK_K FLOPs per step
+        kk = k0 + offs_k
+        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & (kk[None, :] < K), other=0.0)  # (BLOCK_M, BLOCK_K)
+        b = tl.load(w_ptr + offs_n[None, :] * stride_wn + kk[:, None] * stride_wk,
+                    mask=(offs_n[None, :] < N) & (kk[:, None] < K), other=0.0)  # (BLOCK_K, BLOCK_N) of W.T
+        acc = tl.dot(a, b, acc)
+    y = acc * tl.sigmoid(1.702 * acc)  # the epilogue: on the fp32 accumulator, in registers
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+             y.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def linear_gelu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, BLOCK_M: int = 32, BLOCK_N: int = 64,
+                BLOCK_K: int = 32) -> None:
+    """out = quick_gelu(x @ w.T); x (M, K), w (N, K) nn.Linear layout, out (M, N)."""
+    M, K = x.shape
+    N = w.shape[0]
+    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
+    linear_gelu_kernel[grid](x, w, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+                             out.stride(0), out.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K)
+
+
+w_lin = mlp.gate_proj.weight
+lin_out = torch.empty(rows.shape[0], w_lin.shape[0], device=mode.device, dtype=dtype)
+linear_gelu(rows, w_lin, lin_out)
+torch.testing.assert_close(lin_out, linear_gelu_ref(rows, w_lin), atol=2e-2 if mode.gpu else 1e-4, rtol=2e-2)
+print(f"linear_gelu matches on {tuple(rows.shape)} @ {tuple(w_lin.shape)}.T")
 
 # %% [markdown]
+# For SwiGLU the program needs two weights: either **two accumulators** (every `x` tile feeds two
+# `tl.dot`s, one per weight, and the epilogue combines them), or one merged weight whose columns
+# interleave gate and up, one accumulator of width `2 * BLOCK_N`, and an epilogue that splits it
+# (below). Write the first: exercise
+# [06.gate_up_silu](../exercises/06_fused_rmsnorm_mlp.ipynb#06.gate_up_silu:-gate,-up-and-SiLU-in-one-kernel).
+#
 # ## The norm inside the matmul
 #
 # `1 / rms(x)` is one number per row, so it can move past the matmul (section 4 of the paper):
@@ -243,7 +313,7 @@ check("06.gate_up_silu", gate_up_silu)
 # rmsnorm(x) @ W.T = ((x * norm_weight) @ W.T) / rms(x)        row by row
 # ```
 #
-# The gate/up kernel already streams every `(BLOCK_M, BLOCK_K)` tile of `x` through its K loop. So it
+# A gate/up kernel already streams every `(BLOCK_M, BLOCK_K)` tile of `x` through its K loop. So it
 # can (1) add `sum(x**2)` of the tile's rows to a per-row fp32 accumulator, (2) multiply the tile by
 # `norm_weight[k]` as it loads it, and (3) in the epilogue, when the sums are complete, scale the
 # accumulator's rows by `1 / sqrt(sum / H + eps)`, **before** the SiLU (the scale commutes with the
@@ -258,54 +328,115 @@ lhs, rhs = rmsnorm_ref(x64, w_norm64, 1e-6) @ w64.T, ((x64 * w_norm64) @ w64.T) 
 print("max |rmsnorm(x) @ W.T - ((x * w) @ W.T) / rms| =", (lhs - rhs).abs().max().item())
 
 # %% [markdown]
-# ## Two accumulators are not a cuBLAS tile
+# **What the rounding changes.** In fp16 or bf16 the dot's inputs are 16-bit, so a kernel that
+# applies the norm weight on the fly rounds the *un-normalized* `x * norm_weight` to the weights'
+# dtype before the `tl.dot`, and divides by `rms(x)` afterwards, in fp32. Hugging Face normalizes
+# first, in fp32, rounds `n = x / rms` to 16 bits, then multiplies by the weight in 16 bits (a second
+# rounding) before its matmul. Both round to the same *relative* precision (a float's relative step
+# does not depend on its size), so on ordinary activations the two agree to rounding, as the cell
+# below shows against float64. The difference is range: in fp16, `x * norm_weight` overflows 65504
+# where `x / rms * norm_weight` (values near 1) cannot, so an fp16 activation near the top of the range
+# with a norm weight above 1 gives inf in the fused kernel and a finite value in Hugging Face's. In
+# bf16 (range up to 3.4e38) that cannot happen.
+
+# %%
+torch.manual_seed(0)
+xr, nwr, wr = torch.randn(64, 1024) * 4, torch.rand(1024) + 0.5, torch.randn(256, 1024) / 32
+rms_r = (xr.double().pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+exact = ((xr.double() / rms_r) * nwr.double()) @ wr.double().T
+for half in (torch.float16, torch.bfloat16):
+    hf_way = (nwr.to(half) * (xr / rms_r.float()).to(half)).double() @ wr.to(half).double().T  # normalize, round
+    fused_way = ((xr * nwr).to(half).double() @ wr.to(half).double().T) / rms_r  # round x * w, scale after
+    err = [((got - exact).norm() / exact.norm()).item() for got in (hf_way, fused_way)]
+    print(f"{str(half)[6:]:>9}: relative error against float64, HF order {err[0]:.2e}, fused order {err[1]:.2e}")
+print("fp16 x = 60000, norm weight 1.5:", (torch.tensor(60000.0, dtype=torch.float16) * 1.5).item(),
+      "(fused order) vs", (torch.tensor(60000.0) / 60000.0 * 1.5).half().item(), "(HF order, rms = 60000)")
+
+# %% [markdown]
+# **The worked sibling: LayerNorm + one linear layer, fused.** The same trick works for LayerNorm, with
+# one more term, because LayerNorm also subtracts the mean. Per row, with `mu` and `rstd` the row's
+# statistics and `gamma`, `beta` the norm's weight and bias:
 #
-# Adding those three steps to `gate_up_silu_kernel` gives a correct fused block, and at the decode
-# size `(1, 16, 1024)` a fast one: there the weights are read once and the tile shape barely matters.
-# At the prefill size it is not fast. Measured on an H200 during development (torch 2.11, triton 3.6,
-# M = 8192 rows, H = 1024, I = 11008, fp16):
+# ```
+# layernorm(x) @ W.T = rstd * ((x * gamma) @ W.T - mu * (W @ gamma)) + W @ beta
+# ```
 #
-# | gate/up kernel (the prefill size) | TFLOP/s |
-# |---|---|
-# | two accumulators, `nn.Linear` weights `(I, H)` | 321 |
-# | two accumulators, weights pre-transposed to `(H, I)` row-major | 341 |
-# | two accumulators, norm weight folded into the weights | 341 |
-# | cuBLAS, **one** of the two GEMMs (8192 x 1024 x 11008) | 626 |
-# | lesson 03's `matmul`, 128 x 256 x 64 tile, B row-major `(K, N)` | 670-707 |
-# | lesson 03's `matmul`, same tile, B K-major (`w.t()` of an `nn.Linear` weight) | 520-593 |
+# `W @ gamma` and `W @ beta` are `(N,)` vectors that depend on the weights only: computed once, like
+# any packing of weights. The K loop accumulates `(x * gamma) @ W.T` and, per row, `sum(x)` and
+# `sum(x**2)`; the epilogue turns the sums into `mu` and `rstd` and applies the formula. (The
+# variance as `E[x^2] - mu^2` loses precision when `|mu|` is large against the spread; activations
+# after a residual add are close to zero-mean, and a production kernel would use a shifted sum.)
+
+# %%
+def layernorm_linear_ref(x, gamma, beta, w, eps):
+    return layernorm_ref(x, gamma, beta, eps) @ w.T
+
+
+@triton.jit
+def layernorm_linear_kernel(x_ptr, gamma_ptr, w_ptr, wg_ptr, wb_ptr, out_ptr, M, N, K, eps,
+                            stride_xm, stride_xk, stride_wn, stride_wk, stride_om, stride_on,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out = layernorm(x) @ w.T with the statistics gathered in the K loop; wg = w @ gamma, wb = w @ beta."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # (x * gamma) @ w.T
+    s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)  # sum(x) per row
+    s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)  # sum(x**2) per row
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + offs_k
+        xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :] * stride_xk,
+                     mask=(offs_m[:, None] < M) & (kk[None, :] < K), other=0.0).to(tl.float32)
+        s1 += tl.sum(xt, axis=1)
+        s2 += tl.sum(xt * xt, axis=1)
+        g = tl.load(gamma_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)  # (BLOCK_K,)
+        wt = tl.load(w_ptr + offs_n[None, :] * stride_wn + kk[:, None] * stride_wk,
+                     mask=(offs_n[None, :] < N) & (kk[:, None] < K), other=0.0)  # (BLOCK_K, BLOCK_N) of w.T
+        acc = tl.dot((xt * g[None, :]).to(wt.dtype), wt, acc)
+    mu = s1 / K
+    rstd = 1.0 / tl.sqrt(s2 / K - mu * mu + eps)  # (BLOCK_M,)
+    wg = tl.load(wg_ptr + offs_n, mask=offs_n < N, other=0.0)  # (BLOCK_N,) fp32
+    wb = tl.load(wb_ptr + offs_n, mask=offs_n < N, other=0.0)
+    y = rstd[:, None] * (acc - mu[:, None] * wg[None, :]) + wb[None, :]
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+             y.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def layernorm_linear(x, gamma, beta, w, eps, out, BLOCK_M: int = 32, BLOCK_N: int = 64, BLOCK_K: int = 32):
+    """out = layernorm(x) @ w.T in one kernel; x (M, K), w (N, K) nn.Linear layout, out (M, N)."""
+    M, K = x.shape
+    N = w.shape[0]
+    wg, wb = w.float() @ gamma.float(), w.float() @ beta.float()  # (N,) once per weight, like a packing
+    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
+    layernorm_linear_kernel[grid](x, gamma, w, wg, wb, out, M, N, K, eps, x.stride(0), x.stride(1), w.stride(0),
+                                  w.stride(1), out.stride(0), out.stride(1),
+                                  BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K)
+
+
+ll_out = torch.empty(rows.shape[0], w_lin.shape[0], device=mode.device, dtype=dtype)
+layernorm_linear(rows, ln_w, ln_b, w_lin, 1e-5, ll_out)
+torch.testing.assert_close(ll_out, layernorm_linear_ref(rows, ln_w, ln_b, w_lin, 1e-5),
+                           atol=3e-2 if mode.gpu else 1e-4, rtol=3e-2)
+print(f"layernorm_linear matches layer_norm then linear on {tuple(rows.shape)} @ {tuple(w_lin.shape)}.T")
+
+# %% [markdown]
+# ## One merged weight and a split epilogue
 #
-# The whole block took 1.46-1.52 ms against `torch.compile`'s 0.95-0.99 ms: the fusion saved traffic
-# and lost it all, and more, in the matmul. The layout of the weights made little difference; the
-# **two accumulators** did: two `(128, 128)` dots per K step are two separate tensor-core matmuls
-# sharing an A tile, and the compiler does not keep the tensor cores as busy with them as with one
-# `(128, 256)` dot (one likely reason: on Hopper each `tl.dot` is a chain of asynchronous warp-group
-# MMA instructions that must be waited for, and two chains per step leave more gaps). The fix is to
-# make the fused kernel *be* the fast matmul.
-#
-# ## One merged weight, one accumulator, a split epilogue
-#
-# Pack `W_gate` and `W_up` into one `(H, 2I)` row-major matrix whose columns **interleave** them:
-# `w_gu[:, 2j] = W_gate[j, :]` and `w_gu[:, 2j + 1] = W_up[j, :]`. Then `x @ w_gu` is one matmul, a
-# K step is **one** `tl.dot` of the `(BLOCK_M, BLOCK_K)` tile of `x` with a `(BLOCK_K, 2 * BLOCK_N)`
-# tile of `w_gu` into **one** `(BLOCK_M, 2 * BLOCK_N)` accumulator (128 x 256: the cuBLAS-sized tile
-# of the table), and B is row-major, the layout lesson 03's matmul runs fastest.
-#
-# Why interleave rather than put the up weight after the gate weight (`[W_gate.T | W_up.T]`)? Every
-# tile of `h` needs gate `j` **and** up `j`. Interleaved, one contiguous `(BLOCK_K, 2 * BLOCK_N)` tile
-# of `w_gu` holds both for `BLOCK_N` values of `j`, and so does every tile of the accumulator: the
-# epilogue splits it where it is,
+# The exercise's block packs `W_gate` and `W_up` **once**, when the model is loaded, into one `(H, 2I)`
+# row-major matrix whose columns **interleave** them: `w_gu[:, 2j] = W_gate[j, :]` and
+# `w_gu[:, 2j + 1] = W_up[j, :]`. Then `x @ w_gu` is one matmul, a K step is **one** `tl.dot` of the
+# `(BLOCK_M, BLOCK_K)` tile of `x` with a `(BLOCK_K, 2 * BLOCK_N)` tile of `w_gu` into **one**
+# `(BLOCK_M, 2 * BLOCK_N)` accumulator, and B is row-major. Every tile of `h` needs gate `j` **and**
+# up `j`; interleaved, one contiguous weight tile holds both for `BLOCK_N` values of `j`, and so does
+# every tile of the accumulator: the epilogue splits it where it is,
 #
 # ```
 # g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))     # columns 2j -> g[:, j], 2j + 1 -> u[:, j]
 # ```
 #
 # `tl.reshape` (order kept) views the `2 * BLOCK_N` columns as `BLOCK_N` pairs, and `tl.split` takes
-# the last axis, of size 2, apart. The tensor cores' accumulator layouts give each thread pairs of
-# adjacent columns, so the split moves no data between threads. Concatenated, a program would need
-# two loads from two places and two accumulators again.
-#
-# The same in PyTorch, on a small "accumulator" whose even columns hold 0, 2, 4, ... and odd ones
-# 1, 3, 5, ...:
+# the last axis, of size 2, apart. The same in PyTorch, on a small "accumulator" whose even columns
+# hold 0, 2, 4, ... and odd ones 1, 3, 5, ...:
 
 # %%
 acc_demo = torch.arange(2 * 8, dtype=torch.float32).view(2, 8)  # (BLOCK_M, 2 * BLOCK_N) = (2, 8)
@@ -313,21 +444,15 @@ g_demo, u_demo = acc_demo.view(2, 4, 2).unbind(-1)  # tl.split(tl.reshape(acc, (
 print(acc_demo, "\ngate columns:\n", g_demo, "\nup columns:\n", u_demo)
 
 # %% [markdown]
-# **Packing, once.** Weights do not change between calls at inference, so we pay for the new layout
-# once, when the model is loaded, as inference engines do (vLLM, for one, loads `gate_proj` and
-# `up_proj` into one merged `gate_up_proj` weight). `pack_mlp_weights` needs no new kernel: lesson
-# 02's `copy_2d` reads `x` and writes `out` with their strides, and `w_gu[:, 0::2]` is an `(H, I)` view
-# of the even columns (strides `(2I, 2)`), `W_gate.t()` an `(H, I)` view of the gate weight. Three
-# launches: gate into the even columns, up into the odd ones, and `W_down.T` into an `(I, H)`
-# row-major `w_down_t` for the down projection (lesson 03's `matmul` at the prefill size: 670
-# TFLOP/s with it against 552 with the `nn.Linear` view `w_down.t()`, measured on an H200). The norm
-# weight stays a separate `(H,)` vector, multiplied into each `x` tile as it is loaded. (Folding it
-# into `w_gu` at packing time is exact in real numbers, `rmsnorm(x) @ W.T = (x / rms) @ (W * nw).T`,
-# but rounds `W * nw` to fp16 once more, needs a kernel that multiplies, and measured no faster.)
+# **Packing, once.** Weights do not change between calls at inference, so the new layout is paid for
+# once, as inference engines do (vLLM, for one, loads `gate_proj` and `up_proj` into one merged
+# `gate_up_proj` weight). `pack_mlp_weights` needs no new kernel: lesson 02's `copy_2d` reads and
+# writes with any strides, and `w_gu[:, 0::2]` is an `(H, I)` view of the even columns. It also
+# stores `W_down.T` as an `(I, H)` row-major matrix for the down projection (lesson 03's `matmul`).
+
+# %% [inline] course_utils.lessons.l06_fused_rmsnorm_mlp: PackedMLP pack_mlp_weights
 
 # %%
-print(inspect.getsource(PackedMLP))
-print(inspect.getsource(pack_mlp_weights))
 packed = pack_mlp_weights(norm.weight, *weights)
 w_gate, w_up, w_down = weights
 print("w_gu", tuple(packed.w_gu.shape), packed.w_gu.stride(), "| w_down_t", tuple(packed.w_down_t.shape),
@@ -337,44 +462,25 @@ print("even columns == W_gate.T:", torch.equal(packed.w_gu[:, 0::2], w_gate.T),
       "| w_down_t == W_down.T:", torch.equal(packed.w_down_t, w_down.T))
 
 # %% [markdown]
-# The fused kernel: the RMS statistics and the norm weight in the K loop as above, one dot per step,
-# the split and the scaling by `1 / rms` in the epilogue, and one store of the `(BLOCK_M, BLOCK_N)`
-# tile of `h`. Past the last column, the `% (2N)` wrap keeps the parity: the tile starts at an even
-# column, so a gate column stays a gate column.
-
-# %%
-print(solve(inspect.getsource(rmsnorm_gate_up_silu_kernel.fn)))
-
-# %% [markdown]
-# The block is then two launches: the fused kernel writes `h` (rows x intermediate), and lesson 03's
-# `matmul(h, packed.w_down_t, out)` does the down projection. With few rows it gets a tile of 16 x 16
-# columns, so 64 programs share the reading of `W_down`; with many rows its autotuner picks the tile.
-# `rmsnorm_mlp`, the exercise's signature (`nn.Linear` weights in), packs and calls the packed
-# version: right for a check, but it pays the packing (135 MB of copies for the toy Llama in fp16,
-# twice what the decode-sized block reads) on every call. A model packs once.
-
-# %%
-print(solve(inspect.getsource(rmsnorm_mlp_packed)))
-print()
-print(inspect.getsource(rmsnorm_mlp))
-out = torch.empty_like(rows)
-rmsnorm_mlp_packed(rows, packed, norm.variance_epsilon, out)
-with torch.no_grad():
-    print("rmsnorm_mlp_packed vs HF block: max |diff| =", (out - block(rows)).abs().max().item())
-check("06.rmsnorm_mlp", rmsnorm_mlp)
-
-# %% [markdown]
+# Now the whole block: the RMS statistics and the norm weight in the K loop of the merged gate/up
+# matmul, the split and the scaling by `1 / rms` in the epilogue, and lesson 03's `matmul` for the
+# down projection: exercise
+# [06.rmsnorm_mlp](../exercises/06_fused_rmsnorm_mlp.ipynb#06.rmsnorm_mlp:-the-block-in-two-kernels).
+#
 # ## Into the Hugging Face model
 #
-# `swap_in_fused_mlp` replaces the layer's `post_attention_layernorm` by an identity and its `mlp` by
-# `FusedRMSNormMLP`, a module that packs the layer's weights **once**, when it is built, and calls
-# `rmsnorm_mlp_packed` in its forward. It is an inference module: the packed copies are buffers
-# derived from the weights, not parameters, so they get no gradients and would not follow a later
-# change of the weights. The rest of the model (attention, residual adds, the final norm, the LM head)
-# is unchanged; the logits must be the same up to rounding.
+# From here on the lesson uses the course's kernels (their solutions are in
+# `solutions/06_fused_rmsnorm_mlp.ipynb`). `swap_in_fused_mlp` replaces the layer's
+# `post_attention_layernorm` by an identity and its `mlp` by `FusedRMSNormMLP`, a module that packs
+# the layer's weights **once**, when it is built, and calls `rmsnorm_mlp_packed` in its forward. It is
+# an inference module: the packed copies are buffers derived from the weights, not parameters, so
+# they get no gradients and would not follow a later change of the weights. The rest of the model
+# (attention, residual adds, the final norm, the LM head) is unchanged; the logits must be the same
+# up to rounding.
 
 # %%
-print(inspect.getsource(FusedRMSNormMLP))
+from course_utils.lessons.l06_fused_rmsnorm_mlp import swap_in_fused_mlp  # uses the solutions of 06
+
 ids = torch.randint(cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0)).to(mode.device)
 with torch.no_grad():
     logits_hf = model(ids, use_cache=False).logits
@@ -388,17 +494,18 @@ print(f"logits {tuple(logits_hf.shape)}: max |fused - HF| = {diff:.2e} (largest 
 assert diff < (1e-5 if dtype == torch.float32 else 2e-2), diff
 
 # %% [markdown]
-# ## How fast? Against eager and torch.compile
+# ## How fast, against eager and torch.compile
 #
-# The bench (`python -m course_utils bench 06`, course_utils/benches/l06.py) times:
+# The bench (`python -m course_utils bench 06`, course_utils/benches/l06_fused_rmsnorm_mlp.py) times:
 # - RMSNorm in bf16 at 16384 x 4096 and 65536 x 1024 against the eager Hugging Face formula, its
 #   `torch.compile`, `F.rms_norm` and Liger-Kernel's RMSNorm;
-# - the block at the paper's input `(1, 16, 1024)` and at a prefill `(4, 2048, 1024)`, fp16 and bf16,
-#   against the Hugging Face block eager and `torch.compile`'d, in TFLOP/s of the block's 6MHI FLOPs.
-#   Ours is what `FusedRMSNormMLP` runs: the weights are packed once, outside the timed region, and
-#   each timed call is `rmsnorm_mlp_packed` (two launches). The bench command also sweeps tiles of the
-#   fused kernel and of the down projection, times the lesson's three separate kernels (`rmsnorm`,
-#   `gate_up_silu`, `matmul`) as "unfused", and notes how long the packing takes.
+# - the block at decode sizes (the toy's `(1, 16, 1024)` and the paper's `(1, 16, 4096)`) and at a
+#   prefill `(4, 2048, 1024)`, fp16 and bf16, against the Hugging Face block eager and
+#   `torch.compile`'d, in TFLOP/s of the **whole block's** 6MHI FLOPs (every TFLOP/s figure below is
+#   of the whole block, never of one kernel). Ours is what `FusedRMSNormMLP` runs: weights packed
+#   once, outside the timed region, then two launches per call. The bench also times the three
+#   separate kernels of the exercises (`rmsnorm`, the two-accumulator `gate_up_silu`, `matmul`) as
+#   "unfused", and sweeps tiles.
 #
 # On a GPU this cell runs the main rows; on a CPU it shows the committed results of the last GPU run.
 
@@ -416,8 +523,9 @@ else:
 # ## The paper's figures beside ours
 #
 # The "About GPU fuzed kernel" paper reports **+13%** and **+12%** for its fused RMSNorm + MLP kernel
-# at the input `(1, 16, 1024)`. Our ratios at the same input and at the prefill size, from the run
-# above (or the committed results):
+# at the input `(1, 16, 4096)` (hidden 4096, intermediate 11008). Our speed-ups over the Hugging Face
+# block at every size the bench ran, from the run above (or the committed results), with the memory
+# floor of each decode size (its weight bytes at the measured copy bandwidth):
 
 # %%
 def speedups(results: dict | None) -> None:
@@ -431,8 +539,16 @@ def speedups(results: dict | None) -> None:
         ours = rows[group, "triton (ours)"]
         parts = [f"{(rows[group, peer] / ours - 1) * 100:+.0f}% vs {peer}"
                  for peer in ("HF block eager", "HF block torch.compile") if (group, peer) in rows]
-        print(f"{group}: ours {ours:.4f} ms, " + ", ".join(parts))
-    print("paper, (1, 16, 1024): +13% and +12%")
+        shape = group[group.index("("):group.index(")") + 1]
+        batch, seq, hidden = (int(v) for v in shape.strip("()").split(","))
+        if batch * seq <= 16:
+            floor_us = traffic(batch * seq, hidden)["weights"] / bandwidth * 1e6
+            parts.append(f"memory floor {floor_us:.1f} us")
+        print(f"{group}: ours {ours * 1e3:.1f} us, " + ", ".join(parts))
+        for (g, name), ms in rows.items():
+            if g == group and "graph" in name:
+                print(f"    {name}: {ms * 1e3:.1f} us")
+    print("paper, (1, 16, 4096): +13% and +12%")
 
 
 speedups(results)
@@ -440,32 +556,42 @@ speedups(results)
 # %% [markdown]
 # ## What the plot shows
 #
-# - **RMSNorm** is memory-bound: every implementation moves the same bytes (read x, write out), so
-#   the GB/s bars compare how close each gets to the memory bandwidth. Eager PyTorch runs 7 kernels and
-#   moves about ten times the bytes (fp32 copies in between); `torch.compile`, Liger-Kernel and our
-#   kernel make one pass. With short rows (1024) several rows per program are what keep ours level
-#   with the best.
-# - **The block at (1, 16, 1024)** is a few tens of microseconds of weight reading. Eager PyTorch
-#   spends as long launching its 13 kernels as computing; `torch.compile` fuses the elementwise parts
-#   but still launches the three matmuls and the fused norm and SiLU kernels. Our two launches that
-#   read the weights with every SM busy (narrow tiles: many programs) are the difference; the targets
-#   table says by how much (the design asks for at least 1.5 x `torch.compile`).
-# - **The block at (4, 2048, 1024)** is compute-bound, and here the committed H200 run is a lesson in
-#   humility: our fused block ran at about 0.73 x `torch.compile` (1.31-1.36 ms against 0.96-0.99),
-#   short of the design's 1.0 x. The merged weight lifted the gate/up kernel from about 330 to about
-#   410 TFLOP/s for the whole block, but cuBLAS's tiles still reach 600-700 TFLOP/s on the same
-#   products, and the saving of fusion (never writing the normalized `x`, 16 MB) is tiny next to
-#   370 GFLOP of matrix work. Even "triton unfused (ours): 3 kernels" (rmsnorm, the two-accumulator
-#   `gate_up_silu` on `nn.Linear` weights, lesson 03's matmul) came out faster, at about 0.89 x:
-#   the fused kernel's extra work inside the K loop (loading and squaring `x`, scaling it by the norm
-#   weight) costs more than it saves at this size. Fusing the norm into the matmul pays where the
-#   block is memory- or launch-bound, as at (1, 16, 1024); at prefill sizes the matmul's own speed
-#   decides, and matching cuBLAS there needs more than a textbook Triton kernel (persistent tiles,
-#   TMA loads and warp specialization on Hopper).
+# Figures from the committed run ({{measured}}):
 #
-# The plot shows the best of our sweep as "triton (ours)"; the committed
-# `results/06_fused_rmsnorm_mlp.json` has the figures of the last GPU run, the sweep rows of every
-# tile configuration (their names give the gate/up tile as `BLOCK_M x (2 x BLOCK_N) x BLOCK_K`, or
-# the down projection's tile), which one was fastest, how long the packing took, and its device,
-# versions and date. Now open `exercises/06_fused_rmsnorm_mlp.ipynb` and write the three kernels
-# yourself.
+# - **RMSNorm** is memory-bound: every implementation moves the same bytes (read x, write out), so
+#   the GB/s bars compare how close each gets to the memory bandwidth. Eager PyTorch runs its 8
+#   kernels (bf16) and moves fp32 copies in between; `torch.compile`, Liger-Kernel and our kernel make
+#   one pass. At 65536 x 1024 ours ran at {{ratio:rmsnorm bf16 65536x1024|triton (ours)|torch.compile}}
+#   `torch.compile`'s speed and {{ratio:rmsnorm bf16 65536x1024|triton (ours)|Liger-Kernel}}
+#   Liger-Kernel's; at 16384 x 4096 {{ratio:rmsnorm bf16 16384x4096|triton (ours)|torch.compile}} and
+#   {{ratio:rmsnorm bf16 16384x4096|triton (ours)|Liger-Kernel}}.
+# - **The block at (1, 16, 1024)** is weight reading. Ours took {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)}}
+#   against {{us:RMSNorm+MLP fp16 (1, 16, 1024)|HF block torch.compile}} for `torch.compile` and
+#   {{us:RMSNorm+MLP fp16 (1, 16, 1024)|HF block eager}} for eager ({{ratio:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)|HF block torch.compile}}
+#   `torch.compile`'s speed in fp16). These are plain launches timed with CUDA events: at a few tens
+#   of microseconds, launch costs on the CPU can leak into them. The unfused three-kernel row shows
+#   it: {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton unfused (ours): 3 kernels}} in fp16 against
+#   {{us:RMSNorm+MLP bf16 (1, 16, 1024)|triton unfused (ours): 3 kernels}} in bf16, for identical work.
+#   A gap that size between two dtypes of the same kernels is noise or CPU-bound launching, not the
+#   GPU; to compare decode sizes fairly, time them inside a CUDA graph (lesson 04) and against the
+#   memory floor printed above.
+# - **The block at (4, 2048, 1024)** is compute-bound, and the measurements contradict the simple
+#   story that fusing more is faster. Our fused block took {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}}
+#   ({{tflops:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}} for the whole block), {{ratio:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)|HF block torch.compile}}
+#   the speed of `torch.compile`'s {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|HF block torch.compile}}. The
+#   **unfused** path, three launches of the exercises' kernels (`rmsnorm`, the two-accumulator
+#   `gate_up_silu` on `nn.Linear` weights, lesson 03's `matmul`), was faster than our fused block:
+#   {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton unfused (ours): 3 kernels}}
+#   ({{tflops:RMSNorm+MLP fp16 (4, 2048, 1024)|triton unfused (ours): 3 kernels}}). So neither the two
+#   accumulators nor the weight layout is what costs here: the work the fused kernel adds **inside its
+#   K loop** is. Each K step converts the `x` tile to fp32, squares and sums it, multiplies it by the
+#   norm weight and rounds it back to 16 bits before the `tl.dot`: CUDA-core work on the critical path
+#   of every step, repeated by every program that shares those rows (each row's statistics are
+#   recomputed once per column tile). The separate `rmsnorm` does it once per row and reads and writes
+#   16 MB; at this size that is cheaper. Fusing the norm into the matmul pays where the block is
+#   memory- or launch-bound, as at the decode sizes; at prefill sizes the matmul's own speed decides.
+#
+# The committed `results/06_fused_rmsnorm_mlp.<device>.json` also holds the sweep rows of every tile
+# configuration and how long the packing took. If you have not yet, open
+# [exercises/06_fused_rmsnorm_mlp.ipynb](../exercises/06_fused_rmsnorm_mlp.ipynb) and write the three
+# kernels yourself.

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 07: FP8 quantization, an FP8 matmul, W8A16 and int4
+# # 07 FP8 quantization, an FP8 matmul, W8A16 and int4
 #
 # What you will learn:
 # - the two FP8 formats, **e4m3** and **e5m2**, bit by bit: sign, exponent, mantissa, bias, subnormals,
@@ -7,24 +7,22 @@
 # - how a float becomes FP8: round to nearest even, and what happens beyond the largest value;
 # - a trap: Triton's interpreter rounds about 1% of values wrongly, and how the course fixes it;
 # - **scaling**: per tensor, per row, per 1x128 and 128x128 block, and what one outlier does to each;
-# - a row-wise **quantize kernel** that runs at copy speed;
+# - a **quantize kernel** that runs at copy speed;
+# - **W8A16**: an int8-weight GEMV for decoding, and why it helps a memory-bound op;
 # - an **FP8 matmul** in Triton with per-row scales: fp32 accumulation, scales in the epilogue, and
 #   why the B operand must be K-major on Hopper;
 # - how the error against float64 behaves as K and the input scale grow, next to bf16;
-# - **W8A16**: an int8-weight GEMV for decoding, and why it helps a memory-bound op;
 # - **int4** packing, two values per byte.
 #
 # FP8 dots need compute capability 8.9+ (Ada, Hopper). On an older GPU and on a CPU this notebook
-# runs everything through Triton's interpreter, which upcasts fp8 to fp16 for `tl.dot`.
+# runs everything through Triton's interpreter, which upcasts fp8 to fp16 for `tl.dot`. The
+# exercises are in [exercises/07_fp8_quantization.ipynb](../exercises/07_fp8_quantization.ipynb):
+# each section below teaches one with a worked sibling, then sends you there.
+
+# %% [setup] fp8
 
 # %%
-from course_utils import setup
-from course_utils.fp8 import fp8_mode
-
-mode = setup(fp8_mode())  # the interpreter on a CPU, and on GPUs older than sm_89
-
-# %%
-import inspect
+import math
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -32,47 +30,36 @@ import torch
 import triton
 import triton.language as tl
 
-from course_utils import check, fp8, half_dtype, size
+from course_utils import fp8, half_dtype, size
 from course_utils.bench import Table, can_time, load_results, plot, show_results
-from course_utils.lessons.l07_fp8_quantization import (
-    decode_e4m3,
-    fp8_matmul,
-    fp8_matmul_kernel,
-    pack_int4,
-    quantize_int8_ref,
-    quantize_rowwise,
-    quantize_rowwise_kernel,
-    unpack_int4,
-    w8a16_gemv,
-    w8a16_gemv_kernel,
-)
+from course_utils.roofline import DATASHEETS, reference_ceilings
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 dev = mode.device
-
-
-def show(obj) -> None:
-    """Print the source of a function or kernel, without the exercise notebook's solution markers."""
-    source = inspect.getsource(getattr(obj, "fn", obj))  # a @triton.jit kernel keeps its function in .fn
-    markers = ("# BEGIN SOLUTION", "# END SOLUTION")
-    print("\n".join(line for line in source.splitlines() if line.strip() not in markers))
+results = load_results("07")  # what the last GPU run measured, or None
+ceilings = reference_ceilings()  # the measured copy bandwidth of the course's GPU run
+H100 = DATASHEETS["H100 SXM"]  # datasheet peaks, for the napkin maths
 
 # %% [markdown]
-# ## Napkin maths: why fewer bits
+# ## Napkin maths, why fewer bits
 #
 # Decoding one token of Llama-3-8B reads every weight once: 8 billion parameters, 16 GB in bf16.
-# At an H100's ~3.35 TB/s that is **4.8 ms per token** before any arithmetic, and the arithmetic is
-# 2 FLOPs per weight, far too little to matter (1 FLOP per byte; the H100's ridge point is ~300).
-# The time is the bytes. In 8 bits the same step reads 8 GB (2.4 ms); in 4 bits, 4 GB (1.2 ms).
+# At an H100's datasheet bandwidth that takes milliseconds before any arithmetic, and the arithmetic
+# is 2 FLOPs per weight, far too little to matter (1 FLOP per byte, far left of the ridge point).
+# The time is the bytes: 8 bits halve it, 4 bits quarter it.
 #
 # Training and prefill are the other regime: big matmuls, limited by the tensor cores. There FP8
-# doubles the peak: an H100 SXM is specified at ~989 dense TFLOP/s in bf16 and ~1979 in FP8.
-#
-# | | bytes per weight | decode step, Llama-3-8B at 3.35 TB/s | tensor-core peak (H100 SXM, dense) |
-# |---|---|---|---|
-# | bf16 | 2 | 4.8 ms | ~989 TFLOP/s |
-# | fp8 / int8 | 1 | 2.4 ms | ~1979 TFLOP/s (fp8) |
-# | int4 | 0.5 | 1.2 ms | (unpacked to 8/16 bits first) |
+# doubles the peak: an H100 SXM is specified (dense, no sparsity) at about 989 TFLOP/s in bf16 and
+# about 1979 in FP8.
+
+# %%
+params = 8e9  # Llama-3-8B
+for name, bytes_per_weight in (("bf16", 2), ("fp8 / int8", 1), ("int4", 0.5)):
+    step = params * bytes_per_weight / (H100.copy_gbps * 1e9)
+    print(f"{name:<10}: {params * bytes_per_weight / 1e9:4.0f} GB of weights, decode step >= {step * 1e3:.1f} ms "
+          f"at the H100 SXM datasheet {H100.copy_gbps / 1e3:.2f} TB/s")
+print(f"H100 SXM dense tensor-core peak (datasheet): bf16 {H100.matmul_tflops['bf16']:.0f} TFLOP/s, fp8 about "
+      f"{2 * H100.matmul_tflops['bf16']:.0f}")
 
 # %% [markdown]
 # ## The formats, bit by bit
@@ -92,10 +79,25 @@ def show(obj) -> None:
 # are numbers (256 to 448) and there is no infinity. Two NaN codes (0x7F, 0xFF) out of 256.
 #
 # Torch calls them `torch.float8_e4m3fn` and `torch.float8_e5m2`; Triton `tl.float8e4nv` and
-# `tl.float8e5`. Your `decode_e4m3` (exercise 07.decode_e4m3) does it in plain Python:
+# `tl.float8e5`.
+#
+# **The worked sibling: decoding e5m2.** Exercise 07.decode_e4m3 asks for the value of an e4m3fn byte
+# in plain Python. Here is the same for e5m2, which is IEEE-like (it is fp16 with the low 8 bits cut
+# off): 5 exponent bits with bias 15, 2 mantissa bits, and the whole top exponent for inf and NaN.
 
 # %%
-show(decode_e4m3)
+def decode_e5m2(bits: int) -> float:
+    """The value of the float8_e5m2 bit pattern `bits` (an int in 0..255)."""
+    negative = bool(bits >> 7)
+    field_e = (bits >> 2) & 0b11111  # 5 exponent bits, bias 15
+    field_m = bits & 0b11  # 2 mantissa bits
+    if field_e == 0b11111:  # IEEE: the top exponent is inf (mantissa 0) or NaN
+        value = math.inf if field_m == 0 else math.nan
+    elif field_e == 0:  # subnormal: 0.MM * 2^(1 - 15)
+        value = field_m / 4 * 2.0**-14
+    else:  # normal: 1.MM * 2^(E - 15)
+        value = (1 + field_m / 4) * 2.0 ** (field_e - 15)
+    return -value if negative else value
 
 
 def fields(code: int, exp_bits: int = 4) -> str:
@@ -105,14 +107,19 @@ def fields(code: int, exp_bits: int = 4) -> str:
     return f"{code >> 7} {exponent:0{exp_bits}b} {mantissa:0{man_bits}b}"
 
 
-torch_values = torch.arange(256, dtype=torch.uint8).view(E4M3).to(torch.float64).tolist()
-ours = [decode_e4m3(c) for c in range(256)]
-agree = sum(a == b or (np.isnan(a) and np.isnan(b)) for a, b in zip(ours, torch_values))
-print(f"decode_e4m3 agrees with torch on {agree} of 256 codes\n")
-for code, what in [(0x00, "zero"), (0x01, "smallest subnormal, 2^-9"), (0x07, "largest subnormal"),
-                   (0x08, "smallest normal, 2^-6"), (0x38, "one"), (0x7E, "largest, 1.75 * 2^8"),
-                   (0x7F, "NaN"), (0x80, "negative zero"), (0xFE, "most negative")]:
-    print(f"0x{code:02X}  {fields(code)}  {decode_e4m3(code):>12g}   {what}")
+torch_values = torch.arange(256, dtype=torch.uint8).view(E5M2).to(torch.float64).tolist()
+ours = [decode_e5m2(c) for c in range(256)]
+agree = sum(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(ours, torch_values))
+print(f"decode_e5m2 agrees with torch on {agree} of 256 codes\n")
+for code, what in [(0x00, "zero"), (0x01, "smallest subnormal, 2^-16"), (0x04, "smallest normal, 2^-14"),
+                   (0x3C, "one"), (0x7B, "largest, 1.75 * 2^15"), (0x7C, "inf"), (0x7F, "NaN"),
+                   (0x80, "negative zero")]:
+    print(f"0x{code:02X}  {fields(code, 5)}  {decode_e5m2(code):>12g}   {what}")
+
+# %% [markdown]
+# e4m3fn differs in three places: 4 exponent bits with bias 7 and 3 mantissa bits, and only
+# `S 1111 111` is special (NaN; no infinity). Write it: exercise
+# [07.decode_e4m3](../exercises/07_fp8_quantization.ipynb#07.decode_e4m3:-the-value-of-a-byte).
 
 # %%
 for fmt, dtype in ((fp8.E4M3, E4M3), (fp8.E5M2, E5M2)):
@@ -254,9 +261,9 @@ else:
 # reaches ~10^4 the error barely moves. int8 (uniform steps of amax/127) has no exponent: at R = 100
 # most values already round to 0 or +-1 step. The error below is over the rows *without* the outlier.
 
-# %%
-show(fp8.quantize_blockwise_ref)
+# %% [inline] course_utils.fp8: E4M3_MAX quantize_blockwise_ref dequantize_blockwise_ref
 
+# %%
 torch.manual_seed(0)
 base = torch.randn(256, 256)
 clean = torch.ones(256, dtype=torch.bool)
@@ -268,8 +275,8 @@ for R in (1e1, 1e2, 1e3, 1e4, 1e5, 1e6):
     x[3, 5] = R
     errs = []
     for block in granularities.values():
-        q, s = fp8.quantize_blockwise_ref(x, block)
-        back = fp8.dequantize_blockwise_ref(q, s, block)
+        q, s = quantize_blockwise_ref(x, block)
+        back = dequantize_blockwise_ref(q, s, block)
         errs.append(((back - x)[clean].norm() / x[clean].norm()).item())
     for keep in (True, False):  # int8, symmetric: per tensor, per row
         s8 = x.abs().max() / 127 if keep else x.abs().amax(dim=1, keepdim=True) / 127
@@ -288,35 +295,96 @@ for R in (1e1, 1e2, 1e3, 1e4, 1e5, 1e6):
 # fine-grained scales matter most for activations, where outlier channels are common in LLMs.
 
 # %% [markdown]
-# ## The row-wise quantize kernel
+# ## A quantize kernel
 #
-# Exercise 07.quantize_rowwise, one program per row: load the row, `amax = max |x|`, scale, clamp, cast,
-# store the row and its scale. An all-zero row gets scale 1 (0/0 would be NaN).
-#
-# Napkin maths at 8192 x 8192 bf16: read 128 MiB, write 64 MiB of e4m3 plus 32 KiB of scales. At
-# ~3.35 TB/s that is ~60 us. A row of 8192 bf16 is 16 KiB: it fits in the registers of one program,
-# so x is read from memory once and the kernel should run at the copy bandwidth.
+# Napkin maths at 8192 x 8192 bf16 (computed below): read 2 bytes and write 1 byte of e4m3 per
+# element, plus 4 bytes of scale per row. A row of 8192 bf16 is 16 KiB: it fits in the registers of
+# one program, so each row can be read from memory once, and the kernel should run at the copy
+# bandwidth.
 
 # %%
-show(quantize_rowwise_kernel)
-show(quantize_rowwise)
+rows_q, cols_q = 8192, 8192
+q_bytes = rows_q * cols_q * (2 + 1) + 4 * rows_q  # read bf16, write e4m3 and the scales
+print(f"quantize 8192 x 8192 bf16 -> e4m3: {q_bytes / 2**20:.0f} MiB moved; floor {q_bytes / ceilings.bandwidth * 1e6:.0f} us "
+      f"at the measured copy bandwidth ({ceilings.copy_gbps:,.0f} GB/s, {ceilings.device})")
+
+# %% [markdown]
+# **The worked sibling: a per-tensor quantize.** One scale for the whole tensor, `s = amax / 448`.
+# The amax is a reduction over *every* element, so a per-tensor quantize needs a pass over the tensor
+# before any program can scale its block: here `torch.amax` does that pass, and one Triton kernel
+# then scales, clamps and casts with the scale it loads from memory (a pointer, so that nothing
+# returns to the CPU between the two). Clamp before the cast: Triton saturates on a GPU, but torch
+# before 2.12 and other tools turn values beyond 464 into NaN.
 
 # %%
-rows, cols = size((4096, 4096), (64, 1000))
-magnitudes = torch.logspace(-3, 3, rows, device=dev)[:, None]  # rows from 1e-3 to 1e3
-x = torch.randn(rows, cols, device=dev) * magnitudes
-x[1] = 0
-out = torch.empty(rows, cols, device=dev, dtype=E4M3)
-scale = torch.empty(rows, device=dev)
-quantize_rowwise(x, out, scale)
-q_ref, s_ref = fp8.quantize_rowwise_ref(x)
-print("scales equal to the reference:", torch.allclose(scale, s_ref, rtol=1e-6))
-same = (out.view(torch.uint8) == q_ref.view(torch.uint8)).float().mean().item()
-print(f"codes equal to the reference:  {same:.4%}")
-print("largest |out| per row:", out.float().abs().amax(dim=1)[:4].tolist(), "(row 1 is all zeros)")
-rel = ((out.float() * scale[:, None] - x).norm() / x.norm()).item()
-print(f"relative error of out * scale: {rel:.4f} (e4m3's half step is 2^-4 = {2**-4:.4f} at most)")
-check("07.quantize_rowwise", quantize_rowwise)
+@triton.jit
+def quantize_tensor_kernel(x_ptr, out_ptr, scale_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) a flat block of the tensor
+    in_bounds = offsets < n_elements
+    inv_scale = 1.0 / tl.load(scale_ptr)  # one fp32 scale for everyone
+    v = tl.load(x_ptr + offsets, mask=in_bounds, other=0.0).to(tl.float32)
+    v = tl.clamp(v * inv_scale, -448.0, 448.0)  # the tensor's amax lands on 448
+    tl.store(out_ptr + offsets, v.to(out_ptr.dtype.element_ty), mask=in_bounds)  # round to nearest even
+
+
+def quantize_tensor(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor, BLOCK: int = 1024) -> None:
+    """out (e4m3, like x) and scale_out (a 1-element fp32 tensor) with x ~ out * scale_out; x contiguous."""
+    amax = x.abs().amax().float()  # pass 1: a global reduction (PyTorch here)
+    torch.where(amax > 0, amax / 448.0, torch.ones_like(amax), out=scale_out[0])  # all zeros: scale 1
+    n_elements = x.numel()
+    quantize_tensor_kernel[(triton.cdiv(n_elements, BLOCK),)](x, out, scale_out, n_elements, BLOCK=BLOCK)
+
+
+xq = torch.randn(size((4096, 4096), (64, 1000)), device=dev) * 3
+q_t, s_t = torch.empty(xq.shape, device=dev, dtype=E4M3), torch.empty(1, device=dev)
+quantize_tensor(xq, q_t, s_t)
+q_want, s_want = quantize_blockwise_ref(xq, tuple(xq.shape))
+print("scale equal to the reference:", torch.allclose(s_t.cpu(), s_want.flatten().cpu(), rtol=1e-6))
+print(f"codes equal to the reference: {(q_t.view(torch.uint8) == q_want.view(torch.uint8)).float().mean().item():.4%}")
+
+# %% [markdown]
+# A per-row quantize needs no global pass: a row's amax is a reduction within one program, which holds
+# the row in registers, so the program finds the amax, scales, clamps, casts and stores the row and
+# its scale, reading the row once. An all-zero row gets scale 1 (0/0 would be NaN). Write it:
+# exercise [07.quantize_rowwise](../exercises/07_fp8_quantization.ipynb#07.quantize_rowwise:-one-scale-per-row).
+#
+# ## W8A16, an int8-weight GEMV for decoding
+#
+# At decode time a linear layer is a GEMV: one activation row x (1, K) times the weight (N, K). Each
+# weight is used once, for 2 FLOPs, so the layer's time is the time to read W. Store W in int8 with
+# one fp32 scale per output channel and there are half the bytes to read, while x and the arithmetic
+# stay 16/32-bit ("W8A16"). The int8 -> fp32 conversion costs instructions, but an instruction is
+# cheap next to a byte from memory here: the op is memory-bound with the int8 weights too.
+# Weight-only quantization speeds up decoding without touching the activations, which carry the
+# outliers. The sizes of Llama-3-8B's up projection (N = 14336, K = 4096):
+
+# %%
+N_up, K_up = 14336, 4096
+for name, per in (("bf16", 2), ("int8", 1)):
+    w_bytes = N_up * K_up * per
+    print(f"W {name}: {w_bytes / 1e6:.0f} MB = {w_bytes / 2**20:.0f} MiB; read at the measured copy bandwidth "
+          f"in {w_bytes / ceilings.bandwidth * 1e6:.0f} us")
+
+# %% [markdown]
+# The kernel is the course's (not an exercise). It is also the worked sibling of the FP8 matmul
+# below: low-precision weights loaded as they are stored, converted in registers, an fp32
+# accumulator, and the per-channel **scale applied once per output, after the K loop**, not once per
+# weight: `sum_k x_k (w_nk s_n) = s_n sum_k x_k w_nk`.
+
+# %% [inline] course_utils.lessons.l07_fp8_quantization: quantize_int8_ref w8a16_gemv_kernel w8a16_gemv
+
+# %%
+N, K = size((14336, 4096), (96, 320))
+act = half_dtype() if mode.gpu else torch.float32
+w = torch.randn(N, K, device=dev) * 0.02
+w_int8, w_scale = quantize_int8_ref(w)
+xv = torch.randn(1, K, device=dev).to(act)
+y = torch.empty(1, N, device=dev, dtype=act)
+w8a16_gemv(xv, w_int8, w_scale, y)
+y_ref = xv.double() @ (w_int8.double() * w_scale.double()[:, None]).T
+y_bf16 = xv.double() @ w.double().T
+print(f"W8A16 against its own reference: {((y.double() - y_ref).norm() / y_ref.norm()).item():.2e}; "
+      f"int8 weights against the original weights: {((y_ref - y_bf16).norm() / y_bf16.norm()).item():.4f}")
 
 # %% [markdown]
 # ## The FP8 matmul
@@ -326,31 +394,63 @@ check("07.quantize_rowwise", quantize_rowwise)
 #
 # 1. **e4m3 tiles go straight into `tl.dot`**, which accumulates in fp32. On sm_89+ that is one
 #    tensor-core instruction for FP8 inputs; the interpreter upcasts to fp16.
-# 2. **The scales leave the loop.** `sum_k (a_mk s_m)(b_nk s_n) = s_m s_n sum_k a_mk b_nk`: the per-row scales
-#    are constant along K, so the finished fp32 tile is multiplied by `a_scale[rows]` and
-#    `b_scale[cols]` once, in the epilogue: MN multiplies instead of MNK.
+# 2. **The scales leave the loop**, as in the GEMV above: `sum_k (a_mk s_m)(b_nk s_n) = s_m s_n sum_k a_mk b_nk`,
+#    so the finished fp32 tile is multiplied by `a_scale` of its rows and `b_scale` of its columns
+#    once, in the epilogue: MN multiplies instead of MNK.
 # 3. **B is K-major.** Hopper's `wgmma` reads both FP8 operands from shared memory with K contiguous
 #    (only 16-bit types may also be transposed). The weight of an `nn.Linear` is already (N, K) with K
-#    contiguous, so the kernel loads (BLOCK_N, BLOCK_K) tiles of it and hands `tl.trans(b_tile)` to the
-#    dot: the transpose costs nothing, it only tells the compiler which layout it has.
-#    The "textbook" layout, B as (K, N) with N contiguous, forces the compiler to transpose FP8 tiles
-#    before the instruction can use them. The course's design notes measured such a kernel at 236
-#    TFLOP/s on an H200, a fifth of `torch._scaled_mm` (1203). Our kernel takes b with any strides,
-#    so the benchmark below runs it in both layouts.
+#    contiguous, so the kernel loads (BLOCK_N, BLOCK_K) tiles of it and hands the transposed tile to
+#    the dot: the transpose costs nothing, it only tells the compiler which layout it has. The
+#    "textbook" layout, B as (K, N) with N contiguous, forces the compiler to transpose FP8 tiles
+#    before the instruction can use them.
+#
+# The key lines, in pseudocode:
+#
+# ```
+# for each K step:
+#     a_tile = load (BLOCK_M, BLOCK_K) of a                   # e4m3, as stored
+#     b_tile = load (BLOCK_N, BLOCK_K) of b                   # e4m3, K contiguous
+#     acc = tl.dot(a_tile, tl.trans(b_tile), acc)             # fp32 accumulator
+# acc *= a_scale[rows][:, None] * b_scale[cols][None, :]      # once, in the epilogue
+# ```
 #
 # The rest is what gets close to cuBLAS: BLOCK_K = 128 (128 bytes of e4m3 per row, a full cache line),
-# 128 x 128 or 128 x 256 output tiles, a deep pipeline (3 to 5 stages of tiles in flight in shared
-# memory) and the grouped order of lesson 03. On Hopper the benchmark's fastest was 128 x 128 x 128 with
-# 4 warps and 5 stages; `fp8_matmul` uses it there (Ada's smaller shared memory gets 3 stages of 64-deep
-# tiles).
+# 128 x 128 or 128 x 256 output tiles, a deep pipeline (several stages of tiles in flight in shared
+# memory) and the grouped order of lesson 03. The course's `fp8_matmul` uses the fastest tile of the
+# benchmark's sweep on Hopper; the cell after the exercise link prints which one the committed run
+# found.
 #
-# Napkin maths at 8192^3: 2 * 8192^3 = 1.1 PFLOP; at ~1979 TFLOP/s (H100 SXM, FP8 dense) that is 0.56 ms;
-# the inputs are 2 x 64 MiB, read from memory in ~40 us: compute-bound by far.
+# Napkin maths at 8192^3, computed:
 
 # %%
-show(fp8_matmul_kernel)
+n3 = 8192
+fp8_flops = 2 * n3**3
+fp8_peak = 2 * H100.matmul_tflops["bf16"] * 1e12  # H100 SXM dense FP8, datasheet (twice bf16)
+inputs = 2 * n3 * n3  # two e4m3 matrices, 1 byte per element
+print(f"2 * 8192^3 = {fp8_flops / 1e12:.2f} TFLOP; at the H100 SXM datasheet FP8 peak "
+      f"({fp8_peak / 1e12:.0f} TFLOP/s): {fp8_flops / fp8_peak * 1e3:.2f} ms")
+print(f"inputs: 2 x {n3 * n3 / 2**20:.0f} MiB, read at the measured copy bandwidth in "
+      f"{inputs / ceilings.bandwidth * 1e6:.0f} us: compute-bound by far")
+
+# %% [markdown]
+# Write it: exercise
+# [07.fp8_matmul](../exercises/07_fp8_quantization.ipynb#07.fp8_matmul:-e4m3-tiles-in-tl.dot).
+# From here on the lesson uses the course's `fp8_matmul` and `quantize_rowwise` (their solutions are
+# in `solutions/07_fp8_quantization.ipynb`).
 
 # %%
+from course_utils.lessons.l07_fp8_quantization import fp8_matmul, quantize_rowwise  # solutions of 07
+
+rows, cols = size((4096, 4096), (64, 1000))
+magnitudes = torch.logspace(-3, 3, rows, device=dev)[:, None]  # rows from 1e-3 to 1e3
+x = torch.randn(rows, cols, device=dev) * magnitudes
+x[1] = 0
+out = torch.empty(rows, cols, device=dev, dtype=E4M3)
+scale = torch.empty(rows, device=dev)
+quantize_rowwise(x, out, scale)
+rel = ((out.float() * scale[:, None] - x).norm() / x.norm()).item()
+print(f"quantize_rowwise: relative error of out * scale {rel:.4f} (e4m3's half step is 2^-4 = {2**-4:.4f} at most)")
+
 M, N, K = size((2048, 2048, 2048), (64, 96, 160))
 out_dtype = half_dtype() if mode.gpu else torch.float32
 a, a_scale = fp8.quantize_rowwise_ref(torch.randn(M, K, device=dev))
@@ -364,11 +464,11 @@ def rel_error(got):
 
 
 fp8_matmul(a, a_scale, b, b_scale, c)
-print(f"relative error against float64 on the same e4m3 inputs: {rel_error(c):.2e}")
+print(f"fp8_matmul: relative error against float64 on the same e4m3 inputs: {rel_error(c):.2e}")
 b_kn = b.t().contiguous()  # the textbook layout: (K, N), N contiguous
 fp8_matmul(a, a_scale, b_kn.t(), b_scale, c)  # same kernel, strides (1, N)
-print(f"with b in the (K, N) layout:                             {rel_error(c):.2e}")
-check("07.fp8_matmul", fp8_matmul)
+print(f"with b in the (K, N) layout:                                         {rel_error(c):.2e}")
+print("\n".join(n for n in (results or {}).get("notes", []) if "best of our sweep" in n))
 
 # %% [markdown]
 # ## How big is the error, and does it grow?
@@ -377,8 +477,8 @@ check("07.fp8_matmul", fp8_matmul)
 # **accumulating** K products. Products of two e4m3 values have at most 8 significant bits, so they are
 # exact in fp32; the sum is where rounding can pile up.
 #
-# The design notes behind this course observed the FP8 error growing with the matrix size. It does,
-# measured as an absolute error: each output is a sum of K products with random signs, so the output and
+# The "About GPU fuzed kernel" paper (section 5) observed the FP8 error growing with the matrix size.
+# It does, measured as an absolute error: each output is a sum of K products with random signs, so the output and
 # its error both grow like sqrt(K) (a random walk), and the largest error over M x N outputs grows a
 # little more because it is the maximum of more samples. Divided by the size of the output, the error
 # from quantization is **flat** in K. Below: e4m3 with per-row scales against bf16, both multiplied
@@ -419,15 +519,18 @@ for K, r in zip(Ks, rows_out):
 # 0.23% for bf16, some 16 times less (4 more mantissa bits: a 16 times finer step).
 #
 # There is a second effect that *does* grow with K, on Hopper only. Its FP8 tensor-core instruction
-# does not keep a full fp32 accumulator: DeepSeek-V3's report measured about 14 bits, and errors near 2%
-# at K = 4096. Triton leaves the whole K loop in that accumulator by default on sm_90
+# does not keep a full fp32 accumulator: DeepSeek-V3's report measured about 14 bits, and a relative
+# error near 2% at K = 4096. Triton leaves the whole K loop in that accumulator by default on sm_90
 # (`max_num_imprecise_acc` = "no limit"). Passing `max_num_imprecise_acc=BLOCK_K` to `tl.dot` (our
 # kernel's `promote=True`) makes it add each BLOCK_K chunk into a real fp32 accumulator, DeepSeek's
-# "promotion every 128 elements". On the H200 of the committed benchmark the error of the accumulation
-# alone (fp32 output, against float64 on the same e4m3 inputs) grew from 5.4e-4 at K = 1024 to 1.3e-3
-# at 4096 and 3.1e-3 at 16384, and stayed at 1.3e-4 with promotion. Small next to the 3.6% of
-# quantizing the inputs, but it is the part that grows with the size. The interpreter accumulates in
-# fp32, so on a CPU both are flat.
+# "promotion every 128 elements". The cell below measures the error of the accumulation alone (fp32
+# output, against float64 on the same e4m3 inputs) with and without promotion; on a CPU it prints
+# what the committed GPU run measured. The interpreter accumulates in fp32, so on a CPU both are flat.
+#
+# Two metrics, two numbers: DeepSeek's figure is the error of the *worst element*
+# (`max |C - C64| / max |C64|`-style), ours is a *norm* over the whole output,
+# `||C - C64|| / ||C64||`, which averages the worst elements away. Compare each only with its own
+# kind; the worst-element error of the same kernel is several times its norm error.
 
 # %%
 if mode.gpu:
@@ -451,7 +554,7 @@ else:
     exact = fp8.fp8_matmul_ref(qa, sa, qb, sb)
     err = ((c32.double() - exact).norm() / exact.norm()).item()
     print(f"interpreter, K={K}: {err:.2e} (fp32 accumulation)")
-    notes = [n for n in (load_results("07") or {}).get("notes", []) if n.startswith("accumulation error")]
+    notes = [n for n in (results or {}).get("notes", []) if n.startswith("accumulation error")]
     print("\n".join(["measured on the benchmark GPU:", *notes]) if notes else "no GPU results committed yet")
 
 # %% [markdown]
@@ -491,61 +594,58 @@ plt.show()
 # scales the curve is flat at the quantization error, like bf16's, just higher.
 
 # %% [markdown]
-# ## W8A16: an int8-weight GEMV for decoding
-#
-# At decode time a linear layer is a GEMV: one activation row x (1, K) times the weight (N, K). Each
-# weight is used once, for 2 FLOPs, so the layer's time is the time to read W: for Llama-3-8B's up
-# projection (N = 14336, K = 4096) that is 117 MiB in bf16, ~37 us at 3.35 TB/s. Store W in int8 with one
-# fp32 scale per output channel and it is 59 MiB: up to twice as fast, while x and the arithmetic stay
-# 16/32-bit ("W8A16"). The int8 -> fp32 conversion costs instructions, but an instruction is cheap
-# next to a byte from memory here: the op is memory-bound with the int8 weights too. Weight-only
-# quantization speeds up decoding without touching the activations, which carry the outliers.
-
-# %%
-show(quantize_int8_ref)
-show(w8a16_gemv_kernel)
-N, K = size((14336, 4096), (96, 320))
-act = half_dtype() if mode.gpu else torch.float32
-w = torch.randn(N, K, device=dev) * 0.02
-w_int8, w_scale = quantize_int8_ref(w)
-xv = torch.randn(1, K, device=dev).to(act)
-y = torch.empty(1, N, device=dev, dtype=act)
-w8a16_gemv(xv, w_int8, w_scale, y)
-y_ref = xv.double() @ (w_int8.double() * w_scale.double()[:, None]).T
-y_bf16 = xv.double() @ w.double().T
-print(f"W8A16 against its own reference: {((y.double() - y_ref).norm() / y_ref.norm()).item():.2e}; "
-      f"int8 weights against the original weights: {((y_ref - y_bf16).norm() / y_bf16.norm()).item():.4f}")
-print(f"bytes read: bf16 {2 * N * K / 2**20:.1f} MiB, int8 {(N * K + 4 * N) / 2**20:.1f} MiB")
-
-# %% [markdown]
-# ## int4: two values per byte
+# ## int4, two values per byte
 #
 # Half the bytes of int8 again, but no GPU loads 4-bit values: we pack two in a byte and unpack in
-# registers. Exercises 07.pack_int4 and 07.unpack_int4: `byte = lo | (hi << 4)`, and back with
-# `byte & 0xF` and `byte >> 4` on *unsigned* bytes. Signed int4 (-8..7) stores the two's complement
-# nibble `q & 0xF`; to get it back, sign-extend: `(n ^ 8) - 8`. Real formats pack 8 nibbles per int32
-# and keep a scale per group of 32 to 128 weights, because 16 levels per channel are too few.
+# registers. Real formats pack 8 nibbles per int32 and keep a scale per group of 32 to 128 weights,
+# because 16 levels per channel are too few.
+#
+# **The worked sibling: 2-bit values, four per byte.** Value `i` of a group of four goes to bits
+# `2i` and `2i + 1`: shift it left by `2i` and OR the four together; to get it back, shift right and
+# keep the two low bits with a mask (`& 0b11`). Work on *unsigned* bytes: `>>` on an int8 copies the
+# sign bit in. Signed values store their two's complement bits (`q & 0b11` for 2 bits); to get one
+# back, sign-extend: for 2 bits, `(n ^ 2) - 2`.
 
 # %%
-lo = torch.tensor([1, 15, 0, 7], dtype=torch.uint8)
-hi = torch.tensor([2, 0, 15, 8], dtype=torch.uint8)
-packed = pack_int4(lo, hi)
-print("packed:", [f"0x{v:02X}" for v in packed.tolist()])
-print("unpacked:", [t.tolist() for t in unpack_int4(packed)])
-signed = torch.arange(-8, 8)
-nibbles = (signed & 0xF).to(torch.uint8)
-print("signed -8..7 as nibbles:", nibbles.tolist())
-print("sign-extended back:     ", ((nibbles.to(torch.int16) ^ 8) - 8).tolist())
+def pack_int2(values: torch.Tensor) -> torch.Tensor:
+    """uint8 (..., n) from (..., 4n) values 0..3: value 4j + i in bits 2i, 2i + 1 of byte j."""
+    groups = values.to(torch.uint8).reshape(*values.shape[:-1], -1, 4)  # (..., n, 4)
+    byte = torch.zeros(groups.shape[:-1], dtype=torch.uint8)
+    for i in range(4):
+        byte |= (groups[..., i] & 0b11) << (2 * i)
+    return byte
+
+
+def unpack_int2(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of pack_int2: (..., 4n) uint8 values 0..3."""
+    parts = [(packed >> (2 * i)) & 0b11 for i in range(4)]  # unsigned shifts: no sign bits come in
+    return torch.stack(parts, dim=-1).reshape(*packed.shape[:-1], -1)
+
+
+vals = torch.tensor([1, 3, 0, 2, 3, 3, 3, 3], dtype=torch.uint8)
+packed2 = pack_int2(vals)
+print("values:", vals.tolist(), "-> bytes:", [f"0b{v:08b}" for v in packed2.tolist()])
+print("unpacked:", unpack_int2(packed2).tolist())
+signed = torch.arange(-2, 2)
+bits2 = (signed & 0b11).to(torch.uint8)
+print("signed -2..1 as 2-bit codes:", bits2.tolist(), "| sign-extended back:", ((bits2.to(torch.int16) ^ 2) - 2).tolist())
 
 # %% [markdown]
+# Two 4-bit values per byte is the same with one shift of 4: exercises
+# [07.pack_int4](../exercises/07_fp8_quantization.ipynb#07.pack_int4:-two-nibbles-per-byte) and
+# [07.unpack_int4](../exercises/07_fp8_quantization.ipynb#07.unpack_int4:-and-back).
+#
 # ## Benchmark
 #
-# On an H100 (or any sm_89+ GPU) the cell below runs the lesson's benchmark (about 3 minutes):
-# - **quantize_rowwise** bf16 -> e4m3 at 8192 x 8192 against the copy ceiling (target >= 0.85 x its GB/s),
-#   next to the same quantization in eager PyTorch and `torch.compile`;
-# - **fp8_matmul** at 8192^3 against `torch.matmul` in bf16 (target >= 1.6 x) and `torch._scaled_mm` with
-#   row-wise scales (target >= 0.9 x), with several tile configurations as separate rows, the promoted
-#   accumulation, and the same kernel with b in the (K, N) layout;
+# On an H100 (or any sm_89+ GPU) the cell below runs the lesson's benchmark (a few minutes) with the
+# course's solutions:
+# - **quantize_rowwise** bf16 -> e4m3 at 8192 x 8192 against the copy ceiling (target at least 0.85 x
+#   its GB/s: a one-pass kernel moves the bytes of a copy), next to the same quantization in eager
+#   PyTorch and `torch.compile`;
+# - **fp8_matmul** at 8192^3 against `torch.matmul` in bf16 (target at least 1.6 x: FP8 doubles the
+#   tensor-core peak) and `torch._scaled_mm` with row-wise scales (the library's FP8 matmul), with
+#   several tile configurations as separate rows, the promoted accumulation, and the same kernel with
+#   b in the (K, N) layout;
 # - the **W8A16 GEMV** at Llama-3-8B's up and down projections against the bf16 GEMV of `torch.matmul`.
 #
 # Elsewhere it shows the committed results of such a run.
@@ -559,33 +659,61 @@ if can_time() and fp8.fp8_dot_supported():
     table.show()
     plot(table.rows, "lesson 07")
     plt.show()
+    data = table.to_json()
 else:
-    show_results("07")
+    data = show_results("07")
 
 # %% [markdown]
 # ## What the plot shows
 #
-# The committed run is from an H200 (torch 2.11, Triton 3.6); on another GPU the times move, the ratios
-# much less.
+# Figures from the committed run ({{measured}}); on another GPU the times move, the ratios much less.
 #
-# - **Quantize**: 3.75 TB/s, 0.95 x the copy's 3.94 TB/s, counting the 3 bytes per element it must move.
-#   Each row sits in one program's registers, so x is read once. `torch.compile` fuses the same steps
-#   into 2.88 TB/s; eager PyTorch runs one kernel per step (abs, amax, divide, clamp, cast) and is 14
-#   times slower. Splitting rows into four blocks (BLOCK = 2048) forces the second pass over each row
-#   (from L2) and costs 10 to 20%; the number of warps hardly matters.
-# - **FP8 matmul**: 1265 TFLOP/s, **1.82 x** cuBLAS in bf16 (695) and 1.02 x `torch._scaled_mm` with
-#   row-wise scales (1238); its `use_fast_accum` mode reaches 1356. The best tile was 128 x 256 x 128
-#   with 8 warps and 3 stages; the other shapes are within 10% (an earlier run preferred 128 x 128 x 128
-#   with 4 warps and 5 stages). The same kernel with b in the textbook (K, N) layout runs at
-#   **106 TFLOP/s, 12 x slower**: only b's strides differ, and the FP8 tiles now have to be transposed
-#   before Hopper's tensor cores can read them. Promotion (`max_num_imprecise_acc`) costs nearly 3 x
-#   (450 TFLOP/s) in Triton, where the partial sums are added after every BLOCK_K step instead of
-#   overlapping with the next one.
-# - **W8A16**: 1.26 x (up projection) and 1.30 x (down projection) faster than cuBLAS's bf16 GEMV: about
-#   32 us against 41 and 42 us. Half the bytes would allow 2 x; our kernel moves its bytes at about
-#   1.8 TB/s, less than half the copy bandwidth, so it is not yet at the memory's limit (more bytes in
-#   flight per SM would be the next step). Narrow, long tiles (4 to 8 rows, 1024 to 2048 columns) won;
-#   on the down projection wide tiles (32 or 64 rows) leave too few programs for 132 SMs.
-#   `torch.compile` of "dequantize, then matmul" is 2 to 3 x slower than the plain bf16 GEMV.
-#
-# Next: the exercises in `exercises/07_fp8_quantization.ipynb`.
+# - **Quantize**: ours ran at {{gbps:quantize_rowwise bf16->e4m3 8192x8192|triton (ours)}},
+#   {{ratio:quantize_rowwise bf16->e4m3 8192x8192|triton (ours)|copy ceiling (bf16 x -> y)}} the copy's
+#   GB/s, counting the 3 bytes per element it must move. Each row sits in one program's registers, so
+#   x is read once. `torch.compile` fuses the same steps into
+#   {{gbps:quantize_rowwise bf16->e4m3 8192x8192|torch.compile}}; eager PyTorch runs one kernel per step
+#   (abs, amax, divide, clamp, cast): {{gbps:quantize_rowwise bf16->e4m3 8192x8192|torch eager}}.
+#   Splitting rows into blocks forces a second pass over each row (from L2): the cell below prints
+#   what that cost in the committed sweep.
+# - **FP8 matmul**: {{tflops:fp8 matmul 8192^3 (bf16 out)|triton (ours)}},
+#   {{ratio:fp8 matmul 8192^3 (bf16 out)|triton (ours)|torch.matmul bf16 (cuBLAS)}} cuBLAS in bf16
+#   ({{tflops:fp8 matmul 8192^3 (bf16 out)|torch.matmul bf16 (cuBLAS)}}) and
+#   {{ratio:fp8 matmul 8192^3 (bf16 out)|triton (ours)|torch._scaled_mm rowwise}} `torch._scaled_mm`
+#   with row-wise scales ({{tflops:fp8 matmul 8192^3 (bf16 out)|torch._scaled_mm rowwise}}); its
+#   `use_fast_accum` mode reached {{tflops:fp8 matmul 8192^3 (bf16 out)|torch._scaled_mm rowwise fast_accum}}.
+#   The same kernel with b in the textbook (K, N) layout, and with promoted accumulation, are rows of
+#   the sweep: the cell below prints them. Only b's strides differ in the first: the FP8 tiles now
+#   have to be transposed before Hopper's tensor cores can read them. (A (K, N)-layout FP8 kernel
+#   quoted elsewhere at a different speed is a different kernel on a different setup; this lesson's
+#   own figure is the one measured here.) Promotion adds the partial sums after every BLOCK_K step
+#   instead of overlapping them with the next one.
+# - **W8A16**: {{ratio:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16|torch.matmul bf16 (cuBLAS)}}
+#   (up projection) and {{ratio:W8A16 GEMV 1x14336 @ (4096x14336).T|triton (ours) W8A16|torch.matmul bf16 (cuBLAS)}}
+#   (down projection) the speed of cuBLAS's bf16 GEMV: {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16}}
+#   against {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.matmul bf16 (cuBLAS)}} on the up projection.
+#   Half the bytes would allow 2 x; our kernel moved its bytes at
+#   {{gbps:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16}}, short of the copy bandwidth, so it
+#   is not yet at the memory's limit (more bytes in flight per SM would be the next step).
+#   `torch.compile` of "dequantize, then matmul" was slower than the plain bf16 GEMV:
+#   {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.compile int8 dequant + matmul}}.
+
+# %%
+def sweep(data: dict | None, group: str, words: tuple[str, ...]) -> None:
+    """Print the rows of a group whose names hold any of `words`, against the group's 'triton (ours)'."""
+    rows = [r for r in (data or {}).get("rows", []) if r["group"] == group]
+    best = next((r for r in rows if r["name"] == "triton (ours)"), None)  # the default: the best of the sweep
+    for r in rows:
+        if any(w in r["name"] for w in words) and best:
+            print(f"  {r['name']:<52} {r['ms'] * 1e3:8.1f} us, {best['ms'] / r['ms']:.2f} x the speed of "
+                  f"'{best['name']}' ({best['ms'] * 1e3:.1f} us)")
+
+
+print("quantize: rows split into blocks (a second pass over each row) against the one-pass default")
+sweep(data, "quantize_rowwise bf16->e4m3 8192x8192", ("BLOCK=",))
+print("fp8 matmul: tiles, the (K, N) layout of b, promoted accumulation")
+sweep(data, "fp8 matmul 8192^3 (bf16 out)", ("w4", "w8"))
+
+# %% [markdown]
+# If you have not yet, open [exercises/07_fp8_quantization.ipynb](../exercises/07_fp8_quantization.ipynb)
+# and write the five exercises.
