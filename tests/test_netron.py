@@ -109,9 +109,7 @@ def test_show_prints_how_to_reach_the_server(exported, capsys):
         netron.stop(url)
 
 
-@pytest.mark.skipif(
-    chromium.CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium) to render the page"
-)
+@pytest.mark.skipif(chromium.available() is not None, reason=str(chromium.available()))
 def test_chromium_draws_the_graph(exported, tmp_path):
     url = netron.serve(exported["mlp"])
     try:
