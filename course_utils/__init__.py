@@ -5,9 +5,9 @@ Python. Notebooks start with `from course_utils import setup; setup()`.
 """
 from __future__ import annotations
 
-from .mode import Mode, current, device, setup, size
+from .mode import Mode, current, device, half_dtype, setup, size
 
-__all__ = ["Mode", "check", "current", "device", "progress", "setup", "size"]
+__all__ = ["Mode", "check", "current", "device", "half_dtype", "progress", "setup", "size"]
 
 
 def check(exercise_id: str, candidate, *, seed: int | None = None) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -25,11 +26,18 @@ from .lessons_index import course_root
 from .mode import current
 
 GRAPH = " [graph]"  # suffix of a row timed as a CUDA-graph replay
+LAUNCH_BOUND_MS = 0.02  # below ~20 µs launching costs as much as the work: time it in a graph too
 
 
 def results_dir() -> Path:
     """The results/ folder of the course checkout, found when called (course_root())."""
     return course_root() / "results"
+
+
+def sweeping() -> bool:
+    """Do the benches time their sweeps of kernel configurations too (COURSE_BENCH_SWEEP=1, to tune a
+    lesson's defaults), or only the defaults the lessons use and the peers (the usual, quicker run)?"""
+    return os.environ.get("COURSE_BENCH_SWEEP") == "1"
 
 
 def can_time() -> bool:
@@ -127,6 +135,7 @@ class Table:
 
         graph=True also times fn replayed from a CUDA graph, as its own row `name + " [graph]"`
         (launch-bound work: the plain row pays the launches, the graph row shows the GPU's work);
+        graph="auto" does so only when the plain time is launch-bound (under LAUNCH_BOUND_MS);
         graph="only" records the graph row alone. A capture that fails costs only that row (a note).
         Returns the plain row (the graph row with graph="only").
         """
@@ -135,6 +144,8 @@ class Table:
         row = None
         if graph != "only":
             row = self.add(group, name, do_bench(fn, rep_ms=rep_ms), n_bytes=n_bytes, flops=flops)
+        if graph == "auto":
+            graph = row.ms < LAUNCH_BOUND_MS
         if graph:
             try:
                 replay = graph_replay(fn)

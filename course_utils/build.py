@@ -133,16 +133,28 @@ def repository_url() -> str:
 
 
 def bootstrap_cell() -> str:
-    """First cell of every notebook: on Colab (no course_utils yet) fetch the course; locally nothing."""
+    """First cell of every notebook: on Colab (no course_utils yet) fetch the course; locally nothing.
+
+    The repository comes from pyproject.toml's [project.urls] Repository, or from the COURSE_REPO
+    environment variable (a fork); when it cannot be cloned the cell stops with what to set, and where.
+    """
     return f"""# Colab or a fresh machine: fetch the course package once. In a local checkout this does nothing.
 import importlib.util
 
 if importlib.util.find_spec("course_utils") is None:
     import importlib
+    import os
     import subprocess
     import sys
 
-    subprocess.run(["git", "clone", "-q", "--depth", "1", "{repository_url()}", "course"], check=True)
+    repo = os.environ.get("COURSE_REPO", "{repository_url()}")
+    clone = subprocess.run(["git", "clone", "-q", "--depth", "1", repo, "course"], capture_output=True, text=True)
+    if clone.returncode != 0:
+        raise RuntimeError(
+            f"could not clone the course from {{repo}}: {{clone.stderr.strip()[-300:]}}\\n"
+            "Set the repository URL: run `%env COURSE_REPO=https://github.com/OWNER/REPO` in a cell above "
+            "(a fork, or a mirror), or, as a maintainer, set [project.urls] Repository in pyproject.toml "
+            "and rebuild the notebooks (python -m course_utils build).")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "./course"], check=True)
     importlib.invalidate_caches()"""
 

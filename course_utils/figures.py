@@ -4,7 +4,8 @@ A markdown cell of a lesson source writes a placeholder where a measured number 
 
     {{ratio:matmul fp16 4096^3|triton (ours)|torch.matmul (cuBLAS)}}   -> "0.97 x" (a target's ratio)
     {{ratio:sin^4 fp32 2^26|triton (ours)|fastest}}   -> the ratio of a target against the fastest of
-                        several peers (`table.target(..., [peer, ...])`); {{peer:GROUP|OURS}} names the winner
+                        several peers (`table.target(..., [peer, ...])`); {{peer:GROUP|OURS}} names the winner.
+                        A ratio with no such target is the speed ratio of the two rows (peer ms / our ms).
     {{ms:GROUP|NAME}} {{us:GROUP|NAME}} {{gbps:GROUP|NAME}} {{tflops:GROUP|NAME}}   -> one row's figure
     {{fact:KEY}}        -> a figure the bench recorded by name (`table.fact(KEY, text)`), as recorded
     {{measured}}        -> where and when: "NVIDIA H200, torch 2.11.0+cu130, triton 3.6.0, 2026-11-22"
@@ -97,6 +98,8 @@ def render_one(match: re.Match, default_stem: str) -> str:
     if kind in ("ratio", "peer"):
         group, ours, peer = (*args, "fastest") if kind == "peer" and len(args) == 2 else args
         t = _target(data, group, ours, peer)
+        if t is None and kind == "ratio" and peer != "fastest":
+            return f"{_row(data, group, peer)['ms'] / _row(data, group, ours)['ms']:.2f} x"  # two rows' speeds
         if t is None:
             raise MissingFigure(f"no measured ratio {group!r}: {ours!r} vs {peer!r} in results of {stem}")
         return f"{t['ratio']:.2f} x" if kind == "ratio" else t["peer"]

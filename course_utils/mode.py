@@ -86,7 +86,7 @@ def setup(mode: str | None = None, *, quiet: bool = False) -> Mode:
     previous = current().name
     if requested == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"
-        from .fp8 import install_fp8_fix  # the interpreter's float -> fp8 cast is wrong: see lesson 07
+        from .fp8_interpreter import install_fp8_fix  # the interpreter's float -> fp8 cast is wrong: lesson 07
 
         install_fp8_fix()
     else:
@@ -121,3 +121,19 @@ def size(gpu, cpu):
 def device() -> str:
     """Where course tensors are allocated in this mode ("cuda" or "cpu")."""
     return current().device
+
+
+def half_dtype(capability: tuple[int, int] | None = None):
+    """The 16-bit float type for lesson tensors: torch.bfloat16 where the GPU computes in it (sm_80+:
+    Ampere, Hopper), torch.float16 on older GPUs (a T4, Colab's free GPU, is sm_75) and in the
+    interpreter (numpy has no bf16 arithmetic, so Triton's interpreter cannot compute in it).
+
+    capability: (major, minor) to decide for; default: this mode's GPU.
+    """
+    import torch
+
+    if capability is None:
+        if current().interpret or not torch.cuda.is_available():
+            return torch.float16
+        capability = tuple(torch.cuda.get_device_capability())
+    return torch.bfloat16 if tuple(capability) >= (8, 0) else torch.float16

@@ -7,20 +7,25 @@ computes at most P FLOP/s can run it at best at
     attainable(I) = min(P, I * B)                                        FLOP/s
 
 Below the ridge point I = P / B the operation is memory-bound (the slanted roof), above it
-compute-bound (the flat roof). The ceilings used here are *measured* (`measure_ceilings`: a large
-device-to-device copy for B, `torch.matmul` for P, cached per device name under
-~/.cache/course_utils/), with datasheet figures beside them for comparison. Without a GPU the
+compute-bound (the flat roof). A GPU has several flat roofs: the tensor cores' matmul rates (bf16,
+TF32) and the CUDA cores' fp32 rate, the roof of all other work (elementwise, reductions, softmax:
+no tensor core). The ceilings used here are *measured* (`measure_ceilings`: a large device-to-device
+copy for B; the best `torch.matmul` rate over several sizes for each tensor-core roof; an FMA-bound
+Triton kernel for the CUDA cores), cached per device name under ~/.cache/course_utils/, with
+datasheet figures beside them for comparison. Without a GPU the
 committed measurements in results/01_strides_and_intensity.json are used, or, until that file
 exists, the anchor measurements of an H200 that the course design cites (`ANCHOR_RESULTS`).
 
 Results files (written by `python -m course_utils bench 01`) keep the ceilings as rows of the groups
-COPY_GROUP and MATMUL_GROUP; every other row that has both GB/s and TFLOP/s is a point on the
-roofline, its intensity being (TFLOP/s * 1e12) / (GB/s * 1e9).
+COPY_GROUP, MATMUL_GROUP and CORE_GROUP; every other row that has both GB/s and TFLOP/s is a point on
+the roofline, its intensity being (TFLOP/s * 1e12) / (GB/s * 1e9). A matmul's point sits under the
+roof of its precision ("matmul bf16 ..."), any other operation's under the CUDA-core fp32 roof.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -33,9 +38,13 @@ CACHE_FILE = "ceilings.json"
 
 COPY_GROUP = "ceiling: copy bandwidth"
 MATMUL_GROUP = "ceiling: matmul rate"
+CORE_GROUP = "ceiling: fp32 FMA rate (CUDA cores)"
+CORE_ROOF = "fp32"  # the roof of work that uses no tensor core
 COPY_BYTES = 1 << 30  # the copy's source: 1 GiB, far beyond any L2 cache
-MATMUL_SIZE = 8192  # M = N = K of the matmul that measures the compute ceiling
+MATMUL_SIZES = (4096, 8192)  # M = N = K of the matmuls whose best rate is the tensor-core ceiling
+FMA_ELEMENTS, FMA_ITERS = 1 << 22, 4096  # the FMA kernel: 2 * 4096 FLOPs per element, 8 bytes
 ROOF_NAME = re.compile(r"\b(bf16|fp16|tf32|fp32)\b")
+SQUARE_MATMUL = re.compile(r"^matmul (bf16|fp16|tf32|fp32) \d+\^3$")
 
 
 # --- the maths ------------------------------------------------------------------------------------
@@ -189,14 +198,27 @@ def _rows(data_or_rows) -> list[dict]:
 
 
 def ceilings_from_results(data: dict) -> Ceilings:
-    """The ceilings recorded in a results dict (results/01_*.json or `ANCHOR_RESULTS`)."""
+    """The ceilings recorded in a results dict (results/01_*.json or `ANCHOR_RESULTS`).
+
+    Each tensor-core roof is the best rate of its precision over the ceiling rows and every square
+    matmul row ("matmul bf16 4096^3"), so that no matmul measured beside it plots above its roof;
+    the "fp32" roof is the CUDA cores' (the FMA kernel; before Ampere also fp32 torch.matmul).
+    """
     rows = _rows(data)
     copy = [r["gbps"] for r in rows if r["group"] == COPY_GROUP and r.get("gbps")]
     rates: dict[str, float] = {}
     for r in rows:
-        if r["group"] == MATMUL_GROUP and r.get("tflops"):
+        if not r.get("tflops"):
+            continue
+        name = None
+        if r["group"] == CORE_GROUP:
+            name = CORE_ROOF
+        elif r["group"] == MATMUL_GROUP:
             found = ROOF_NAME.search(r["name"])
             name = found.group(1) if found else r["name"]
+        elif SQUARE_MATMUL.match(r["group"]):
+            name = SQUARE_MATMUL.match(r["group"]).group(1)
+        if name:
             rates[name] = max(rates.get(name, 0.0), r["tflops"])
     if not copy or not rates:
         raise ValueError(f"no ceilings in these results: expected rows in groups {COPY_GROUP!r} "
@@ -219,7 +241,8 @@ class Point:
         return self.tflops * 1e12 / ceilings.attainable(self.intensity, self.roof_of(ceilings))
 
     def roof_of(self, ceilings: Ceilings) -> str:
-        """The point's roof if the device has it, else the lowest (non-matmul work uses no tensor core)."""
+        """The point's roof if the device has it (a matmul's precision; "fp32", the CUDA cores, for other
+        work), else the lowest one."""
         if self.roof in ceilings.matmul_tflops:
             return self.roof
         return min(ceilings.matmul_tflops, key=ceilings.matmul_tflops.get)
@@ -235,9 +258,9 @@ def points_from_rows(rows) -> list[Point]:
             best[r["group"]] = r
     points = []
     for group, r in best.items():
-        found = ROOF_NAME.search(group)
+        found = ROOF_NAME.search(group) if group.startswith("matmul") else None
         intensity = r["tflops"] * 1e3 / r["gbps"]  # (TFLOP/s * 1e12) / (GB/s * 1e9)
-        points.append(Point(group, intensity, r["tflops"], found.group(1) if found else None))
+        points.append(Point(group, intensity, r["tflops"], found.group(1) if found else CORE_ROOF))
     return points
 
 
@@ -291,6 +314,57 @@ def matmul_op(roof: str, M: int, N: int | None = None, K: int | None = None, *,
     return (lambda: torch.matmul(a, b, out=c)), matmul_cost(M, N, K, a.element_size())
 
 
+@functools.cache
+def fma_kernel():
+    """An FMA-bound Triton kernel, defined when first asked for (after the mode is set): each element
+    runs `ITERS` dependent fused multiply-adds in registers; the elements of one thread are independent
+    chains, so the FMA units stay busy. Reads 4 bytes and writes 4 per element."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fma_kernel(x_ptr, out_ptr, n, ITERS: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        a = x * 0.001 + 0.999  # per element, so that nothing folds into a constant
+        y = x
+        for _ in range(ITERS // 8):
+            for _ in tl.static_range(8):
+                y = y * a + x  # one FMA: 2 FLOPs
+        tl.store(out_ptr + offs, y, mask=mask)
+
+    return fma_kernel
+
+
+def fma_ref(x, iters: int):
+    """What fma_kernel computes, in PyTorch (rounded after each multiply and add, not fused)."""
+    a = x * 0.001 + 0.999
+    y = x.clone()
+    for _ in range(iters):
+        y = y * a + x
+    return y
+
+
+def fma_op(n: int = FMA_ELEMENTS, iters: int = FMA_ITERS, *, device: str = "cuda",
+           block: int = 1024) -> tuple[Callable[[], object], Cost]:
+    """The FMA kernel on n fp32 elements (iters a multiple of 8), and its cost: 2 * iters FLOPs, 8 bytes
+    per element. Its rate is the CUDA cores' fp32 roof (~67 TFLOP/s on an H100 by the datasheet)."""
+    import torch
+
+    x = torch.randn(n, device=device)  # (n,) fp32
+    out = torch.empty_like(x)
+    kernel = fma_kernel()
+    grid = (-(-n // block),)
+
+    def run():
+        kernel[grid](x, out, n, ITERS=iters, BLOCK=block, num_warps=4)
+        return out
+
+    run.x = x
+    return run, Cost(2.0 * iters * n, 8.0 * n)
+
+
 def _cache_path(cache_dir: Path | None) -> Path:
     return Path(cache_dir or CACHE_DIR) / CACHE_FILE
 
@@ -316,8 +390,9 @@ def write_cache(ceilings: Ceilings, cache_dir: Path | None = None) -> Path:
 def measure_ceilings(*, force: bool = False, cache_dir: Path | None = None, table=None) -> Ceilings:
     """Measure this GPU's copy bandwidth and matmul rates, or return them from the cache.
 
-    Copy: 1 GiB of fp32 copied device to device, read + write bytes counted. Matmul: torch.matmul
-    at 8192^3 in bf16 and in fp32 on TF32 tensor cores (fp16 and fp32 before Ampere). The result is
+    Copy: 1 GiB of fp32 copied device to device, read + write bytes counted. Matmul: the best
+    torch.matmul rate over MATMUL_SIZES (4096^3, 8192^3) in bf16 and in fp32 on TF32 tensor cores
+    (fp16 and fp32 before Ampere). CUDA cores: the FMA kernel's fp32 rate (`fma_op`). The result is
     cached per device name in ~/.cache/course_utils/ceilings.json; force=True measures again.
     With a bench `table`, the measurements are also recorded as its rows.
     """
@@ -339,15 +414,25 @@ def measure_ceilings(*, force: bool = False, cache_dir: Path | None = None, tabl
     if table is not None:
         table.add(COPY_GROUP, f"copy {moved // 2 / 2**30:g} GiB fp32 (read+write)", ms, n_bytes=moved)
     del fn
-    rates = {}
+    rates: dict[str, float] = {}
     for roof in matmul_roofs():
-        fn, cost = matmul_op(roof, MATMUL_SIZE)
-        with matmul_precision(roof):
-            ms = do_bench(fn)
-        rates[roof] = tflop_per_s(cost.flops, ms)
-        if table is not None:
-            table.add(MATMUL_GROUP, f"torch.matmul {roof} {MATMUL_SIZE}^3", ms, flops=cost.flops)
-        del fn
+        for size in MATMUL_SIZES:
+            fn, cost = matmul_op(roof, size)
+            with matmul_precision(roof):
+                ms = do_bench(fn)
+            rates[roof] = max(rates.get(roof, 0.0), tflop_per_s(cost.flops, ms))
+            if table is not None:
+                table.add(MATMUL_GROUP, f"torch.matmul {roof} {size}^3", ms, flops=cost.flops)
+            del fn
+    fn, cost = fma_op()
+    fn()
+    torch.testing.assert_close(fn(), fma_ref(fn.x, FMA_ITERS), rtol=1e-3, atol=1e-3)  # checked before timed
+    ms = do_bench(fn)
+    rates[CORE_ROOF] = max(rates.get(CORE_ROOF, 0.0), tflop_per_s(cost.flops, ms))
+    if table is not None:
+        table.add(CORE_GROUP, f"FMA kernel fp32 ({FMA_ITERS} FMAs per element)", ms, n_bytes=cost.n_bytes,
+                  flops=cost.flops)
+    del fn
     torch.cuda.empty_cache()
     today = datetime.date.today().isoformat()
     ceilings = Ceilings(name, copy_gbps, rates, f"measured on this GPU on {today}, torch {torch.__version__}")
@@ -404,8 +489,9 @@ def plot_roofline(ceilings: Ceilings, points: Iterable[Point] = (), *,
     fig, ax = plt.subplots(figsize=(9, 6))
     colors = ["tab:green", "tab:purple", "tab:brown", "tab:olive"]
     for color, (name, tflops) in zip(colors, sorted(ceilings.matmul_tflops.items(), key=lambda kv: -kv[1])):
+        what = "fp32 CUDA cores" if name == CORE_ROOF and len(ceilings.matmul_tflops) > 1 else f"{name} matmul"
         ax.plot(x, ceilings.attainable(x, name) / 1e12, color=color, lw=2.2,
-                label=f"{ceilings.device} {name}: {tflops:,.0f} TFLOP/s, {ceilings.copy_gbps:,.0f} GB/s "
+                label=f"{ceilings.device} {what}: {tflops:,.0f} TFLOP/s, {ceilings.copy_gbps:,.0f} GB/s "
                       f"(ridge {ceilings.ridge(name):.0f} FLOP/B)")
         ax.plot([ceilings.ridge(name)], [tflops], "o", color=color, ms=5)
     for style, sheet in zip(("--", "-.", ":"), datasheets.values()):
@@ -496,8 +582,8 @@ def format_points(points: Iterable[Point], ceilings: Ceilings) -> str:
 
 
 __all__ = [
-    "ANCHOR_RESULTS", "COPY_GROUP", "DATASHEETS", "MATMUL_GROUP", "Ceilings", "Cost", "Point", "add_cost",
+    "ANCHOR_RESULTS", "COPY_GROUP", "CORE_GROUP", "CORE_ROOF", "DATASHEETS", "MATMUL_GROUP", "Ceilings", "Cost", "Point", "add_cost",
     "attainable", "bound", "ceilings_from_results", "device_ceilings", "elementwise_cost", "format_points",
-    "matmul_cost", "measure_ceilings", "plot_results", "plot_roofline", "points_from_rows",
+    "fma_op", "fma_ref", "matmul_cost", "measure_ceilings", "plot_results", "plot_roofline", "points_from_rows",
     "reference_ceilings", "reference_results", "relu_cost", "ridge_point", "softmax_cost",
 ]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
@@ -255,3 +256,53 @@ def test_a_failing_bench_keeps_its_rows_and_the_next_lesson_runs(course, monkeyp
     assert benches.run_all(["99", "98"]) is False and ran == ["98"]
     data = json.loads((course / "results" / "99_test.h100.json").read_text())
     assert data["rows"][0]["name"] == "torch" and "CUDA out of memory" in data["error"]
+
+
+def test_roofs_are_the_best_rate_measured_and_other_work_sits_under_the_cuda_cores():
+    from course_utils import roofline
+
+    rows = [bench.Row(roofline.COPY_GROUP, "copy", 1.0, gbps=3000.0),
+            bench.Row(roofline.MATMUL_GROUP, "torch.matmul bf16 8192^3", 2.0, tflops=650.0),
+            bench.Row(roofline.MATMUL_GROUP, "torch.matmul bf16 4096^3", 0.2, tflops=700.0),
+            bench.Row(roofline.CORE_GROUP, "FMA kernel fp32", 0.5, gbps=10.0, tflops=60.0),
+            bench.Row("matmul bf16 2048^3", "torch.matmul", 0.03, gbps=1600.0, tflops=710.0),
+            bench.Row("matmul bf16 1x8192x8192 (GEMV)", "torch.matmul", 0.05, gbps=2800.0, tflops=2.7),
+            bench.Row("softmax fp32 4096x4096", "torch.softmax", 0.05, gbps=2600.0, tflops=1.6)]
+    data = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-22", "rows": [asdict(r) for r in rows]}
+    ceilings = roofline.ceilings_from_results(data)
+    assert ceilings.matmul_tflops == {"bf16": 710.0, "fp32": 60.0}  # no square matmul above its roof
+    assert ceilings.ridge("fp32") == pytest.approx(60e12 / 3000e9)
+    points = {p.label: p for p in roofline.points_from_rows(data)}
+    assert points["softmax fp32 4096x4096"].roof_of(ceilings) == "fp32"
+    assert points["matmul bf16 1x8192x8192 (GEMV)"].roof_of(ceilings) == "bf16"
+    assert all(p.fraction(ceilings) <= 1.0 for p in points.values())
+
+
+def test_the_fma_kernel_computes_its_reference():
+    import torch
+
+    from course_utils import roofline
+
+    run, cost = roofline.fma_op(n=100, iters=16, device="cpu", block=64)
+    torch.testing.assert_close(run(), roofline.fma_ref(run.x, 16), rtol=1e-4, atol=1e-4)
+    assert cost.flops == 2 * 16 * 100 and cost.n_bytes == 800
+
+
+def test_trace_summary_reports_busy_time_and_span_per_call(tmp_path):
+    from course_utils.benches import l04_fusion
+
+    def kernel(ts, dur):
+        return {"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur}
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": "call 0", "ts": 0, "dur": 30},
+              kernel(10, 2), kernel(20, 2), kernel(30, 2), kernel(40, 2),
+              {"ph": "X", "cat": "user_annotation", "name": "call 1", "ts": 1000, "dur": 30},
+              kernel(1010, 2), kernel(1014, 2), kernel(1018, 2), kernel(1022, 2)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    summary = l04_fusion.trace_summary(path)
+    assert summary["calls"] == 2 and summary["kernels_per_call"] == 4
+    assert summary["busy_us_per_call"] == pytest.approx(8.0)
+    assert summary["span_us_per_call"] == pytest.approx((32 + 14) / 2)  # within a call, not across calls
+    text = l04_fusion.describe_trace("eager", summary)
+    assert "busy 8.0 us of a 23.0 us span" in text and "idle" not in text

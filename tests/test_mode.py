@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from course_utils import mode
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(code: str, **env) -> str:
@@ -65,3 +69,76 @@ def test_size_follows_the_mode(monkeypatch):
 def test_import_is_light():
     out = _run("import sys, course_utils; print('torch' in sys.modules)")
     assert out.strip() == "False", "python -m course_utils install must run without torch"
+
+
+def test_half_dtype_bf16_from_ampere_fp16_on_a_t4_and_in_the_interpreter(monkeypatch):
+    import torch
+
+    assert mode.half_dtype((7, 5)) is torch.float16
+    assert mode.half_dtype((8, 0)) is torch.bfloat16 and mode.half_dtype((9, 0)) is torch.bfloat16
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert mode.half_dtype() is torch.float16  # the interpreter cannot compute in bf16
+
+
+# A top-level dtype or size choice: `x = half_dtype()...`, `B, H = size(...)`, `dtype = A if cond else torch.B`.
+CHOICE = re.compile(r"^(?P<name>\w+(?:, \w+)*) = (?:.*\bhalf_dtype\(\).*|size\(.*\)|[\w.]+ if .+ else torch\.\w+)"
+                    r"\s*(?:#.*)?$", re.M)
+
+
+@pytest.mark.parametrize("capability, half", [((7, 5), "float16"), ((9, 0), "bfloat16")])
+def test_lesson_sources_pick_dtypes_and_sizes_for_the_gpu_they_run_on(monkeypatch, capability, half):
+    """The top-level dtype and size lines of every lesson source, run as on a T4 and on an H100."""
+    import torch
+
+    import course_utils
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    gpu = mode.Mode("gpu", "cuda", "mocked")
+    picked, sized = {}, 0
+    for src in sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py")):
+        text = src.read_text()
+        assert not re.search(r"= torch\.bfloat16 if", text), f"{src.name}: pick bf16 through half_dtype()"
+        namespace = {"torch": torch, "mode": gpu, "size": course_utils.size, "half_dtype": mode.half_dtype}
+        for match in CHOICE.finditer(text):
+            try:
+                exec(match.group(0), namespace)  # noqa: S102 - the lesson's own line
+            except NameError:
+                continue  # depends on a value computed elsewhere in the lesson
+            sized += "size(" in match.group(0)
+            for name in match["name"].split(", "):
+                if "half_dtype" in match.group(0) or namespace.get(name) in (torch.bfloat16, torch.float16):
+                    picked[f"{src.stem}: {name}"] = namespace[name]
+    chosen = {k: v for k, v in picked.items() if v in (torch.bfloat16, torch.float16)}
+    assert sized >= 5 and len(chosen) >= 3, (sized, picked)
+    through_helper = [k for k in chosen if k.split(": ")[1] in ("half", "out_dtype", "act")]
+    assert through_helper and all(chosen[k] is getattr(torch, half) for k in through_helper), chosen
+    assert not any(v is torch.bfloat16 for v in chosen.values()) or half == "bfloat16", chosen
+
+
+def test_the_colab_bootstrap_says_what_to_set_when_the_repository_is_unreachable(tmp_path, monkeypatch):
+    import importlib.util
+
+    from course_utils.build import bootstrap_cell
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COURSE_REPO", str(tmp_path / "no-such-repository"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)  # as on Colab: no course_utils
+    with pytest.raises(RuntimeError) as error:
+        exec(bootstrap_cell(), {})  # noqa: S102 - the cell every notebook starts with
+    message = str(error.value)
+    assert "no-such-repository" in message and "COURSE_REPO" in message
+    assert "[project.urls] Repository" in message and "pyproject.toml" in message
+
+
+def test_mode_and_fp8_modules_do_not_import_each_other():
+    import ast
+
+    def imports(name: str) -> set[str]:
+        tree = ast.parse((ROOT / "course_utils" / f"{name}.py").read_text())
+        return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+
+    assert "fp8" not in imports("mode") and "fp8_interpreter" in imports("mode")
+    assert not imports("fp8_interpreter") & {"mode", "fp8"}
+    assert "build" not in imports("results_table")

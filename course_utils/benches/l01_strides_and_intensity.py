@@ -1,15 +1,20 @@
 """Lesson 01 on a GPU: the device's ceilings and real operations placed on its roofline.
 
 Rows:
-- the ceilings (groups `roofline.COPY_GROUP`, `roofline.MATMUL_GROUP`): a 1 GiB device-to-device copy,
-  torch.matmul 8192^3 in bf16 and in fp32 on TF32 tensor cores;
+- the ceilings (groups `roofline.COPY_GROUP`, `MATMUL_GROUP`, `CORE_GROUP`): a 1 GiB device-to-device
+  copy, torch.matmul at 4096^3 and 8192^3 in bf16 and in fp32 on TF32 tensor cores (the roof of a
+  precision is its best rate over every square matmul timed), and an FMA-bound kernel for the CUDA
+  cores' fp32 roof, under which elementwise work and softmax sit;
 - operations, each with its bytes and FLOPs so that its intensity can be read back from the row:
   ReLU fp32 and int8 and vector add fp32 (our lesson 02 kernels at a few block sizes, and torch),
-  torch.softmax, torch.matmul from 64^3 to 8192^3, a matrix-vector product and decode-like skinny matmuls.
-`run` also draws results/01_roofline.png from the same rows (`roofline.plot_results`).
+  torch.softmax, torch.matmul from 64^3 to 8192^3, a matrix-vector product and decode-like skinny matmuls;
+  launch-bound ones (under 20 µs) also replayed from a CUDA graph ("[graph]" rows: the GPU's own speed).
+`run` also draws results/01_roofline.<device>.png from the same rows (`roofline.plot_results`), and
+records the figures the lesson's prose cites (`table.fact`): ceilings and ridge points.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +23,9 @@ import torch
 from ..bench import Table, device_key, results_dir
 from ..lessons.l02_first_kernels import add, relu
 from ..roofline import (
+    CORE_ROOF,
     add_cost,
+    ceilings_from_results,
     matmul_op,
     matmul_precision,
     matmul_roofs,
@@ -28,7 +35,6 @@ from ..roofline import (
     relu_cost,
     softmax_cost,
 )
-
 
 
 def roofline_png(device: str | None = None) -> Path:
@@ -107,7 +113,7 @@ def _softmax(table: Table, s: Sizes, device: str) -> None:
 def _matmul(table: Table, group: str, roof: str, M: int, N: int, K: int, device: str) -> None:
     fn, cost = matmul_op(roof, M, N, K, device=device)  # 2MNK FLOPs; read A (M, K), B (K, N), write C (M, N)
     with matmul_precision(roof):
-        table.time(group, "torch.matmul", fn, n_bytes=cost.n_bytes, flops=cost.flops)
+        table.time(group, "torch.matmul", fn, n_bytes=cost.n_bytes, flops=cost.flops, graph="auto")
 
 
 def _matmuls(table: Table, s: Sizes, device: str, roofs: tuple[str, ...]) -> None:
@@ -133,9 +139,23 @@ def time_operations(table: Table, sizes: Sizes = FULL, *, device: str = "cuda",
         torch.cuda.empty_cache()
 
 
+def facts(table: Table, ceilings) -> None:
+    """The ceilings and ridge points the lesson's prose cites ({{fact:KEY}})."""
+    table.fact("copy_gbps", f"{ceilings.copy_gbps:,.0f} GB/s")
+    for roof, tflops in ceilings.matmul_tflops.items():
+        table.fact(f"peak_{roof}_tflops", f"{tflops:,.0f} TFLOP/s")
+        table.fact(f"ridge_{roof}", f"{ceilings.ridge(roof):.0f} FLOP/byte")
+        sizes = [re.search(r"(\d+\^3)", f"{r.group} {r.name}") for r in table.rows
+                 if r.tflops == tflops and roof in f"{r.group} {r.name}"]
+        if roof != CORE_ROOF and sizes and sizes[0]:
+            table.fact(f"peak_{roof}_size", sizes[0].group(1))  # the size whose rate is the roof
+
+
 def run(table: Table) -> None:
-    ceilings = measure_ceilings(force=True, table=table)  # also refreshes this machine's cache
+    measure_ceilings(force=True, table=table)  # also refreshes this machine's cache
     time_operations(table)
+    ceilings = ceilings_from_results(table.to_json())  # each roof the best rate measured at any size
+    facts(table, ceilings)
     for point in points_from_rows(table.rows):
         table.notes.append(f"{point.label}: {point.intensity:.3g} FLOP/byte, {point.tflops:.3g} TFLOP/s = "
                            f"{point.fraction(ceilings):.0%} of its roof, "
