@@ -347,7 +347,14 @@ print(f"int4 group 128: {w_packed.numel()} bytes instead of {w.numel() * 2} in b
 # positions and token ids live on the device, no buffer is reallocated), it can be recorded once in a
 # **CUDA graph** and replayed as one launch per token (lesson 04).
 
-# %% [inline] course_utils.lessons.l09_decoding: StaticCacheLlama
+# %%
+# The kernels the step runs: lesson 06's RMSNorm, lesson 04's silu_mul, and this lesson's exercises
+# (their solutions, in course_utils/lessons/l09_decoding.py; yours are in the exercise notebook).
+from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402, F401
+from course_utils.lessons.l06_fused_rmsnorm_mlp import rmsnorm  # noqa: E402, F401
+from course_utils.lessons.l09_decoding import decode_attention, kv_append  # noqa: E402, F401
+
+# %% [inline] course_utils.lessons.l09_decoding: _hf_cache_layer StaticCacheLlama
 
 # %% [markdown]
 # Greedy decoding must give Hugging Face's tokens. In fp32 on the small toy config (the CPU) they are
