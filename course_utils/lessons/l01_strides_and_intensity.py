@@ -10,6 +10,8 @@
 #
 # Reminder: element `idx` of a tensor `t` lives at storage element
 # `t.storage_offset() + sum(idx[d] * t.stride()[d] for d in range(t.dim()))`; strides count elements.
+#
+# The lesson: [01 · Strides, views, and arithmetic intensity](../notebooks/01_strides_and_intensity.ipynb).
 
 # %% [setup]
 
@@ -18,8 +20,10 @@ from course_utils import check, progress  # noqa: F401
 import torch  # noqa: E402
 
 # %% [markdown]
-# ## 01.contiguous_strides: `contiguous_strides(shape) -> tuple[int, ...]`
+# ## 01.contiguous_strides: row-major strides
 #
+# `contiguous_strides(shape) -> tuple[int, ...]`. Taught in
+# [Strides from a shape](../notebooks/01_strides_and_intensity.ipynb#Strides-from-a-shape), next to a worked sibling for column-major order.
 # The element strides of a contiguous (row-major, "C order") tensor of `shape`: the last dimension
 # moves fastest, with stride 1, and the stride of each dimension is the number of elements one step
 # in it skips over, the product of all the sizes after it. For example `(4, 3, 5) -> (15, 5, 1)`.
@@ -41,8 +45,11 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 # %% [check] 01.contiguous_strides
 
 # %% [markdown]
-# ## 01.transpose_view: `transpose_view(t, dim0, dim1) -> Tensor`
+# ## 01.transpose_view: a transpose by hand
 #
+# `transpose_view(t, dim0, dim1) -> Tensor`. Taught in
+# [Views built by hand with as_strided](../notebooks/01_strides_and_intensity.ipynb#Views-built-by-hand-with-as_strided) (worked siblings: a
+# diagonal view and sliding windows) and [Views and copies](../notebooks/01_strides_and_intensity.ipynb#2.-Views-and-copies).
 # The same tensor as `t.transpose(dim0, dim1)`, built with `t.as_strided(size, stride, storage_offset)`.
 # A transpose moves no data: it swaps two entries of the shape and the same two entries of the strides.
 # `t` may already be a view (sliced, with an offset, non-contiguous); dims may be negative (-1 is the
@@ -63,8 +70,11 @@ def transpose_view(t: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
 # %% [check] 01.transpose_view
 
 # %% [markdown]
-# ## 01.broadcast_view: `broadcast_view(t, shape) -> Tensor`
+# ## 01.broadcast_view: a broadcast by hand
 #
+# `broadcast_view(t, shape) -> Tensor`. Taught in
+# [Views built by hand with as_strided](../notebooks/01_strides_and_intensity.ipynb#Views-built-by-hand-with-as_strided) and
+# [Views and copies](../notebooks/01_strides_and_intensity.ipynb#2.-Views-and-copies) (broadcasting and stride 0).
 # The same tensor as `t.expand(shape)`: `t` seen with the larger `shape`, by broadcasting rules.
 # Align the dimensions of `t` with the *last* dimensions of `shape`; a dimension of size 1 in `t`
 # may grow to any size, and `shape` may add new leading dimensions. A broadcast dimension repeats
@@ -94,8 +104,11 @@ def broadcast_view(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
 # %% [check] 01.broadcast_view
 
 # %% [markdown]
-# ## 01.matmul_intensity: `matmul_intensity(M, N, K, bytes_per_element) -> float`
+# ## 01.matmul_intensity: FLOPs per byte of a matmul
 #
+# `matmul_intensity(M, N, K, bytes_per_element) -> float`. Taught in
+# [FLOPs versus bytes](../notebooks/01_strides_and_intensity.ipynb#4.-FLOPs-versus-bytes:-arithmetic-intensity) (worked sibling: a
+# matrix-vector product).
 # Arithmetic intensity (FLOP per byte) of `C = A @ B` with A (M, K), B (K, N), C (M, N), all of one
 # dtype of `bytes_per_element` bytes, when every matrix crosses DRAM exactly once: A and B read,
 # C written. Each of the M x N outputs is a dot product of length K: K multiplies and K adds.
@@ -113,8 +126,11 @@ def matmul_intensity(M: int, N: int, K: int, bytes_per_element: int) -> float:
 # %% [check] 01.matmul_intensity
 
 # %% [markdown]
-# ## 01.attainable_flops: `attainable_flops(intensity, peak_flops, peak_bytes_per_s) -> float`
+# ## 01.attainable_flops: the roofline
 #
+# `attainable_flops(intensity, peak_flops, peak_bytes_per_s) -> float`. Taught in
+# [FLOPs versus bytes](../notebooks/01_strides_and_intensity.ipynb#4.-FLOPs-versus-bytes:-arithmetic-intensity) (worked sibling: the floor
+# time) and [The roofline](../notebooks/01_strides_and_intensity.ipynb#5.-The-roofline,-measured-on-your-device).
 # The roofline: the most FLOP/s an operation of `intensity` FLOP/byte can reach on a device that
 # computes at most `peak_flops` FLOP/s and moves at most `peak_bytes_per_s` bytes/s.
 

@@ -18,7 +18,8 @@
 # - the roofline, drawn with ceilings **measured on your device** (copy bandwidth, matmul rate), with
 #   real operations placed on it, so you can see which ones are memory-bound.
 #
-# The exercises of this lesson are in `exercises/01_strides_and_intensity.ipynb`.
+# The exercises of this lesson are in [exercises/01_strides_and_intensity.ipynb](../exercises/01_strides_and_intensity.ipynb);
+# each section below ends with a link to the exercise it prepares.
 
 # %%
 from course_utils import setup
@@ -75,6 +76,35 @@ flat_index = t.storage_offset() + i * t.stride(0) + j * t.stride(1)
 print(f"t[{i}, {j}] = {t[i, j].item()}, storage[{flat_index}] = {storage[flat_index].item()}")
 
 # %% [markdown]
+# ### Strides from a shape
+#
+# Row-major ("C order") is PyTorch's default, but not the only order. Fortran, MATLAB and cuBLAS
+# store matrices **column-major**: the *first* dimension moves fastest. Its strides come from the
+# shape alone: walk the dimensions from the fastest one, and each stride is the product of the sizes
+# walked so far. The worked sibling, in full, checked against a column-major tensor PyTorch builds
+# (the reverse-shaped contiguous tensor with its dimensions reversed):
+
+# %%
+def column_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a column-major (Fortran order) tensor of `shape`: the first dim moves fastest."""
+    strides = []
+    step = 1  # the fastest dimension moves one element at a time
+    for size in shape:  # first dimension first
+        strides.append(step)
+        step *= size  # one step further skips everything walked so far
+    return tuple(strides)
+
+
+for shape in [(4, 6), (2, 3, 4), (5,), (3, 1, 7)]:
+    fortran = torch.empty(shape[::-1]).permute(*reversed(range(len(shape))))  # shape `shape`, column-major
+    assert column_major_strides(shape) == fortran.stride()
+    print(f"{str(shape):<10} column-major strides {column_major_strides(shape)}")
+
+# %% [markdown]
+# **Your turn**: [01.contiguous_strides](../exercises/01_strides_and_intensity.ipynb#01.contiguous_strides:-row-major-strides)
+# asks for PyTorch's own order, row-major, where the *last* dimension moves fastest.
+
+# %% [markdown]
 # ## 2. Views and copies
 #
 # A **view** is a new (offset, shape, strides) over the *same* storage: creating it costs nothing and
@@ -121,17 +151,47 @@ layout("t.T.contiguous()", t.T.contiguous(), t)
 layout("t.contiguous()", t.contiguous(), t)  # already contiguous: t itself
 
 # %% [markdown]
-# Views are also a tool. `as_strided(size, stride, offset)` builds any view you can describe with
-# strides, for example overlapping sliding windows over a signal, with no copy. (It is also how you
-# will build transposes and broadcasts by hand in the exercises.) Careful: `as_strided` checks nothing
-# but the storage's bounds; strides that make windows overlap mean that writing to one element
-# writes to several.
+# ### Views built by hand with as_strided
+#
+# `as_strided(size, stride, storage_offset)` builds any view you can describe with strides. Two worked
+# siblings, each checked against the PyTorch function it imitates. The **diagonal** of a matrix: one
+# step along it is one row down and one column right, so its single stride is `stride(0) + stride(1)`.
+# **Sliding windows** (`unfold`): window `w` starts `w * step` elements in, and inside a window
+# consecutive elements are one stride apart, so the windows overlap in memory. Both keep the storage
+# offset of their input, so they also work on a tensor that is already a view.
+# Careful: `as_strided` checks nothing but the storage's bounds; with overlapping windows, writing
+# one element writes it in several windows.
 
 # %%
+def diagonal_view(t: torch.Tensor) -> torch.Tensor:
+    """The main diagonal of a 2-D t (like t.diagonal()), as a view of t's storage."""
+    n = min(t.shape)
+    return t.as_strided((n,), (t.stride(0) + t.stride(1),), t.storage_offset())
+
+
+def sliding_windows(x: torch.Tensor, width: int, step: int = 1) -> torch.Tensor:
+    """Windows of a 1-D x (like x.unfold(0, width, step)): (n_windows, width), as a view."""
+    n_windows = (x.shape[0] - width) // step + 1
+    return x.as_strided((n_windows, width), (step * x.stride(0), x.stride(0)), x.storage_offset())
+
+
+for name, view, expected in [("diagonal_view(t)", diagonal_view(t), t.diagonal()),
+                             ("diagonal_view(t[1:, 2:])", diagonal_view(t[1:, 2:]), t[1:, 2:].diagonal()),
+                             ("diagonal_view(t.T)", diagonal_view(t.T), t.T.diagonal())]:
+    assert torch.equal(view, expected)
+    layout(name, view, t)
 signal = torch.arange(10.0)  # (10,)
-windows = signal.as_strided((8, 3), (1, 1))  # (8, 3): window w is signal[w : w + 3]
+windows = sliding_windows(signal, 3)  # (8, 3): window w is signal[w : w + 3]
+assert torch.equal(windows, signal.unfold(0, 3, 1))
 print(windows)
-layout("windows", windows, signal)
+layout("sliding_windows(signal, 3)", windows, signal)
+layout("sliding_windows(signal[::2], 2, 2)", sliding_windows(signal[::2], 2, 2), signal)
+
+# %% [markdown]
+# **Your turn**: [01.transpose_view](../exercises/01_strides_and_intensity.ipynb#01.transpose_view:-a-transpose-by-hand)
+# and [01.broadcast_view](../exercises/01_strides_and_intensity.ipynb#01.broadcast_view:-a-broadcast-by-hand)
+# build `transpose` and `expand` the same way. The layouts printed above for `t.T`, `u.permute` and
+# `row.expand` show what their strides must be.
 
 # %% [markdown]
 # **Why kernels care.** A Triton kernel receives `x.data_ptr()` and nothing else about the layout:
@@ -142,25 +202,38 @@ layout("windows", windows, signal)
 # %% [markdown]
 # ## 3. The memory hierarchy
 #
-# Approximate figures for an H100 SXM (latencies from microbenchmark studies of Hopper, such as
-# Luo et al., *Benchmarking and Dissecting the Nvidia Hopper GPU Architecture*, 2024; sizes and
-# bandwidth from NVIDIA's H100 datasheet and whitepaper; 1 cycle ~ 0.6 ns at 1.7 GHz):
+# Approximate figures for an H100 SXM. Sizes and bandwidths are NVIDIA's (H100 datasheet and Hopper
+# whitepaper); latencies, in clock cycles, come from microbenchmark studies of Hopper such as Luo et al.,
+# *Benchmarking and Dissecting the Nvidia Hopper GPU Architecture* (2024); none of them is measured
+# by this course. The last column says which.
 #
-# | level | size | bandwidth | latency |
-# |---|---|---|---|
-# | registers | 256 KB per SM (132 SMs) | feeds the ALUs every cycle | ~1 cycle |
-# | shared memory / L1 | 256 KB per SM, up to 228 KB shared | tens of TB/s, all SMs | ~30 cycles (~20 ns) |
-# | L2 cache | 50 MB | ~10 TB/s | ~200-300 cycles (~150 ns) |
-# | HBM3 (global memory) | 80 GB (H200: 141 GB) | 3.35 TB/s (H200: 4.8) | ~500-700 cycles (~0.4 µs) |
-# | host memory over PCIe 5 x16 | the CPU's RAM | ~64 GB/s each way | microseconds |
-# | launching a kernel | | | ~3-5 µs from Python |
+# | level | size | bandwidth | latency | source |
+# |---|---|---|---|---|
+# | registers | 256 KB per SM (132 SMs) | feeds the ALUs every cycle | ~1 cycle | whitepaper |
+# | shared memory / L1 | 256 KB per SM, up to 228 KB shared | tens of TB/s, all SMs | ~30 cycles | whitepaper; latency: Luo et al. (paper) |
+# | L2 cache | 50 MB | ~10 TB/s | ~200-300 cycles | whitepaper; latency and bandwidth: microbenchmark paper |
+# | HBM3 (global memory) | 80 GB (an H200 has 141 GB) | 3.35 TB/s in the datasheet (an H200 4.8) | ~500-700 cycles | datasheet; latency: Luo et al. (paper) |
+# | host memory over PCIe 5 x16 | the CPU's RAM | ~64 GB/s each way | microseconds | PCIe 5 spec |
+# | launching a kernel | | | a few µs from Python | typical figure, assumed here; lesson 04 measures it |
 #
 # Two lessons hide in this table. First, every level down is larger and slower: a kernel wants to load
 # each byte from HBM once and reuse it from registers and shared memory (lesson 03's tiled matmul is
-# exactly that). Second, latency is *hidden*, not avoided: to keep 3.35 TB/s flowing with ~0.4 µs
-# per access, about 3.35e12 B/s x 0.4e-6 s ~ 1.3 MB must be in flight at every moment (Little's law),
-# which is why GPUs run tens of thousands of threads. For tensors far larger than L2, the speed limit
-# of a simple operation is HBM **bandwidth**; that is the slanted roof of the roofline.
+# exactly that). Second, latency is *hidden*, not avoided: to keep HBM's bandwidth busy while each
+# access takes hundreds of cycles, bandwidth x latency bytes must be in flight at every moment
+# (Little's law), which is why GPUs run tens of thousands of threads. The napkin maths, on the
+# datasheet bandwidth and an assumed clock:
+
+# %%
+clock_hz = 1.7e9  # assumed: an H100 SXM under load runs at roughly 1.6-1.98 GHz
+hbm_latency_s = 600 / clock_hz  # ~600 cycles, the middle of the table's range
+hbm_bandwidth = roofline.DATASHEETS["H100 SXM"].bandwidth  # bytes/s, datasheet
+print(f"1 cycle = {1e9 / clock_hz:.2f} ns; an HBM access of 600 cycles = {hbm_latency_s * 1e6:.2f} µs")
+print(f"in flight to keep {hbm_bandwidth / 1e12:.2f} TB/s busy: {hbm_bandwidth * hbm_latency_s / 1e6:.1f} MB "
+      f"= {hbm_bandwidth * hbm_latency_s / 132 / 1024:.0f} KiB per SM")
+
+# %% [markdown]
+# For tensors far larger than L2, the speed limit of a simple operation is HBM **bandwidth**; that is
+# the slanted roof of the roofline. Your own GPU:
 
 # %%
 if mode.gpu:
@@ -198,10 +271,30 @@ for name, cost in ops.items():
           f"I = {cost.intensity:8.4g} FLOP/byte")
 
 # %% [markdown]
-# **Matmul** `(M, K) @ (K, N)`: `2MNK` FLOPs over `(MK + KN + MN) * bytes` bytes. For square `N x N`
-# matrices that is `2N^3 / (3N^2 * bytes) = 2N / (3 * bytes)`: intensity *grows with the size*, because
-# each element loaded takes part in N multiply-adds. A matrix-vector product (M = 1), the core of LLM
-# decoding, stays near 1 FLOP/byte in bf16 however large the matrix: every weight is used once.
+# **A matrix-vector product** `y = W @ x`, with `W (N, K)`: each of the N outputs is a dot product of
+# length K, a multiply and an add per term, so `2NK` FLOPs; the least traffic reads W and x once and
+# writes y once. The worked sibling, the counting written out:
+
+# %%
+def matvec_intensity(N: int, K: int, bytes_per_element: int) -> float:
+    """FLOP per byte of y = W @ x with W (N, K), x (K,), y (N,), each crossing DRAM once."""
+    flops = 2 * N * K  # a multiply and an add per weight
+    n_bytes = (N * K + K + N) * bytes_per_element  # read W and x, write y
+    return flops / n_bytes
+
+
+for N_, K_ in [(1024, 1024), (8192, 8192), (14336, 4096)]:
+    print(f"W ({N_}, {K_}): bf16 {matvec_intensity(N_, K_, 2):.3f} FLOP/B, fp32 {matvec_intensity(N_, K_, 4):.3f}")
+
+# %% [markdown]
+# However large W is, every weight is used once: a matrix-vector product, the core of LLM decoding,
+# stays just under 1 FLOP/byte in bf16.
+#
+# **Matmul** `(M, K) @ (K, N)` is M such products sharing one weight matrix: `2MNK` FLOPs over
+# `(MK + KN + MN) * bytes` bytes. For square `N x N` matrices that is `2N / (3 * bytes)`: intensity
+# *grows with the size*, because each element loaded takes part in N multiply-adds.
+# **Your turn**: [01.matmul_intensity](../exercises/01_strides_and_intensity.ipynb#01.matmul_intensity:-FLOPs-per-byte-of-a-matmul)
+# writes that count as a function. The course's own version, `roofline.matmul_cost`, gives the table:
 
 # %%
 print(f"{'M x N x K':<22} {'bf16 FLOP/B':>12} {'fp32 FLOP/B':>12}")
@@ -212,10 +305,20 @@ for M, N, K in [(16, 16, 16), (64, 64, 64), (256, 256, 256), (1024, 1024, 1024),
 
 # %% [markdown]
 # **Floor times.** An operation cannot finish faster than its bytes take to move, nor faster than its
-# FLOPs take to compute: `time >= max(bytes / bandwidth, FLOPs / peak)`. On an H100 SXM's datasheet
-# figures (3.35 TB/s, 989 bf16 TFLOP/s dense, 67 fp32 TFLOP/s without tensor cores):
+# FLOPs take to compute: `time >= max(bytes / bandwidth, FLOPs / peak)`. Which peak depends on the
+# work: a matmul in bf16 runs on the **tensor cores**; elementwise work, reductions and softmax's
+# exponentials run on the ordinary **CUDA cores**, whose fp32 peak is far lower. The worked function
+# and the floors, on an H100 SXM's datasheet figures from `roofline.DATASHEETS` (3.35 TB/s, 989 bf16
+# TFLOP/s dense on tensor cores, 67 fp32 TFLOP/s on CUDA cores):
 
 # %%
+def floor_time(cost: roofline.Cost, peak_flops: float, bandwidth: float) -> float:
+    """The least time, in seconds, of an operation: its bytes at `bandwidth` or its FLOPs at `peak_flops`."""
+    memory_s = cost.n_bytes / bandwidth  # bytes / (bytes/s)
+    compute_s = cost.flops / peak_flops  # FLOPs / (FLOP/s)
+    return max(memory_s, compute_s)  # whichever takes longer sets the floor
+
+
 h100 = roofline.DATASHEETS["H100 SXM"]
 peaks = {"ReLU fp32": h100.peak("fp32"), "ReLU int8": h100.peak("fp32"), "vector add fp32": h100.peak("fp32"),
          "softmax fp32 4096 x 32768": h100.peak("fp32"), "matmul bf16 8192^3": h100.peak("bf16")}
@@ -223,21 +326,30 @@ for name, cost in ops.items():
     memory_ms, compute_ms = cost.n_bytes / h100.bandwidth * 1e3, cost.flops / peaks[name] * 1e3
     limit = "memory" if memory_ms > compute_ms else "compute"
     print(f"{name:<28} memory {memory_ms:8.4f} ms, compute {compute_ms:8.4f} ms -> {limit}-bound, "
-          f">= {max(memory_ms, compute_ms):.4f} ms")
+          f">= {floor_time(cost, peaks[name], h100.bandwidth) * 1e3:.4f} ms")
 
 # %% [markdown]
-# ## 5. The roofline, with your device's ceilings
+# Turn the floor time around and you get the best **rate**: FLOPs divided by the floor time is the
+# most FLOP/s the operation can reach.
+# **Your turn**: [01.attainable_flops](../exercises/01_strides_and_intensity.ipynb#01.attainable_flops:-the-roofline)
+# writes that rate as a function of the intensity: the roofline of the next section.
+
+# %% [markdown]
+# ## 5. The roofline, measured on your device
 #
 # With bandwidth `B` (bytes/s) and peak rate `P` (FLOP/s), an operation of intensity `I` can reach at best
 #
 # $$\text{attainable}(I) = \min(P,\; I \cdot B)\quad \text{FLOP/s}.$$
 #
 # On a log-log plot that is a slanted roof (memory-bound, slope 1) meeting a flat roof (compute-bound)
-# at the **ridge point** `I = P / B`. Datasheet peaks are not reachable in practice, so
-# `course_utils` *measures* the ceilings: `B` from a 1 GiB device-to-device copy (read + write bytes
-# counted) and `P` from `torch.matmul` at 8192^3 in bf16 and in fp32 on TF32 tensor cores. On a GPU
-# `roofline.device_ceilings()` measures them once (a few seconds) and caches them per device name in
-# `~/.cache/course_utils/`; in interpreter mode it returns the committed GPU measurements.
+# at the **ridge point** `I = P / B`. A GPU has several flat roofs, one per kind of arithmetic: the
+# tensor cores' in bf16, their TF32 rate for fp32 matmuls, and the CUDA cores' plain fp32, the one
+# elementwise work, reductions and softmax live under. Datasheet peaks are not reachable in practice,
+# so `course_utils` *measures* the ceilings: `B` from a 1 GiB device-to-device copy (read + write
+# bytes counted) and the matmul roofs from `torch.matmul` in bf16 and in fp32 on TF32 tensor cores,
+# the best rate over the sizes timed. On a GPU `roofline.device_ceilings()` measures them once (a few
+# seconds) and caches them per device name in `~/.cache/course_utils/`; in interpreter mode it returns
+# the committed GPU measurements.
 
 # %%
 ceilings = roofline.device_ceilings()
@@ -248,11 +360,37 @@ for sheet in roofline.DATASHEETS.values():
     print(sheet.describe())
 
 # %% [markdown]
-# Measured ceilings sit below the datasheet: a copy reaches roughly 85-90% of the HBM bandwidth
-# figure, and cuBLAS roughly 70-80% of the tensor-core figure (clocks drop under a full load). The
-# measured ones are the honest targets: lesson 02 compares its kernels with the copy, lesson 03 with
-# `torch.matmul`. Note how large the ridge points are: an operation needs over a hundred FLOPs per
-# byte before the tensor cores, rather than the memory, become the limit.
+# Measured ceilings sit below the datasheet (the next cell computes by how much). The measured ones
+# are the honest targets: lesson 02 compares its kernels with the copy, lesson 03 with
+# `torch.matmul`.
+#
+# The ridge points differ by roof (printed above and below). A matmul on the tensor cores needs
+# on the order of a hundred FLOPs per byte or more before the arithmetic, rather than the memory,
+# becomes its limit. Work that cannot use the tensor cores meets a much lower flat roof, the CUDA
+# cores' fp32 rate, and so a much lower ridge, around twenty FLOPs per byte or less. Elementwise
+# operations and softmax, at a fraction of a FLOP per byte, sit far left of even that ridge:
+# memory-bound under every roof. (Lesson 04 uses this roof to
+# explain why `sin` applied four times can become compute-bound.)
+
+# %%
+sheet = roofline.DATASHEETS["H100 SXM"] if "H100" in ceilings.device else roofline.DATASHEETS["H200 SXM"]
+print(f"{ceilings.device} measured against the {sheet.device} datasheet:")
+print(f"  copy bandwidth {ceilings.copy_gbps:,.0f} of {sheet.copy_gbps:,.0f} GB/s = "
+      f"{ceilings.copy_gbps / sheet.copy_gbps:.0%}")
+for name, tflops in ceilings.matmul_tflops.items():
+    if name in sheet.matmul_tflops:
+        print(f"  {name:<5} {tflops:6.1f} of {sheet.matmul_tflops[name]:6.1f} TFLOP/s = "
+              f"{tflops / sheet.matmul_tflops[name]:.0%}")
+if "fp32" in ceilings.matmul_tflops:  # measured on the device (plain fp32, no tensor cores)
+    cuda_core, where = ceilings.peak("fp32"), "measured"
+else:
+    cuda_core, where = sheet.peak("fp32"), f"{sheet.device} datasheet"
+print(f"CUDA-core fp32 roof ({where}, {cuda_core / 1e12:.0f} TFLOP/s) over the measured copy bandwidth: "
+      f"ridge {roofline.ridge_point(cuda_core, ceilings.bandwidth):.1f} FLOP/byte")
+for name, cost in ops.items():
+    if not name.startswith("matmul"):
+        print(f"  {name:<28} I = {cost.intensity:.3f} FLOP/byte: "
+              f"{roofline.bound(cost.intensity, cuda_core, ceilings.bandwidth)}-bound under the CUDA-core roof")
 
 # %% [markdown]
 # ## 6. Real operations on the roofline
@@ -281,8 +419,8 @@ print(roofline.format_points(points, ceilings))
 
 # %% [markdown]
 # **What the plot shows.** Points are coloured by which roof limits them; the percentage is how close
-# each comes to the roof above it (a roof measured at one size can be beaten a little at another,
-# hence the odd point above 100%).
+# each comes to the roof above it (matmuls under their tensor-core roof, everything else under the
+# CUDA-core roof).
 # - **ReLU, vector add and softmax** sit far to the left, at intensities below 1 FLOP/byte, on the
 #   slanted roof: memory-bound. Their TFLOP/s look tiny next to the matmuls, yet they run within a few
 #   tens of percent of the best possible. Nothing but *less traffic* makes them faster: fewer bytes per
@@ -295,9 +433,6 @@ print(roofline.format_points(points, ceilings))
 # - **Skinny matmuls** (a matrix-vector product, a decode step of a few tokens) stay left of the ridge
 #   whatever the matrix size: memory-bound. That is why generating text one token at a time is limited
 #   by reading the weights, and why smaller weights (int8, fp8, int4: lesson 07) speed it up.
-#
-# Until the lesson's results are committed, interpreter mode shows the H200 anchor measurements the
-# course design cites, which cover only softmax and the large matmuls.
 
 # %% [markdown]
 # Every row the bench recorded (the ceilings, each operation, each block size of our kernels), as
@@ -327,6 +462,7 @@ quiz("01.quiz_bound", None)
 # %% [markdown]
 # ## Exercises
 #
-# `exercises/01_strides_and_intensity.ipynb`: `contiguous_strides`, `transpose_view` and `broadcast_view`
-# (views built by hand with `as_strided`: same storage, no copies), `matmul_intensity` and
-# `attainable_flops` (the roofline's arithmetic). Each is checked by `check("01....", fn)`.
+# [exercises/01_strides_and_intensity.ipynb](../exercises/01_strides_and_intensity.ipynb):
+# `contiguous_strides`, `transpose_view` and `broadcast_view` (views built by hand with `as_strided`:
+# same storage, no copies), `matmul_intensity` and `attainable_flops` (the roofline's arithmetic).
+# Each is checked by `check("01....", fn)`.
