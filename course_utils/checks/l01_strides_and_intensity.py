@@ -321,6 +321,27 @@ VIEW_OPTIONS: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {
     "i": ("t.t().unsqueeze(0)", lambda t: t.t().unsqueeze(0)),
 }
 
+# Why PyTorch copies, by the kind of operation (the rule, never which option it is).
+COPY_RULES = {
+    "index": "indexing with a list or tensor of indices always copies, even when the elements it picks "
+             "are evenly spaced and one (offset, strides) could describe them",
+    "flip": "PyTorch allows no negative strides, so reversing a dimension copies, although a stride of -1 "
+            "would describe the result",
+    "reshape": "reshape returns a view when one set of strides walks the elements in the new order, and "
+               "copies when none can (e.g. flattening a transposed or column-sliced tensor)",
+}
+VIEW_RULE = ("slicing (steps included), diagonal, unsqueeze, expand (stride 0) and transposes only change "
+             "the offset and strides: views")
+
+
+def _rule(option: str) -> str:
+    text = VIEW_OPTIONS[option][0]
+    if "[[" in text:
+        return "index"
+    if "flip" in text:
+        return "flip"
+    return "reshape"
+
 
 def _copies() -> set[str]:
     """Options whose result does not share t's storage: PyTorch had to copy."""
@@ -335,16 +356,17 @@ def _grade_views(answer) -> tuple[bool, str]:
     if unknown:
         return False, f"there is no option {', '.join(sorted(unknown))}"
     if got == truth:
-        return True, ("right: each of those needs elements in an order that no single (offset, strides) "
-                      "can describe, so PyTorch copies")
-    missed, extra = len(truth - got), len(got - truth)
+        why = "; ".join(f"({k}) {COPY_RULES[_rule(k)].split(',')[0]}" for k in sorted(truth))
+        return True, f"right: {why}. The others are views: {VIEW_RULE}"
+    missed, extra = truth - got, got - truth
     parts = []
     if extra:
-        parts.append(f"{extra} of your choices can be a view (check: does the result's "
-                     f"untyped_storage().data_ptr() equal t's?)")
+        parts.append(f"{len(extra)} of your choices PyTorch returns as a view ({VIEW_RULE}); check with "
+                     "result.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()")
     if missed:
-        parts.append(f"{missed} more cannot be a view")
-    return False, "; ".join(parts)
+        rules = sorted({_rule(k) for k in missed})
+        parts.append(f"{len(missed)} more are copies. Remember: " + "; ".join(COPY_RULES[r] for r in rules))
+    return False, ". ".join(parts)
 
 
 def _bound_ops():
@@ -411,8 +433,9 @@ _add(Question("01.quiz_strides", "What are the strides of a contiguous tensor of
               "a tuple like (a, b, c)", _grade_strides))
 _add(Question(
     "01.quiz_views",
-    "t = torch.arange(24.0).reshape(4, 6). Which of these results can NOT be a strided view of t's storage "
-    "(PyTorch must copy)?\n" + "\n".join(f"  ({k}) {text}" for k, (text, _) in VIEW_OPTIONS.items()),
+    "t = torch.arange(24.0).reshape(4, 6). Which of these does PyTorch COPY (the result does not share t's "
+    "storage), and why? For each, ask: could one (offset, strides) describe the result, and does PyTorch "
+    "return such a view?\n" + "\n".join(f"  ({k}) {text}" for k, (text, _) in VIEW_OPTIONS.items()),
     'a string of letters like "xyz"', _grade_views))
 _add(Question(
     "01.quiz_bound",

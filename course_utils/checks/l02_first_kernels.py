@@ -4,8 +4,16 @@ from __future__ import annotations
 import torch
 
 from ..grading import Case, Exercise, Out, register
+from ..grading.harness import Speed
 from ..grading.inputs import f64, randn, sliced, tolerance, transposed
 from ..mode import size
+from ..roofline import add_cost, elementwise_cost, relu_cost
+
+# A grid capped at the SM count (132 on an H100) without a loop over the remaining blocks stops short
+# of this length: on a GPU even with blocks of 4096 and two programs per SM; in the interpreter (which
+# runs ~100 programs a second) with the stub's blocks of 1024.
+CAPPED_GRID_LENGTH = size(132 * 4096 * 2, 132 * 1024) + 1021
+SPEED_N = 1 << 26  # 256 MiB of fp32 per tensor: far beyond any cache
 
 
 def _add_cases(gen):
@@ -17,6 +25,10 @@ def _add_cases(gen):
             expected = f64(x) + f64(y)
             yield Case(f"{label}, {str(dtype)[6:]}", (x, y, Out("out", (n,), dtype)), {"out": expected},
                        *tolerance(dtype))
+    n = CAPPED_GRID_LENGTH
+    x, y = randn(n, gen=gen), randn(n, gen=gen)
+    yield Case(f"length {n}: more blocks than a grid capped at the SM count covers", (x, y, Out("out", (n,),
+               torch.float32)), {"out": f64(x) + f64(y)}, *tolerance(torch.float32))
 
 
 def _relu_cases(gen):
@@ -41,13 +53,35 @@ def _copy_cases(gen):
         yield Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": f64(x)})
 
 
+def _speed_1d(n_inputs: int, cost, solution: str) -> Speed:
+    return Speed(lambda: (*(randn(SPEED_N) for _ in range(n_inputs)), Out("out", (SPEED_N,), torch.float32)),
+                 lambda args: cost(SPEED_N, 4), f"course_utils.lessons.l02_first_kernels:{solution}",
+                 "n = 2^26, fp32")
+
+
 register(Exercise(
     "02.vector_add", "vector add", "add(x, y, out)", _add_cases,
-    hint="every program must mask its loads and stores with offsets < n_elements, and the grid must "
-         "cover all n elements: triton.cdiv(n, BLOCK) programs"))
+    hint={"unwritten": "the grid must cover all n elements: triton.cdiv(n, BLOCK) programs, one block each "
+                       "(or, with fewer programs, each loops over blocks pid, pid + num_programs, ...), and "
+                       "the mask must be offsets < n_elements",
+          "out_of_bounds": "every program must mask its loads and stores with offsets < n_elements "
+                           "(not <=): the last block is partial",
+          "wrong": "out[i] = x[i] + y[i]: load both at the same offsets, add, store at those offsets"},
+    speed=_speed_1d(2, add_cost, "add")))
 register(Exercise(
     "02.relu", "ReLU of any shape", "relu(x, out)", _relu_cases,
-    hint="a contiguous tensor of any shape is x.numel() consecutive elements: launch over numel, not shape[0]"))
+    hint={"unwritten": "a contiguous tensor of any shape is x.numel() consecutive elements: launch over "
+                       "numel, not shape[0]",
+          "wrong": "relu(x) = max(x, 0): tl.maximum(x, 0.0) or tl.where(x > 0, x, 0.0)"},
+    speed=_speed_1d(1, relu_cost, "relu")))
 register(Exercise(
     "02.copy_2d", "copy of a strided 2-D tensor", "copy_2d(x, out)", _copy_cases,
-    hint="address element (i, j) as i * x.stride(0) + j * x.stride(1); mask rows < M and cols < N"))
+    hint={"wrong": "address element (i, j) as i * x.stride(0) + j * x.stride(1), never with the shape "
+                   "(i * N + j assumes strides (N, 1)); out has its own strides",
+          "unwritten": "the grid needs cdiv(M, BLOCK_M) x cdiv(N, BLOCK_N) programs; mask rows < M and "
+                       "cols < N",
+          "out_of_bounds": "mask rows < M and cols < N (against the sizes, not the block) on the load and "
+                           "the store; use x.stride(0), x.stride(1) for x and out's strides for out"},
+    speed=Speed(lambda: (randn((8192, 8192)).t(), Out("out", (8192, 8192), torch.float32)),
+                lambda args: elementwise_cost(8192 * 8192, 4),  # a copy: 1 "FLOP" (a move) per element
+                "course_utils.lessons.l02_first_kernels:copy_2d", "8192 x 8192 fp32, transposed")))

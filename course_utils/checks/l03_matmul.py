@@ -6,8 +6,10 @@ import math
 import torch
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.inputs import f64, randn, sliced, tolerance, transposed
+from ..grading.harness import Fusion, Speed
+from ..grading.inputs import EPS, f64, randn, sliced, tolerance, transposed
 from ..mode import current, size
+from ..roofline import matmul_cost
 
 # --- 03.grouped_pid ---------------------------------------------------------------------------
 
@@ -112,12 +114,28 @@ def dot_tolerance(dtype: torch.dtype, k: int) -> tuple[float, float]:
     return atol + 8.0 * 2.0**-24 * k, rtol
 
 
-def _mm_case(label: str, a: torch.Tensor, b: torch.Tensor) -> Case:
+def long_k_tolerance(dtype: torch.dtype, k: int) -> tuple[float, float]:
+    """fp16/bf16 outputs of a long dot accumulated in fp32: the one rounding of the output (rtol, twice
+    the unit roundoff for margin) and the fp32 accumulator's ~2^-24 k (atol, 32 x). An fp16 accumulator
+    rounds at every K step instead: at K = 4096 its error is ~50 x this atol."""
+    return 32 * 2.0**-24 * k, 2 * EPS[dtype]
+
+
+def _mm_case(label: str, a: torch.Tensor, b: torch.Tensor, layout: str = "contiguous",
+             tol: tuple[float, float] | None = None) -> Case:
     M, K = a.shape
     N = b.shape[1]
     dtype = a.dtype
-    return Case(f"{label}, {_short(dtype)}", (a, b, Out("out", (M, N), dtype)),
-                {"out": f64(a) @ f64(b)}, *dot_tolerance(dtype, K))
+    if layout != "contiguous":
+        label += f"; out {layout} (strides {_out_strides(layout, M, N)}): address out with its strides"
+    return Case(f"{label}, {_short(dtype)}", (a, b, Out("out", (M, N), dtype, layout)),
+                {"out": f64(a) @ f64(b)}, *(tol or dot_tolerance(dtype, K)))
+
+
+def _out_strides(layout: str, M: int, N: int) -> tuple[int, int]:
+    from ..grading.harness import PAD
+
+    return (N + PAD, 1) if layout == "padded" else (1, M)
 
 
 def _shapes(gen, naive: bool) -> dict[str, tuple[int, int, int]]:
@@ -159,7 +177,7 @@ def _matmul_cases(gen, *, naive: bool = False):
                    randn((K, N), torch.float16, gen))
     M, N, K = s["random"]
     yield _mm_case(f"a transposed (column-major), b every other column of a wider tensor, "
-                   f"M, N, K = {M}, {N}, {K}", transposed((M, K), gen=gen), sliced((K, N), gen=gen))
+                   f"M, N, K = {M}, {N}, {K}", transposed((M, K), gen=gen), sliced((K, N), gen=gen), "padded")
     yield _mm_case(f"a every other column, b transposed, M, N, K = {M}, {N}, {K}",
                    sliced((M, K), torch.float16, gen), transposed((K, N), torch.float16, gen))
     if not naive:
@@ -168,24 +186,56 @@ def _matmul_cases(gen, *, naive: bool = False):
                        randn((M, K), gen=gen), randn((K, N), gen=gen))
         M, N, K = s["tall"]
         yield _mm_case(f"M = {M}: a partial last group of tile rows, N, K = {N}, {K}",
-                       randn((M, K), torch.float16, gen), randn((K, N), torch.float16, gen))
+                       randn((M, K), torch.float16, gen), randn((K, N), torch.float16, gen), "transposed")
+        M, N = size((257, 129), (33, 17))
+        K = 4096
+        yield _mm_case(f"K = {K}: a long sum, accumulated in fp32 (an fp16 accumulator rounds at every K "
+                       f"step), M, N = {M}, {N}", randn((M, K), torch.float16, gen),
+                       randn((K, N), torch.float16, gen), tol=long_k_tolerance(torch.float16, K))
         M, N, K = s["odd"]
         yield _mm_case("b = w.t(), a transposed nn.Linear weight (strides (1, K))",
                        randn((M, K), torch.float16, gen), randn((N, K), torch.float16, gen).t())
 
 
+def _half() -> torch.dtype:
+    return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _matmul_speed(solution: str, linear: bool = False) -> Speed:
+    """4096^3 in bf16 (fp16 where the GPU has no bf16): compute-bound, on the tensor cores."""
+    n = 4096
+
+    def args():
+        dtype = _half()
+        if linear:
+            return randn((n, n), dtype), randn((n, n), dtype), randn((n,), dtype), Out("out", (n, n), dtype)
+        return randn((n, n), dtype), randn((n, n), dtype), Out("out", (n, n), dtype)
+
+    return Speed(args, lambda a: matmul_cost(n, n, n, 2), f"course_utils.lessons.l03_matmul:{solution}",
+                 "4096 x 4096 x 4096, bf16", roof="bf16")
+
+
 register(Exercise(
     "03.matmul_naive", "naive matmul, one output per program", "matmul_naive(a, b, out)",
     lambda gen: _matmul_cases(gen, naive=True),
-    hint="launch a grid of (M, N) programs; program (m, n) loops k0 over range(0, K, BLOCK_K), loads "
-         "a[m, k0 + arange] and b[k0 + arange, n] with mask k < K and other=0, accumulates in fp32 and "
-         "stores tl.sum(acc) at out[m, n]; use the strides of a, b and out, not their shapes"))
+    hint={"wrong": "program (m, n) loops k0 over range(0, K, BLOCK_K), loads a[m, k0 + arange] and "
+                   "b[k0 + arange, n] with mask k < K and other=0, accumulates in fp32 and stores "
+                   "tl.sum(acc) at out[m, n]; use the strides of a, b and out, not their shapes",
+          "unwritten": "launch a grid of (M, N) programs, one per output element, and store at "
+                       "out[m, n] = out_ptr + m * out.stride(0) + n * out.stride(1)",
+          "out_of_bounds": "mask the K loads with k < K (other=0): K is no multiple of BLOCK_K"}))
 
 register(Exercise(
     "03.matmul", "tiled matmul with tl.dot", "matmul(a, b, out)", _matmul_cases,
-    hint="mask the K loads (offs_k < K - k * BLOCK_K, other=0) so a partial last K step adds zeros; "
-         "wrap rows % M and columns % N for the loads and mask the store with rows < M and cols < N; "
-         "launch cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs; use all six strides"))
+    hint={"wrong": "accumulate in an fp32 tl.zeros((BLOCK_M, BLOCK_N)) and convert once, at the store; "
+                   "mask the K loads (offs_k < K - k * BLOCK_K, other=0) so a partial last K step adds "
+                   "zeros; use all six strides (a, b AND out: out may be strided)",
+          "unwritten": "launch cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs and map each pid to a distinct "
+                       "tile; store at out_ptr + offs_m[:, None] * out.stride(0) + offs_n[None, :] * "
+                       "out.stride(1) with mask (offs_m < M) & (offs_n < N)",
+          "out_of_bounds": "wrap rows % M and columns % N for the loads (or mask them), mask the K tail, "
+                           "mask the store with rows < M and cols < N, and address out with its strides"},
+    speed=_matmul_speed("matmul")))
 
 
 # --- 03.linear_relu -----------------------------------------------------------------------------
@@ -196,7 +246,7 @@ def _linear_case(label: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tenso
     dtype = x.dtype
     expected = (f64(x) @ f64(w).t() + f64(bias)).clamp_min(0)
     return Case(f"{label}, {_short(dtype)}", (x, w, bias, Out("out", (M, N), dtype)), {"out": expected},
-                *dot_tolerance(dtype, K))
+                *dot_tolerance(dtype, K), explain=_linear_explain)
 
 
 def _linear_relu_cases(gen):
@@ -218,7 +268,40 @@ def _linear_relu_cases(gen):
                        *inputs(M, N, K, torch.float32, bias_scale=10 * math.sqrt(K)))
 
 
+def _linear_temporary(case: Case) -> tuple[int, str] | None:
+    M, N = case.args[3].shape
+    return (M * N, f"x @ w.T ({M} x {N})") if M * N >= 64 else None
+
+
+def _linear_explain(outs: dict, case: Case) -> str:
+    """What the wrong values match: no ReLU, no bias, bias along the rows, ReLU before the bias."""
+    x, w, bias = (f64(t) for t in case.args[:3])
+    got = f64(outs["out"])
+    if not bool(torch.isfinite(got).all()):
+        return ""
+    atol, rtol = case.atol, case.rtol
+    mm = x @ w.t()
+    candidates = {
+        "that is x @ w.T + bias without the ReLU: apply max(., 0) in the epilogue": mm + bias,
+        "that is relu(x @ w.T): the bias is missing": mm.clamp_min(0),
+        "that is relu(x @ w.T) + bias: add the bias BEFORE the ReLU": mm.clamp_min(0) + bias,
+    }
+    for text, want in candidates.items():
+        if torch.allclose(got, want, atol=atol, rtol=rtol):
+            return text
+    if x.shape[0] == w.shape[0] == bias.shape[0] and torch.allclose(
+            got, (mm + bias[:, None]).clamp_min(0), atol=atol, rtol=rtol):
+        return "the bias was added along the rows: bias[n] belongs to column n (the N axis)"
+    return ""
+
+
 register(Exercise(
     "03.linear_relu", "fused linear + bias + ReLU", "linear_relu(x, w, bias, out)", _linear_relu_cases,
-    hint="w is (N, K): pass w.t(), a (K, N) view with strides (1, K), as b; add bias[n] along the "
-         "columns (the N axis) to the fp32 accumulator and apply max(., 0) before the one store"))
+    hint={"wrong": "w is (N, K): pass w.t(), a (K, N) view with strides (1, K), as b; add bias[n] along "
+                   "the columns (the N axis) to the fp32 accumulator and apply max(., 0) before the one "
+                   "store",
+          "unwritten": "one program per (BLOCK_M, BLOCK_N) tile of out, cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) "
+                       "of them, each storing its whole tile (masked at the edges)"},
+    fusion=Fusion("bias and ReLU are applied to the fp32 accumulator in the matmul kernel's epilogue, "
+                  "before its one store of out (one launch, no (M, N) temporary)", _linear_temporary),
+    speed=_matmul_speed("linear_relu", linear=True)))

@@ -6,8 +6,10 @@ import math
 import torch
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.inputs import f64, randn
+from ..grading.harness import Speed
+from ..grading.inputs import EPS, f64, randn
 from ..mode import current, size
+from ..roofline import Cost, softmax_cost
 
 NEG_INF = float("-inf")
 
@@ -237,13 +239,40 @@ def _stats_cases(gen):
 
 # --- 05.softmax -------------------------------------------------------------------------------
 
-# Outputs are rounded once; exp and a long fp32 sum add a little (GPU exp is an approximation).
-_SOFTMAX_TOL = {torch.float32: (1e-12, 2e-5), torch.float16: (1e-7, 2e-3), torch.bfloat16: (1e-6, 1.6e-2)}
+# Outputs are rounded once; exp and a long fp32 sum add a little (GPU exp is an approximation, a few
+# fp32 ulp). fp16/bf16: computed in fp32 and rounded once at the store, an output is within one unit
+# roundoff of the exact value (1.25 x for the fp32 maths); fp16 arithmetic (x - max rounded to fp16,
+# exp in fp16, a second rounding at the division) is off by several. atol: fp16's subnormal steps.
+_SOFTMAX_TOL = {torch.float32: (1e-12, 2e-5), torch.float16: (1e-7, 1.25 * EPS[torch.float16]),
+                torch.bfloat16: (1e-6, 1.25 * EPS[torch.bfloat16])}
+
+
+def _softmax_explain(outs: dict, case: Case) -> str:
+    """What wrong softmax values match: the columns' softmax, no normalization, fp16 arithmetic."""
+    x = f64(case.args[0])
+    got = f64(outs["out"])
+    if not bool(torch.isfinite(got).all()):
+        if bool(torch.isnan(got).any()):
+            return ("NaN: exp of a large value overflows (subtract the row max first), or a lane that saw "
+                    "only -inf subtracted -inf from -inf (subtract 0 there)")
+        return ""
+    atol, rtol = case.atol, max(case.rtol, 1e-4)
+    if x.shape[0] > 1 and torch.allclose(got, torch.softmax(x, dim=0), atol=atol, rtol=rtol):
+        return "that is the softmax of each COLUMN (dim 0): normalize along each row (dim 1)"
+    if torch.allclose(got, torch.exp(x - x.amax(dim=1, keepdim=True)), atol=atol, rtol=rtol):
+        return "that is exp(x - max) without the division by the row's sum"
+    sums = got.sum(dim=1)
+    if x.dtype != torch.float32 and torch.allclose(sums, torch.ones_like(sums), atol=0.05):
+        return ("the rows are nearly right but each value is off by more than one rounding of "
+                f"{str(case.args[0].dtype)[6:]}: that is {str(case.args[0].dtype)[6:]} arithmetic; "
+                "convert with .to(tl.float32) right after the load and round once, at the store")
+    return ""
 
 
 def _softmax_case(label, x):
     expected = torch.softmax(f64(x), dim=1)
-    return Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": expected}, *_SOFTMAX_TOL[x.dtype])
+    return Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": expected}, *_SOFTMAX_TOL[x.dtype],
+                explain=_softmax_explain)
 
 
 def _softmax_cases(gen):
@@ -292,6 +321,80 @@ def _attention_expected(q, k, v, causal):
     return torch.softmax(scores, dim=-1) @ v
 
 
+def _attention_scaled(q, k, v, causal, scale: float, pad_keys: int = 0):
+    """float64 attention with another score scale, and `pad_keys` extra keys scored 0 with v = 0."""
+    q, k, v = f64(q), f64(k), f64(v)
+    scores = q @ k.transpose(-2, -1) * scale
+    S = q.shape[-2]
+    if causal:
+        scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), NEG_INF)
+    if pad_keys:
+        scores = torch.cat([scores, scores.new_zeros((*scores.shape[:-1], pad_keys))], dim=-1)
+        v = torch.cat([v, v.new_zeros((*v.shape[:-2], pad_keys, v.shape[-1]))], dim=-2)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _attention_no_rescale(q, k, v, causal, block_n: int):
+    """What a kernel gives that rescales l but not acc when the running max grows (tiles of block_n keys)."""
+    q, k, v = f64(q), f64(k), f64(v)
+    S, D = q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)
+    if causal:
+        scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), NEG_INF)
+    m = torch.full(scores.shape[:-1], NEG_INF, dtype=torch.float64)
+    l = torch.zeros_like(m)
+    acc = torch.zeros((*scores.shape[:-1], D), dtype=torch.float64)
+    for start in range(0, S, block_n):
+        s = scores[..., start:start + block_n]
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        m_ref = torch.where(m_new == NEG_INF, 0.0, m_new)
+        p = torch.exp(s - m_ref[..., None])
+        l = l * torch.exp(m - m_ref) + p.sum(dim=-1)
+        acc = acc + p @ v[..., start:start + block_n, :]  # the mistake: acc * exp(m - m_new) is missing
+        m = m_new
+    return acc / l[..., None]
+
+
+def _attention_explain(outs: dict, case: Case) -> str:
+    """Name the usual FlashAttention mistakes by the values they give."""
+    q, k, v, _, causal = case.args
+    got = f64(outs["out"])
+    if not bool(torch.isfinite(got).all()):
+        return ("NaN or inf: a row whose scores so far are all -inf has m = -inf, and exp(-inf - (-inf)) is "
+                "NaN: use 0 in place of such an m; or exp overflowed because the max was not subtracted")
+    S, D = q.shape[-2], q.shape[-1]
+    atol, rtol = 2 * case.atol, 2 * case.rtol
+
+    def near(want) -> bool:
+        return torch.allclose(got, want, atol=atol, rtol=rtol)
+
+    log2e = 1 / math.log(2)
+    scales = {
+        ("that is exp() of scores scaled for exp2 (by log2(e) / sqrt(D)): use exp2 with that scale, or exp "
+         "with 1 / sqrt(D)"): log2e / math.sqrt(D),
+        ("that is exp2() of scores scaled by 1 / sqrt(D) only: exp2 needs the scale times log2(e) "
+         "(exp(x) = exp2(x * log2(e)))"): 1 / (math.sqrt(D) * log2e),
+        "that is attention without the 1 / sqrt(D) scale of the scores": 1.0,
+    }
+    for text, scale in scales.items():
+        if near(_attention_scaled(q, k, v, causal, scale)):
+            return text
+    for block_n in (16, 32, 64, 128, 256):
+        pad = -S % block_n
+        if pad and not causal and near(_attention_scaled(q, k, v, causal, 1 / math.sqrt(D), pad)):
+            return (f"that is what keys past S left in the softmax give (scored 0 in a last tile of "
+                    f"{block_n} keys): give keys >= S a score of -inf")
+        if S > block_n and near(_attention_no_rescale(q, k, v, causal, block_n)):
+            return (f"that is what an accumulator that is not rescaled gives (tiles of {block_n} keys): "
+                    "when the running max grows from m to m_new, multiply acc (and l) by exp(m - m_new) "
+                    "before adding the new tile")
+    if causal and near(_attention_expected(q, k, v, False)):
+        return "that is attention without the causal mask: query i may see keys j <= i only"
+    if not causal and near(_attention_expected(q, k, v, True)):
+        return "that is causal attention: with causal=False every query sees every key"
+    return ""
+
+
 def _attention_tolerance(dtype, scale: float = 1.0) -> tuple[float, float]:
     """scale: the inputs' standard deviation. On a GPU fp32 dots run in TF32 (relative error ~2^-11),
     so a score's error grows with its size (scale^2) and an output's with |v| (scale); measured on an
@@ -309,8 +412,7 @@ def _attention_cases(gen):
     D = size(64, 16)
     shapes = [
         ("one query and one key", (1, 1, 1, D), torch.float32, False),
-        (f"S = {S_odd}: no multiple of the tile (keys >= S must score -inf)", (1, 2, S_odd, D), torch.float32,
-         False),
+        (f"S = {S_odd}: no multiple of any tile", (1, 2, S_odd, D), torch.float32, False),
         (f"causal, S = {S_odd}: query i sees keys j <= i", (1, 2, S_odd, D), torch.float32, True),
         ("causal, one query", (1, 1, 1, D), torch.float32, True),
         ("fp16, causal", size((2, 4, 1023, 128), (1, 2, 50, 32)), torch.float16, True),
@@ -322,18 +424,21 @@ def _attention_cases(gen):
     for label, shape, dtype, causal in shapes:
         q, k, v = qkv(shape, dtype)
         yield Case(label, (q, k, v, Out("out", shape, dtype), causal),
-                   {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(dtype))
+                   {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(dtype),
+                   explain=_attention_explain)
     B, H, S, D = size((2, 4, 300, 64), (1, 2, 45, 16))
     for causal in (False, True):
         # Peaked scores: the running max jumps often, so a missing rescale shows.
         q, k, v = qkv((B, H, S, D), torch.float32, scale=3.0)
         yield Case(f"large scores (the max changes often), causal={causal}",
                    (q, k, v, Out("out", (B, H, S, D), torch.float32), causal),
-                   {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(torch.float32, 3.0))
+                   {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(torch.float32, 3.0),
+                   explain=_attention_explain)
     q, k, v = (randn((B, S, H, D), gen=gen).transpose(1, 2) for _ in range(3))  # (B, H, S, D) views
     yield Case("q, k, v are (B, S, H, D) tensors transposed to (B, H, S, D): use the strides",
                (q, k, v, Out("out", (B, H, S, D), torch.float32), True),
-               {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32))
+               {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32),
+               explain=_attention_explain)
 
 
 register(Exercise(
@@ -348,15 +453,40 @@ register(Exercise(
     hint="start from (m, d) = (-inf, 0); for each slice x[s:s + block] compute its max and "
          "sum(exp(slice - its max)) and merge them into (m, d) with merge_stats; a slice of only -inf has "
          "statistics (-inf, 0)"))
+def _half() -> torch.dtype:
+    return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _attention_cost(args) -> Cost:
+    """4 B H S^2 D FLOPs (two matmuls; half of them when causal); q, k, v read once, out written once."""
+    q, causal = args[0], args[4]
+    B, H, S, D = q.shape
+    return Cost(4.0 * B * H * S * S * D / (2 if causal else 1), 4 * q.numel() * q.element_size())
+
+
 register(Exercise(
     "05.softmax", "fused row softmax of any row length", "softmax(x, out)", _softmax_cases, max_launches=1,
-    hint="subtract each row's max before exp; load masked columns as -inf, not 0; for rows longer than one "
-         "block keep a running (m, d) and rescale d by exp(m_old - m_new) when the max grows, then read "
-         "the row a second time to write exp(x - m) / d; a lane whose max is still -inf must subtract 0, "
-         "not -inf"))
+    hint={"wrong": "per row: out = exp(x - max) / sum(exp(x - max)) over the row (dim 1), in fp32 whatever "
+                   "the storage dtype; load masked columns as -inf, not 0; for rows longer than one block "
+                   "keep a running (m, d) and rescale d by exp(m_old - m_new) when the max grows",
+          "nan": "subtract each row's max before exp; a lane whose max is still -inf must subtract 0, not "
+                 "-inf; load masked columns with other=-inf",
+          "unwritten": "one program per row (or per block of rows) and, for rows longer than one block, a "
+                       "loop over the row's blocks that stores every block"},
+    speed=Speed(lambda: (randn((4096, 8192)), Out("out", (4096, 8192), torch.float32)),
+                lambda args: softmax_cost(4096, 8192, 4), "course_utils.lessons.l05_online_softmax:softmax",
+                "4096 x 8192, fp32")))
 register(Exercise(
     "05.attention", "FlashAttention forward (bonus)", "attention(q, k, v, out, causal)", _attention_cases,
     max_launches=1,
-    hint="scale the scores by 1/sqrt(D) (times log2(e) if you use exp2); keys >= S get -inf in the last "
-         "tile; causal: key j is visible to query i when j <= i; every tile, rescale acc and l by "
-         "exp(m_old - m_new) before adding the new tile; divide acc by l at the end"))
+    hint={"wrong": "scale the scores by 1/sqrt(D) (times log2(e) if you use exp2); keys >= S get -inf in "
+                   "the last tile; causal: key j is visible to query i when j <= i; every tile, rescale "
+                   "acc and l by exp(m_old - m_new) before adding the new tile; divide acc by l at the end",
+          "nan": "a query row whose keys so far are all masked has m = -inf: subtract 0 instead of m there, "
+                 "and start l at 0 and acc at 0",
+          "unwritten": "one program per (BLOCK_M queries, batch * head): grid (cdiv(S, BLOCK_M), B * H), "
+                       "each storing its BLOCK_M rows of out (masked past S)"},
+    speed=Speed(lambda: (*(randn((4, 16, 4096, 128), _half()) for _ in range(3)),
+                         Out("out", (4, 16, 4096, 128), _half()), False),
+                _attention_cost, "course_utils.lessons.l05_online_softmax:attention",
+                "B, H, S, D = 4, 16, 4096, 128, bf16, not causal", roof="bf16")))

@@ -12,8 +12,21 @@ import math
 import torch
 
 from ..grading import Case, Exercise, Out, register
+from ..grading.harness import Fusion, Speed
 from ..grading.inputs import f64, randn, tolerance, uniform
 from ..mode import current, size
+from ..roofline import Cost
+
+SOLUTIONS = "course_utils.lessons.l06_fused_rmsnorm_mlp"
+ROWS, HIDDEN, INTER = 4096, 4096, 11008  # the speed line's size: a 4096-token prefill of Llama-7B's MLP
+
+
+def _half() -> torch.dtype:
+    return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _weights_speed(n: int, k: int) -> torch.Tensor:
+    return randn((n, k), _half(), scale=k ** -0.5)
 
 
 def _dtypes():
@@ -91,9 +104,17 @@ def _rmsnorm_cases(gen):
 
 register(Exercise(
     "06.rmsnorm", "RMSNorm with fp32 statistics", "rmsnorm(x, weight, eps, out)", _rmsnorm_cases,
-    hint="per row: load the whole row (mask cols < n_cols, other=0.0), convert to fp32 BEFORE squaring, "
-         "mean = sum(x * x, axis=1) / n_cols, then x * rsqrt(mean + eps) * weight; address x with its "
-         "strides"))
+    hint={"wrong": "per row: load the whole row (mask cols < n_cols, other=0.0), convert to fp32 BEFORE "
+                   "squaring, mean = sum(x * x, axis=1) / n_cols (n_cols, not the block size), then "
+                   "x * rsqrt(mean + eps) * weight; address x with its strides",
+          "nan": "a row of zeros has mean 0: rsqrt(0 + eps) is finite, so keep eps inside the square root; "
+                 "fp16 x * x overflows to inf above 256: square in fp32",
+          "unwritten": "one program per row (or block of rows), each storing its whole row, masked "
+                       "cols < n_cols; BLOCK = triton.next_power_of_2(n_cols)"},
+    speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), randn((HIDDEN,), _half()), 1e-6,
+                         Out("out", (ROWS, HIDDEN), _half())),
+                lambda args: Cost(4.0 * ROWS * HIDDEN, 2 * ROWS * HIDDEN * 2), f"{SOLUTIONS}:rmsnorm",
+                f"{ROWS} x {HIDDEN}, bf16")))
 
 
 # --- 06.gate_up_silu --------------------------------------------------------------------------
@@ -129,9 +150,22 @@ def _gate_up_cases(gen):
                        {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *tol)
 
 
+def _gate_up_temporary(case: Case) -> tuple[int, str] | None:
+    rows, inter = case.args[3].shape
+    return (rows * inter, f"x @ w_gate.T or x @ w_up.T ({rows} x {inter}, rows x intermediate)") \
+        if rows * inter >= 64 else None
+
+
 register(Exercise(
     "06.gate_up_silu", "gate and up matmuls with SiLU, one kernel", "gate_up_silu(x, w_gate, w_up, out)",
     _gate_up_cases,
+    fusion=Fusion("one kernel computes both x @ w_gate.T and x @ w_up.T tiles in fp32 accumulators and "
+                  "applies silu(g) * u to them before its one store of out", _gate_up_temporary),
+    speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), _weights_speed(INTER, HIDDEN),
+                         _weights_speed(INTER, HIDDEN), Out("out", (ROWS, INTER), _half())),
+                lambda args: Cost(4.0 * ROWS * INTER * HIDDEN, 2 * (ROWS * HIDDEN + 2 * INTER * HIDDEN
+                                                                     + ROWS * INTER)),
+                f"{SOLUTIONS}:gate_up_silu", f"{ROWS} tokens x hidden {HIDDEN} -> {INTER}, bf16", roof="bf16"),
     hint="two fp32 accumulators per output tile, acc_g += x_tile @ w_gate.T tile and acc_u += x_tile @ "
          "w_up.T tile; the (BLOCK_K, BLOCK_N) tile of w.T is at w_ptr + n * w.stride(0) + k * w.stride(1); "
          "mask k < K in the loop; epilogue acc_g * sigmoid(acc_g) * acc_u (silu on the GATE)"))
@@ -176,9 +210,25 @@ def _mlp_cases(gen):
                        {"out": expected}, *tol)
 
 
+def _mlp_temporary(case: Case) -> tuple[int, str] | None:
+    rows, hidden = case.args[-1].shape
+    return (rows * hidden, f"the normalized activations ({rows} x {hidden}, rows x hidden)") \
+        if rows * hidden >= 64 else None
+
+
 register(Exercise(
     "06.rmsnorm_mlp", "RMSNorm + MLP, the norm fused into the gate/up matmul",
     "rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out)", _mlp_cases,
+    fusion=Fusion("the gate/up kernel reads x, sums x**2 per row as it walks K and scales its fp32 "
+                  "accumulators by rsqrt(mean + eps) in the epilogue, so rmsnorm(x) never goes to memory; "
+                  "then one more launch, the down projection (weight packing on weights is not counted)",
+                  _mlp_temporary, kernels=2),
+    speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), randn((HIDDEN,), _half()),
+                         _weights_speed(INTER, HIDDEN), _weights_speed(INTER, HIDDEN),
+                         _weights_speed(HIDDEN, INTER), 1e-6, Out("out", (ROWS, HIDDEN), _half())),
+                lambda args: Cost(6.0 * ROWS * HIDDEN * INTER, 2 * (2 * ROWS * HIDDEN + 3 * HIDDEN * INTER)),
+                f"{SOLUTIONS}:rmsnorm_mlp", f"{ROWS} tokens x hidden {HIDDEN}, intermediate {INTER}, bf16",
+                roof="bf16"),
     hint="in the K loop load x, add sum(x.to(fp32)**2, axis=1) to a per-row accumulator, multiply the tile "
          "by norm_weight, then ONE tl.dot with the (BLOCK_K, 2 * BLOCK_N) tile of packed.w_gu (row-major, "
          "gate and up interleaved column by column); in the epilogue g, u = tl.split(tl.reshape(acc, "

@@ -264,10 +264,14 @@ register(Exercise(
     hint="sign = bit 7, exponent = bits 6-3 (bias 7), mantissa = bits 2-0; exponent 0 is subnormal "
          "(M/8 * 2^-6), S 1111 111 is NaN, there is no infinity",
     kernel=False,
-    # A decoder built on torch's own fp8 (`.view(torch.float8_e4m3fn)`, `.to(...)`, `.item()`) would
-    # only check torch against itself. Those ops are what such a shortcut needs and a bit-arithmetic
-    # answer never does (it need not touch torch at all). numpy or ml_dtypes shortcuts are not seen.
-    forbidden_ops=("view", "_to_copy", "_local_scalar_dense")))
+    # A decoder built on torch's own fp8 (`.view(torch.float8_e4m3fn)`, `.to(...)`) would only check torch
+    # against itself: any torch op that touches a float8 tensor is refused. Bit arithmetic is fine on
+    # Python ints and on torch integer tensors alike, int() and float() included. numpy or ml_dtypes
+    # shortcuts are not seen.
+    forbidden_dtypes=(torch.float8_e4m3fn, torch.float8_e5m2),
+    dtype_message=("decodes with torch's own float8 type (a tensor of dtype float8_e4m3fn, from .view(...) "
+                   "or .to(...)): that checks torch against itself. Decode the bits yourself: shifts and "
+                   "masks on the int (or on a torch integer tensor, then int() / float()) are all allowed")))
 register(Exercise(
     "07.quantize_rowwise", "row-wise e4m3 quantization", "quantize_rowwise(x, out, scale_out)",
     _quantize_cases,

@@ -11,6 +11,7 @@ In interpreter mode every load and store is also checked before it happens (see 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import random
@@ -244,7 +245,8 @@ def describe(value: Any) -> str:
             text += f" strides={value.stride()}"
         return text
     if isinstance(value, Out):
-        return f"{value.shape} {str(value.dtype).replace('torch.', '')}"
+        layout = "" if value.layout == "contiguous" else f" {value.layout}"
+        return f"{value.shape} {str(value.dtype).replace('torch.', '')}{layout}"
     if isinstance(value, float):
         return f"{value:g}"
     return repr(value)
@@ -727,7 +729,7 @@ def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[An
     names, and "dtype:<name>" for a forbidden dtype it touched)."""
     with _quiet_numerics(), watching() as watch:
         try:
-            result = candidate(*_function_args(args))
+            result = candidate(*args)
         except Exception as exc:
             raise _candidate_error(exc) from None
     used = [op for op in ex.forbidden_ops if op in watch.torch_ops]
@@ -752,8 +754,15 @@ def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) 
 
 
 def _run_function_case(ex: Exercise, candidate: Callable, case: Case) -> list[str]:
-    result, used = call_function_candidate(ex, candidate, case.args)
-    return judge_function_case(ex, case, result, used)
+    """The candidate gets copies of the case's plain tensors: what it does to them cannot change the case.
+    The judge sees those copies (a view must share the storage the candidate was given)."""
+    args = _function_args(case.args)
+    result, used = call_function_candidate(ex, candidate, args)
+    modified = [name for name, a, b in zip(ex.params, case.args, args)
+                if isinstance(a, torch.Tensor) and a is not b and not torch.equal(_bits(a), _bits(b))]
+    if modified:
+        return [Problem(f"your function modified its input `{modified[0]}`", "input")]
+    return judge_function_case(ex, dataclasses.replace(case, args=args), result, used)
 
 
 def _check_signature(ex: Exercise, candidate: Callable) -> None:

@@ -1,17 +1,25 @@
-"""The last cell of an exercise notebook: which exercises pass right now."""
+"""The last cell of an exercise notebook: which exercises pass right now, and where each is taught."""
 from __future__ import annotations
 
+import functools
+import re
+from pathlib import Path
+
+from ..mode import current
 from . import exercises
-from .harness import REGISTRY, CheckFailed, check
+from .harness import MEASURED, REGISTRY, CheckFailed, check, speed_line
 
 REASON_WIDTH = 100  # a failure is summarized by the first line of its reason, cut to this width
+NOT_RUN = "not run yet: run the cells above"
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ROOT / "notebooks" / "src"
 
 
 class Progress(dict):
-    """{exercise id: "pass" | "missing" | "fail: <reason>" | "error: <reason>"}, in notebook order.
+    """{exercise id: "pass" | NOT_RUN | "fail: <reason>" | "error: <reason>"}, in notebook order.
 
-    The table is printed by `progress`; in a notebook the returned dict itself displays as nothing,
-    so the cell's output is the table alone.
+    The table is printed by `progress` (in a notebook: shown as a table that links each exercise to its
+    lesson section); the returned dict itself displays as nothing, so the cell's output is the table alone.
     """
 
     def _ipython_display_(self) -> None:
@@ -27,6 +35,80 @@ def _short(text: str) -> str:
     return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 3] + "..."
 
 
+def heading_anchor(heading: str) -> str:
+    """The anchor Jupyter gives a markdown heading: its text as rendered (no #, no backticks or
+    emphasis marks), spaces turned into hyphens."""
+    text = re.sub(r"^#+\s*", "", heading.strip())
+    text = re.sub(r"[`*]", "", text).strip()
+    return text.replace(" ", "-")
+
+
+@functools.lru_cache(maxsize=None)
+def lesson_link(exercise_id: str) -> str | None:
+    """The relative link from an exercise notebook to the lesson section that teaches `exercise_id`:
+    `../notebooks/NN_name.ipynb#anchor` of the first markdown heading of notebooks/src/NN_*.py that
+    names the exercise id; the notebook alone when no heading does; None when there is no lesson."""
+    lesson = exercise_id.split(".", 1)[0]
+    sources = sorted(SOURCES.glob(f"{lesson}_*.py"))
+    if not sources:
+        return None
+    source = sources[0]
+    target = f"../notebooks/{source.stem}.ipynb"
+    for line in source.read_text().splitlines():
+        heading = re.match(r"^#\s+(#{1,6}\s.*)$", line)
+        if heading and exercise_id in heading.group(1):
+            return f"{target}#{heading_anchor(heading.group(1))}"
+    return target
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _show(status: Progress, lesson: str) -> None:
+    summary = f"{status.passed}/{len(status)} exercises of lesson {lesson} pass"
+    if _in_notebook():
+        from IPython.display import Markdown, display
+
+        rows = ["| exercise | status |", "|---|---|"]
+        for key, value in status.items():
+            link = lesson_link(key)
+            name = f"[{key}]({link})" if link else key
+            rows.append(f"| {name} | {value.replace('|', '/')} |")
+        display(Markdown("\n".join(rows) + f"\n\n{summary}"))
+        return
+    width = max(len(k) for k in status) if status else 0
+    for key, value in status.items():
+        link = lesson_link(key) if value != "pass" else None
+        print(f"{key:<{width}}  {value}" + (f"  (lesson: {link})" if link else ""))
+    print(summary)
+
+
+def _roofline(lesson: str, status: Progress, namespace: dict) -> None:
+    """On a GPU: time each passing kernel and place it on the device's roofline (a figure)."""
+    points = []
+    for key, value in status.items():
+        ex = REGISTRY[key]
+        if value == "pass" and ex.speed is not None:
+            print(speed_line(ex, namespace[ex.func_name]))
+            if key in MEASURED:
+                points.append(MEASURED[key])
+    if not points:
+        return
+    from ..roofline import device_ceilings, plot_roofline
+
+    plot_roofline(device_ceilings(), points, title=f"lesson {lesson}: your kernels on this GPU's roofline")
+    if _in_notebook():
+        import matplotlib.pyplot as plt
+
+        plt.show()
+
+
 def progress(lesson: str, namespace: dict) -> Progress:
     """Run the check of each exercise of `lesson` on the function of that name in `namespace`."""
     status = Progress()
@@ -35,7 +117,7 @@ def progress(lesson: str, namespace: dict) -> Progress:
     for ex in sorted(found, key=lambda e: defined.index(e.id)):
         candidate = namespace.get(ex.func_name)
         if candidate is None:
-            status[ex.id] = "missing"
+            status[ex.id] = NOT_RUN
             continue
         try:
             check(ex.id, candidate, quiet=True)
@@ -44,9 +126,10 @@ def progress(lesson: str, namespace: dict) -> Progress:
             status[ex.id] = "fail: " + _short(getattr(exc, "reason", "") or str(exc).splitlines()[-1])
         except Exception as exc:  # the checker could not run (e.g. a broken CUDA context): say so, go on
             status[ex.id] = "error: " + _short(f"{type(exc).__name__}: {exc}")
-    width = max(len(k) for k in status) if status else 0
-    for key, value in status.items():
-        print(f"{key:<{width}}  {value}")
-    print(f"{status.passed}/{len(status)} exercises of lesson {lesson} pass")
+    _show(status, lesson)
+    if current().gpu:
+        try:
+            _roofline(lesson, status, namespace)
+        except Exception as exc:  # the plot is a bonus
+            print(f"roofline: not drawn ({type(exc).__name__}: {exc})")
     return status
-
