@@ -530,3 +530,61 @@ def test_a_cached_result_fails_on_the_next_call(exercise_id):
 
     check(exercise_id, cached, quiet=True)
     failure(exercise_id, cached, "elements differ beyond")
+
+
+# --- more mistakes: a capped grid, the course's own solution, a block that is no power of 2 ---------
+
+def test_add_with_a_grid_capped_at_the_sm_count_misses_the_rest():
+    def capped(x, y, out, BLOCK=1024):
+        n = out.numel()
+        add_kernel[(min(triton.cdiv(n, BLOCK), 132),)](x, y, out, n, BLOCK=BLOCK)  # no loop over the rest
+
+    err = failure("02.vector_add", capped, "more blocks than a grid capped at the SM count covers",
+                  "elements were never written", "hint: the grid must cover all n elements")
+    assert "case 7/7" in str(err)
+
+
+def test_the_courses_own_solution_is_refused(refuse_course_solutions):
+    err = failure("02.vector_add", add)
+    assert str(err) == ("02.vector_add: `add` is the course's solution from "
+                        "course_utils/lessons/l02_first_kernels.py; write your own")
+
+
+def test_a_wrapper_around_the_courses_kernel_is_refused(refuse_course_solutions):
+    def my_add(x, y, out):
+        n = out.numel()
+        add_kernel[(triton.cdiv(n, 256),)](x, y, out, n, BLOCK=256)
+
+    failure("02.vector_add", my_add, "your function launches `add_kernel`, the course's solution from "
+            "course_utils/lessons/l02_first_kernels.py; write your own")
+
+
+@triton.jit
+def relu_row_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * n_cols + tl.arange(0, BLOCK)
+    mask = tl.arange(0, BLOCK) < n_cols
+    tl.store(out_ptr + offsets, tl.maximum(tl.load(x_ptr + offsets, mask=mask), 0.0), mask=mask)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="on a GPU the same mistake is a compile error, same message")
+def test_a_block_that_is_no_power_of_2_is_one_line_with_the_fix():
+    def relu_rows(x, out):
+        n_cols = x.shape[-1]
+        relu_row_kernel[(x.numel() // n_cols,)](x, out, n_cols, BLOCK=n_cols)  # 5, 7, 781: no power of 2
+
+    err = failure("02.relu", relu_rows, "tl.arange(0, N) needs N to be a power of 2",
+                  "triton.next_power_of_2(n_cols)")
+    assert isinstance(err, CandidateError) and len(str(err).splitlines()) <= 4, str(err)
+
+
+def test_the_hint_follows_the_kind_of_failure():
+    def first_dim(x, out, BLOCK=1024):
+        n = x.shape[0]
+        relu_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)
+
+    def with_torch(x, out):
+        launch_1d(flat_copy_kernel, F.relu(x), out, n=x.numel())
+
+    assert "numel, not shape[0]" in str(failure("02.relu", first_dim))
+    err = str(failure("02.relu", with_torch, "hint: the host function only allocates"))
+    assert "numel" not in err.split("hint:")[1]

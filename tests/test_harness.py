@@ -304,3 +304,141 @@ def test_every_exercise_notebook_ends_with_its_progress_cell():
         cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
         lesson = path.name[:2]
         assert "".join(cells[-1]["source"]) == f'progress("{lesson}", globals())', path.name
+
+
+# --- the contract: frozen exercises, copies, zero cases, clean messages, fusion, strided outputs -----
+
+def test_an_exercise_cannot_be_changed_by_the_code_it_checks():
+    import dataclasses
+
+    ex = REGISTRY["02.vector_add"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ex.cases = lambda gen: iter(())
+    with pytest.raises(TypeError):
+        ex.hint["wrong"] = "anything"
+    with pytest.raises(ValueError, match="cannot be replaced"):
+        REGISTRY["02.vector_add"] = dataclasses.replace(ex, cases=lambda gen: iter(()))
+
+
+def test_an_exercise_without_cases_refuses_to_pass(scratch_exercises):
+    scratch_exercises(Exercise("99.empty", "nothing", "double(x, out)", lambda gen: iter(())))
+    failure("99.empty", lambda x, out: None, "99.empty has no cases: nothing was checked, so it cannot pass")
+
+
+def test_a_failure_shows_as_its_message_alone_in_a_notebook():
+    def raises(x, out):
+        raise ValueError("my bug")
+
+    err = failure("02.relu", raises)
+    lines = err._render_traceback_()
+    assert "CandidateError" in lines[0] and "02.relu failed" in lines[0]
+    text = "\n".join(lines)
+    assert 'raise ValueError("my bug")' in text and "ValueError: my bug" in text
+    assert "grading/" not in text and "course_utils/__init__.py" not in text
+
+
+def _double_case_padded(gen):
+    x = randn((5, 7), gen=gen)
+    yield Case("5 x 7, out padded", (x, Out("out", (5, 7), torch.float32, "padded")), {"out": 2 * f64(x)})
+
+
+def test_a_padded_output_catches_hard_coded_strides(scratch_exercises):
+    scratch_exercises(Exercise("99.double_2d", "double", "double(x, out)", _double_case_padded))
+
+    def contiguous_out(x, out):
+        launch_1d(scale_kernel, x, out, n=x.numel())  # out as if its strides were (7, 1)
+
+    failure("99.double_2d", contiguous_out, "written between its rows", "strides (12, 1)",
+            "hint: mask every tl.load and tl.store")
+
+
+def test_the_candidate_gets_copies_of_the_inputs(scratch_exercises):
+    given = []
+
+    def cases(gen):
+        x = randn(300, gen=gen)
+        given.append((x, x.clone()))
+        yield Case("n=300", (x, Out("out", (300,), torch.float32)), {"out": 2 * f64(x)}, 1e-6, 1e-6)
+
+    scratch_exercises(Exercise("99.double_copy", "double", "double(x, out)", cases))
+    seen = []
+
+    def into_x(x, out):
+        seen.append(x)
+        launch_1d(scale_kernel, x, x, n=x.numel())  # writes into its input
+        launch_1d(flat_copy_kernel, x, out, n=x.numel())
+
+    failure("99.double_copy", into_x, "your function modified its input `x`")
+    case_x, drawn = given[0]
+    assert seen[0].data_ptr() != case_x.data_ptr()
+    assert torch.equal(case_x, drawn), "the case's own tensor is untouched"
+
+
+def _mlp_like_cases(gen):
+    x = randn((8, 16), gen=gen)
+    yield Case("8 x 16", (x, Out("out", (8, 16), torch.float32)), {"out": 4 * f64(x)}, 1e-6, 1e-6)
+
+
+def test_a_fused_exercise_refuses_an_intermediate_in_memory(scratch_exercises):
+    from course_utils.grading.harness import Fusion
+
+    scratch_exercises(Exercise(
+        "99.quadruple", "4x in one kernel", "quadruple(x, out)", _mlp_like_cases,
+        fusion=Fusion("both doublings happen in registers", lambda case: (128, "2x (8 x 16)"))))
+
+    def unfused(x, out):
+        tmp = torch.empty_like(out)
+        launch_1d(scale_kernel, x, tmp, n=x.numel())
+        launch_1d(scale_kernel, tmp, out, n=x.numel())
+
+    err = failure("99.quadruple", unfused, "launched 2 kernels on the activations (scale_kernel, scale_kernel)",
+                  "allocated a (8, 16) float32 temporary at `tmp = torch.empty_like(out)`",
+                  "the size of 2x (8 x 16). Fused means", "both doublings happen in registers")
+    assert err.reason.startswith("launched 2 kernels")
+
+
+@pytest.mark.skipif(not current().interpret, reason="the interpreter's NumPy warnings")
+def test_the_interpreters_numpy_warnings_are_silenced(scratch_exercises):
+    @triton.jit
+    def inf_minus_inf_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n_elements
+        x = tl.load(x_ptr + offsets, mask=mask, other=float("-inf"))
+        junk = x - x  # -inf - -inf in the masked lanes: NaN, and a NumPy warning
+        tl.store(out_ptr + offsets, tl.where(mask, 2 * x, junk), mask=mask)
+
+    scratch_exercises(Exercise("99.double_warn", "double", "double(x, out)", _double_cases))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        check("99.double_warn", lambda x, out: launch_1d(inf_minus_inf_kernel, x, out, n=x.numel()), seed=0,
+              quiet=True)
+
+
+def test_speed_line_says_rate_fraction_and_the_courses_solution():
+    from course_utils.grading.harness import Speed, format_speed
+    from course_utils.roofline import Ceilings, Cost
+
+    ceilings = Ceilings("H100", copy_gbps=3000.0, matmul_tflops={"fp32": 60.0, "bf16": 800.0})
+    memory = Speed(lambda: (), lambda args: None, "m:f", "n = 2^26, fp32")
+    cost = Cost(2**26, 12 * 2**26)  # vector add: 805 MB moved
+    line, point = format_speed(memory, cost, cost.n_bytes / 2400e9, cost.n_bytes / 2700e9, ceilings)
+    assert line == ("speed on n = 2^26, fp32: 2,400 GB/s, 80% of this GPU's measured 3,000 GB/s copy "
+                    "bandwidth (memory-bound); the course's solution: 2,700 GB/s (90%)")
+    assert point.intensity == cost.intensity
+    compute = Speed(lambda: (), lambda args: None, "m:f", "4096^3 bf16", roof="bf16")
+    cost = Cost(2 * 4096**3, 3 * 4096**2 * 2)
+    line, _ = format_speed(compute, cost, cost.flops / 600e12, None, ceilings)
+    assert line == ("speed on 4096^3 bf16: 600.0 TFLOP/s, 75% of this GPU's measured 800 TFLOP/s bf16 matmul "
+                    "rate (compute-bound)")
+
+
+def test_speed_line_never_fails_a_check():
+    from course_utils.grading import harness
+    from course_utils.grading.harness import Speed
+
+    def broken():
+        raise RuntimeError("no GPU here")
+
+    ex = Exercise("99.speed", "x", "double(x, out)", _double_cases,
+                  speed=Speed(broken, lambda args: None, "m:f", "size"))
+    assert harness.speed_line(ex, lambda x, out: None) == "speed: not measured (RuntimeError: no GPU here)"
