@@ -255,11 +255,11 @@ def test_packing_is_exact(dtype):
     assert packed.w_gu.shape == (40, 272) and packed.w_gu.is_contiguous()  # (H, 2I) row-major
     assert packed.w_down_t.shape == (136, 40) and packed.w_down_t.is_contiguous()  # (I, H) row-major
     assert packed.norm_weight is norm_weight
-    for j in (0, 1, 77, 135):
-        assert torch.equal(packed.w_gu[:, 2 * j], w_gate[j])
-        assert torch.equal(packed.w_gu[:, 2 * j + 1], w_up[j])
-    assert torch.equal(packed.w_gu.view(40, 136, 2)[..., 0], w_gate.T)
-    assert torch.equal(packed.w_gu.view(40, 136, 2)[..., 1], w_up.T)
+    for j in (0, 1, 77, 135):  # norm_weight folded in: row k of w_gu times norm_weight[k], rounded once
+        assert torch.equal(packed.w_gu[:, 2 * j], w_gate[j] * norm_weight)
+        assert torch.equal(packed.w_gu[:, 2 * j + 1], w_up[j] * norm_weight)
+    assert torch.equal(packed.w_gu.view(40, 136, 2)[..., 0], w_gate.T * norm_weight[:, None])
+    assert torch.equal(packed.w_gu.view(40, 136, 2)[..., 1], w_up.T * norm_weight[:, None])
     assert torch.equal(packed.w_down_t, w_down.T)
 
 
@@ -320,7 +320,7 @@ def test_small_tiles_of_the_packed_kernel_match_the_reference():
 
 
 @triton.jit
-def _packed_bug_kernel(x_ptr, nw_ptr, w_ptr, h_ptr, M, N, K, eps, stride_xm, stride_wk, stride_hm,
+def _packed_bug_kernel(x_ptr, w_ptr, h_ptr, M, N, K, eps, stride_xm, stride_wk, stride_hm,
                        BUG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr):
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -332,13 +332,10 @@ def _packed_bug_kernel(x_ptr, nw_ptr, w_ptr, h_ptr, M, N, K, eps, stride_xm, str
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + rk
         x = tl.load(x_ptr + (rm % M)[:, None] * stride_xm + kk[None, :], mask=kk[None, :] < K, other=0.0)
-        x = x.to(tl.float32)
-        sum_sq += tl.sum(x * x, axis=1)
-        nw = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-        a = (x * nw[None, :]).to(w_ptr.dtype.element_ty)
+        sum_sq += tl.sum(x.to(tl.float32) * x.to(tl.float32), axis=1)
         w_offs = kk[:, None] * stride_wk + (rw % (2 * N))[None, :]
-        w = tl.load(w_ptr + w_offs, mask=kk[:, None] < K, other=0.0)
-        acc = tl.dot(a, w, acc)
+        w = tl.load(w_ptr + w_offs, mask=kk[:, None] < K, other=0.0)  # norm_weight is folded into w_gu
+        acc = tl.dot(x, w, acc)
     rstd = tl.rsqrt(sum_sq / K + eps)
     if BUG == "halves":  # left half as gate, right half as up: but the columns are interleaved
         g, u = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N)), (0, 2, 1)))
@@ -357,7 +354,7 @@ def _buggy_packed_mlp(bug: str):
         N = packed.w_gu.shape[1] // 2
         h = torch.empty((M, N), dtype=x.dtype)
         _packed_bug_kernel[(triton.cdiv(M, 64), triton.cdiv(N, 64))](
-            x, packed.norm_weight, packed.w_gu, h, M, N, K, eps, x.stride(0), packed.w_gu.stride(0),
+            x, packed.w_gu, h, M, N, K, eps, x.stride(0), packed.w_gu.stride(0),
             h.stride(0), BUG=bug, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64)
         matmul(h, packed.w_down_t, out)
     return rmsnorm_mlp

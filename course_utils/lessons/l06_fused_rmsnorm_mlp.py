@@ -153,9 +153,9 @@ def mlp_config(M: int, element_size: int = 2) -> dict:
         return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=2 * k_slice, GROUP_M=1, num_warps=4, num_stages=4)
     if M <= 64:
         return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
-    # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile.
-    # 4 stages: the fastest prefill tile of the committed H200 sweep (fp16 1.36 ms against 1.48 with 3).
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=8, num_warps=8, num_stages=4)
+    # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile; 3 stages
+    # and groups of 4 tile rows were the fastest of the H200 sweep for the plain-matmul K loop.
+    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=4, num_warps=8, num_stages=3)
 
 
 @triton.jit
@@ -227,16 +227,21 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 # rmsnorm(x) @ W.T = ((x * norm_weight) @ W.T) / rms(x)      (row by row)
 # ```
 #
-# The gate/up kernel already streams every tile of `x` through its K loop, so it can also add up
-# `sum(x**2)` per row (in fp32) on the way, multiply the tile by `norm_weight` as it loads it, and in
-# the epilogue scale the rows by `1 / sqrt(sum / K + eps)` before the SiLU. Then `h` (rows,
-# intermediate) is written once and the down projection is lesson 03's `matmul`: two launches for
-# the block instead of Hugging Face's 13 (in fp16).
+# `norm_weight` is constant along the rows, so it goes into the packed weight once
+# (`w_gu[k, :] *= norm_weight[k]`), and the K loop of the gate/up kernel is a plain matmul of `x`
+# with that weight. `1 / rms(x)` is a row scale for the epilogue: after the loop, the kernel walks the
+# same `BLOCK_M` rows of `x` once more (from L2, no tensor-core work) adding up `sum(x**2)` in fp32, and
+# scales the accumulator's rows by `1 / sqrt(sum / K + eps)` before the SiLU. (Summing `x**2` inside
+# the K loop works too, but it pulls every `x` tile out of shared memory into registers beside the
+# tensor cores' reads, and the H200 measured that loop slower than cuBLAS-sized plain matmul.) Then `h`
+# (rows, intermediate) is written once and the down projection is a second launch: two launches for
+# the block instead of Hugging Face's 13 (in fp16); at decode sizes the down projection splits K
+# (`down_split_k`, given), since 16 rows x 1024 columns are too few output tiles for a whole GPU.
 #
 # **One merged weight, one accumulator.** The weights are packed **once**, as an inference engine
 # does when it loads a model (vLLM merges `gate_proj` and `up_proj` the same way), into
 # `w_gu`, an `(H, 2I)` row-major matrix whose columns interleave gate and up,
-# `w_gu[:, 2j] = w_gate[j, :]` and `w_gu[:, 2j + 1] = w_up[j, :]`. Each K step is then **one**
+# `w_gu[:, 2j] = norm_weight * w_gate[j, :]` and `w_gu[:, 2j + 1] = norm_weight * w_up[j, :]`. Each K step is then **one**
 # `tl.dot` of the `(BLOCK_M, BLOCK_K)` tile of `x` with a `(BLOCK_K, 2 * BLOCK_N)` tile of `w_gu` into
 # one `(BLOCK_M, 2 * BLOCK_N)` accumulator: a plain matmul, cuBLAS-sized (128 x 256), with B in the
 # row-major layout that lesson 03's matmul runs fastest. The epilogue splits it again: column `2j` of
@@ -251,10 +256,10 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 # reads fastest. (Whether the whole fused block then beats three separate kernels depends on the
 # size: the lesson's measurements say where.)
 #
-# Mind the rounding: multiplying each `x` tile by `norm_weight` and converting it to the weights'
-# dtype before the `tl.dot` rounds the *un-normalized* `x * norm_weight` to 16 bits (Hugging Face
-# rounds the normalized value): the same relative precision, but in fp16 a large `x * norm_weight`
-# can overflow 65504 where the normalized value cannot. The check's inputs stay in range.
+# Mind the rounding: the packed weight holds `norm_weight * w` rounded once to 16 bits, and `x` goes
+# into the dot as it is (Hugging Face rounds the normalized `x / rms(x)` to 16 bits, then multiplies by
+# `norm_weight`): the same relative precision, one rounding fewer on the activations, and nothing here
+# can overflow fp16, since `x` itself is a 16-bit input.
 #
 # `pack_mlp_weights` (given) packs with lesson 02's `copy_2d`, which addresses `out` with its strides:
 # `w_gu[:, 0::2]` is an `(H, I)` view of the even columns. You write the kernel and
@@ -264,77 +269,165 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 class PackedMLP(NamedTuple):
     """The block's weights in the layouts the fused kernels read, made once by pack_mlp_weights."""
 
-    norm_weight: torch.Tensor  # (H,) the RMSNorm weight, applied to each tile of x as it is loaded
-    w_gu: torch.Tensor  # (H, 2I) row-major: column 2j is w_gate[j, :], column 2j + 1 is w_up[j, :]
+    norm_weight: torch.Tensor  # (H,) the RMSNorm weight, already folded into w_gu (kept for reference)
+    w_gu: torch.Tensor  # (H, 2I) row-major: w_gu[k, 2j] = norm_weight[k] * w_gate[j, k], 2j + 1: w_up
     w_down_t: torch.Tensor  # (I, H) w_down.T, row-major (any strides work: it goes to lesson 03's matmul)
+
+
+@triton.jit
+def scale_rows_kernel(w_ptr, s_ptr, n_rows, n_cols, stride_wm, stride_s,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """w[m, :] *= s[m] in place, for a contiguous-row (n_rows, n_cols) w; one (BLOCK_M, BLOCK_N) tile each."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    mask = (offs_m[:, None] < n_rows) & (offs_n[None, :] < n_cols)
+    ptrs = w_ptr + offs_m[:, None].to(tl.int64) * stride_wm + offs_n[None, :]
+    scale = tl.load(s_ptr + offs_m * stride_s, mask=offs_m < n_rows, other=0.0).to(tl.float32)
+    w = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, (w * scale[:, None]).to(w_ptr.dtype.element_ty), mask=mask)  # one rounding
 
 
 def pack_mlp_weights(norm_weight: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                      w_down: torch.Tensor) -> PackedMLP:
-    """Pack nn.Linear weights once: gate and up interleaved column by column, w_down transposed.
+    """Pack nn.Linear weights once: gate and up interleaved column by column with norm_weight folded
+    in (row k of w_gu times norm_weight[k]), w_down transposed.
 
-    Three copies with lesson 02's copy_2d: it reads and writes 3 x H x I elements (135 MB for the toy
-    Llama in fp16), once per model, not once per call.
+    Three copies with lesson 02's copy_2d and one scaling: 3 x H x I elements read and written (135 MB
+    for the toy Llama in fp16), once per model, not once per call.
     """
     inter, hidden = w_gate.shape
     w_gu = torch.empty((hidden, 2 * inter), device=w_gate.device, dtype=w_gate.dtype)  # (H, 2I)
     copy_2d(w_gate.t(), w_gu[:, 0::2], BLOCK_M=64, BLOCK_N=64)  # (H, I) view: the even columns, stride 2
     copy_2d(w_up.t(), w_gu[:, 1::2], BLOCK_M=64, BLOCK_N=64)  # the odd columns
+    # (x * nw) @ W.T == x @ (nw[:, None] * W.T): fold norm_weight into the rows of w_gu
+    scale_rows_kernel[(triton.cdiv(hidden, 64), triton.cdiv(2 * inter, 64))](
+        w_gu, norm_weight, hidden, 2 * inter, w_gu.stride(0), norm_weight.stride(0), BLOCK_M=64, BLOCK_N=64)
     w_down_t = torch.empty((inter, hidden), device=w_down.device, dtype=w_down.dtype)  # (I, H)
     copy_2d(w_down.t(), w_down_t, BLOCK_M=64, BLOCK_N=64)
     return PackedMLP(norm_weight, w_gu, w_down_t)
 
 
 @triton.jit
-def rmsnorm_gate_up_silu_kernel(x_ptr, nw_ptr, w_ptr, h_ptr, M, N, K, eps,
-                                stride_xm, stride_xk, stride_nw, stride_wk, stride_wn, stride_hm, stride_hn,
+def rmsnorm_gate_up_silu_kernel(x_ptr, w_ptr, h_ptr, M, N, K, eps,
+                                stride_xm, stride_xk, stride_wk, stride_wn, stride_hm, stride_hn,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                 GROUP_M: tl.constexpr):
     # BEGIN SOLUTION
     # Grouped order (lesson 03) over the (BLOCK_M, BLOCK_N) tiles of h (M, N); the weight tile is
     # 2 * BLOCK_N columns of w_gu (K, 2N): gate, up, gate, up, ...
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of x and h
-    rw = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)  # (2 * BLOCK_N,) columns of w_gu
-    rk = tl.arange(0, BLOCK_K)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of x and h
+    offs_w = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)  # (2 * BLOCK_N,) columns of w_gu
+    offs_k = tl.arange(0, BLOCK_K)
     # Past the edges, load valid rows and columns again (% M, % 2N: the start is even, so a gate column
     # stays a gate column) instead of masking; the store below drops them.
-    rm_in = (rm % M).to(tl.int64)  # rows * stride can pass 2^31 on big activations
-    x_ptrs = x_ptr + rm_in[:, None] * stride_xm + rk[None, :] * stride_xk  # (BLOCK_M, BLOCK_K)
-    w_ptrs = w_ptr + rk[:, None] * stride_wk + (rw % (2 * N))[None, :] * stride_wn  # (BLOCK_K, 2 * BLOCK_N)
-    acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)  # (x * norm_weight) @ w_gu tile, interleaved
-    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)  # sum(x**2) of each row, built up tile by tile
-    # Per K step: load (BLOCK_M + 2 * BLOCK_N) * BLOCK_K elements, do 4 * BLOCK_M * BLOCK_N * BLOCK_K FLOPs.
+    rows_in = (offs_m % M).to(tl.int64)  # rows * stride can pass 2^31 on big activations
+    x_ptrs = x_ptr + rows_in[:, None] * stride_xm + offs_k[None, :] * stride_xk  # (BLOCK_M, BLOCK_K)
+    w_ptrs = w_ptr + offs_k[:, None] * stride_wk + (offs_w % (2 * N))[None, :] * stride_wn  # (BLOCK_K, 2 * BLOCK_N)
+    acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)  # x @ w_gu tile, gate and up interleaved
+    # The K loop is a plain matmul (norm_weight is folded into w_gu): per step, load
+    # (BLOCK_M + 2 * BLOCK_N) * BLOCK_K elements, do 4 * BLOCK_M * BLOCK_N * BLOCK_K FLOPs.
     for k0 in range(0, K, BLOCK_K):
-        k_ok = rk + k0 < K  # the last K block is partial when K is no multiple of BLOCK_K
-        x = tl.load(x_ptrs, mask=k_ok[None, :], other=0.0).to(tl.float32)  # (BLOCK_M, BLOCK_K)
-        nw = tl.load(nw_ptr + (rk + k0) * stride_nw, mask=k_ok, other=0.0).to(tl.float32)  # (BLOCK_K,)
-        sum_sq += tl.sum(x * x, axis=1)  # fp32: the statistic never sees fp16's range
-        a = (x * nw[None, :]).to(w_ptr.dtype.element_ty)  # x * norm_weight, back to the weights' dtype
+        k_ok = offs_k + k0 < K  # the last K block is partial when K is no multiple of BLOCK_K
+        x = tl.load(x_ptrs, mask=k_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_K), straight to the dot
         w = tl.load(w_ptrs, mask=k_ok[:, None], other=0.0)  # (BLOCK_K, 2 * BLOCK_N)
-        acc = tl.dot(a, w, acc)  # ONE dot for gate and up: a cuBLAS-sized tile
+        acc = tl.dot(x, w, acc)  # ONE dot for gate and up: a cuBLAS-sized tile
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
+    # Epilogue, first the statistics: a second pass over the same BLOCK_M rows of x (from L2, BLOCK_M x K
+    # elements, no tensor-core work), so that the K loop above stays a plain matmul.
+    x_ptrs = x_ptr + rows_in[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = tl.load(x_ptrs, mask=(offs_k + k0 < K)[None, :], other=0.0).to(tl.float32)
+        sum_sq += tl.sum(x * x, axis=1)  # fp32: the statistic never sees fp16's range
+        x_ptrs += BLOCK_K * stride_xk
     rstd = tl.rsqrt(sum_sq / K + eps)  # (BLOCK_M,) 1 / rms(x), eps inside the square root
     # Column 2j of the tile is gate j, column 2j + 1 is up j: (BLOCK_M, BLOCK_N, 2), split the last axis.
     g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))  # each (BLOCK_M, BLOCK_N)
-    g = g * rstd[:, None]  # = rmsnorm(x) @ w_gate.T: the scale goes in BEFORE the silu
+    g = g * rstd[:, None]  # = rmsnorm(x) @ w_gate.T: the row scale goes in BEFORE the silu
     u = u * rstd[:, None]
     h = g * tl.sigmoid(g) * u  # silu(gate) * up, in fp32, in registers
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) columns of h
-    tl.store(h_ptr + rm[:, None].to(tl.int64) * stride_hm + rn[None, :] * stride_hn,
-             h.to(h_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) columns of h
+    tl.store(h_ptr + offs_m[:, None].to(tl.int64) * stride_hm + offs_n[None, :] * stride_hn,
+             h.to(h_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
     # END SOLUTION
 
 
+@triton.jit
+def down_split_k_kernel(h_ptr, w_ptr, out_ptr, M, N, K, k_chunk, stride_hm, stride_hk, stride_wk, stride_wn,
+                        stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr):
+    """out += h[:, chunk] @ w[chunk, :] for one (BLOCK_M, BLOCK_N) tile and one chunk of K (split-K).
+
+    Grid (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N), n_chunks); out starts at zero and every chunk adds its
+    fp32 partial sums with an atomic add (in out's dtype), so the order of the additions varies from run
+    to run: the result can differ in the last bits between two runs.
+    """
+    n_tiles_n = tl.cdiv(N, BLOCK_N)
+    offs_m = (tl.program_id(0) // n_tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_n = (tl.program_id(0) % n_tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    k_start = tl.program_id(1) * k_chunk
+    k_end = tl.minimum(k_start + k_chunk, K)
+    offs_k = tl.arange(0, BLOCK_K)
+    h_ptrs = h_ptr + (offs_m % M)[:, None] * stride_hm + (k_start + offs_k)[None, :] * stride_hk
+    w_ptrs = w_ptr + (k_start + offs_k)[:, None] * stride_wk + (offs_n % N)[None, :] * stride_wn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):  # read BLOCK_N x k_chunk weights, once in the whole grid
+        k_ok = offs_k < k_end - k0
+        a = tl.load(h_ptrs, mask=k_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_K)
+        b = tl.load(w_ptrs, mask=k_ok[:, None], other=0.0)  # (BLOCK_K, BLOCK_N)
+        acc = tl.dot(a, b, acc)
+        h_ptrs += BLOCK_K * stride_hk
+        w_ptrs += BLOCK_K * stride_wk
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.atomic_add(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+                  acc.to(out_ptr.dtype.element_ty), mask=mask, sem="relaxed")
+
+
+SPLIT_K_ROWS = 16  # up to this many rows the down projection splits K (skinny: few output tiles)
+
+
+def down_split_k(h: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config: triton.Config) -> None:
+    """out = h @ w with K split in chunks (config.kwargs SPLIT_K of them) whose partial sums add up in out.
+
+    h (M, K), w (K, N) any strides (the down projection: (rows, intermediate) @ (intermediate, hidden)).
+    At M = 16, hidden 1024 there are only 1024 / BLOCK_N output tiles, far fewer than the GPU has SMs:
+    splitting K gives every SM its share of the weight stream.
+    """
+    M, K = h.shape
+    N = w.shape[1]
+    kw = config.kwargs
+    k_chunk = triton.cdiv(triton.cdiv(K, kw["BLOCK_K"]), kw["SPLIT_K"]) * kw["BLOCK_K"]  # whole K blocks
+    out.zero_()  # the chunks add into it
+    grid = (triton.cdiv(M, kw["BLOCK_M"]) * triton.cdiv(N, kw["BLOCK_N"]), triton.cdiv(K, k_chunk))
+    down_split_k_kernel[grid](h, w, out, M, N, K, k_chunk, h.stride(0), h.stride(1), w.stride(0), w.stride(1),
+                              out.stride(0), out.stride(1), BLOCK_M=kw["BLOCK_M"], BLOCK_N=kw["BLOCK_N"],
+                              BLOCK_K=kw["BLOCK_K"], num_warps=config.num_warps, num_stages=config.num_stages)
+
+
 def down_tile(M: int, element_size: int = 2) -> triton.Config | None:
-    """The down projection's tile for lesson 03's matmul; None lets its autotuner choose (many rows)."""
+    """The down projection's tile: split-K for a decode step, lesson 03's tiles otherwise.
+
+    With SPLIT_K in its kwargs the config is for down_split_k; None lets lesson 03's autotuner choose.
+    """
     if current().interpret:
         return triton.Config(dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1), num_warps=4, num_stages=1)
-    if M <= 64:  # (M, 11008) @ (11008, 1024): 16-wide column tiles give 64 programs streaming w_down.T
-        return triton.Config(dict(BLOCK_M=16 if M <= 16 else 64, BLOCK_N=16, BLOCK_K=512 // element_size,
-                                  GROUP_M=1), num_warps=4, num_stages=4)
+    if M <= SPLIT_K_ROWS:  # (16, 11008) @ (11008, 1024): 32 column tiles x 4 chunks of K = 128 programs
+        return triton.Config(dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=512 // element_size, SPLIT_K=4),
+                             num_warps=4, num_stages=4)
+    if M <= 64:  # 16-wide column tiles give 64 programs streaming w_down.T
+        return triton.Config(dict(BLOCK_M=64, BLOCK_N=16, BLOCK_K=512 // element_size, GROUP_M=1),
+                             num_warps=4, num_stages=4)
     return None
+
+
+def down_proj(h: torch.Tensor, w_down_t: torch.Tensor, out: torch.Tensor, down: triton.Config | None) -> None:
+    """out = h @ w_down_t: split-K when the config asks for it, else lesson 03's matmul."""
+    if down is not None and "SPLIT_K" in down.kwargs:
+        down_split_k(h, w_down_t, out, down)
+    else:
+        matmul(h, w_down_t, out, config=down)
 
 
 def rmsnorm_mlp_packed(x: torch.Tensor, packed: PackedMLP, eps: float, out: torch.Tensor,
@@ -342,8 +435,8 @@ def rmsnorm_mlp_packed(x: torch.Tensor, packed: PackedMLP, eps: float, out: torc
     """out = down(silu(gate(n)) * up(n)), n = rmsnorm(x), from weights packed by pack_mlp_weights.
 
     x and out (rows, hidden), x with any strides. config: tiles of the fused gate/up kernel (default
-    mlp_config; BLOCK_N counts columns of h, the weight tile is 2 * BLOCK_N wide); down: lesson 03's
-    matmul config for the down projection (default down_tile).
+    mlp_config; BLOCK_N counts columns of h, the weight tile is 2 * BLOCK_N wide); down: the down
+    projection's config (default down_tile), for down_proj.
     """
     # BEGIN SOLUTION
     M, K = x.shape
@@ -352,12 +445,12 @@ def rmsnorm_mlp_packed(x: torch.Tensor, packed: PackedMLP, eps: float, out: torc
     h = torch.empty((M, N), device=x.device, dtype=x.dtype)  # (rows, intermediate): the only intermediate
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)  # one program per tile of h
     rmsnorm_gate_up_silu_kernel[grid](
-        x, packed.norm_weight, packed.w_gu, h, M, N, K, eps, x.stride(0), x.stride(1),
-        packed.norm_weight.stride(0), packed.w_gu.stride(0), packed.w_gu.stride(1), h.stride(0), h.stride(1),
+        x, packed.w_gu, h, M, N, K, eps, x.stride(0), x.stride(1),
+        packed.w_gu.stride(0), packed.w_gu.stride(1), h.stride(0), h.stride(1),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    # (rows, intermediate) @ (intermediate, hidden): lesson 03's matmul on the row-major w_down.T
-    matmul(h, packed.w_down_t, out, config=down or down_tile(M, x.element_size()))
+    # (rows, intermediate) @ (intermediate, hidden) on the row-major w_down.T
+    down_proj(h, packed.w_down_t, out, down or down_tile(M, x.element_size()))
     # END SOLUTION
 
 
