@@ -13,6 +13,8 @@
 # In interpreter mode (no GPU) the kernels run on the CPU through Triton's interpreter: same code,
 # smaller sizes. fp32 dots are exact there; on a GPU they use TF32 tensor cores unless asked
 # otherwise, and the checks' tolerances allow both.
+#
+# The lesson: [03 · Matmul](../notebooks/03_matmul.ipynb).
 
 # %% [setup]
 
@@ -26,6 +28,9 @@ from course_utils.lessons.l02_first_kernels import copy_2d  # noqa: E402
 
 # %% [markdown]
 # ## 03.grouped_pid: the launch order of the tiles
+#
+# Taught in [The grouped launch order](../notebooks/03_matmul.ipynb#The-grouped-launch-order), next to worked siblings for
+# row-major and column-major order.
 #
 # A tiled matmul launches one program per `BLOCK_M x BLOCK_N` tile of `out`: a grid of
 # `num_pid_m x num_pid_n` tiles, but programs are numbered `pid = 0, 1, 2, ...` in one dimension.
@@ -69,6 +74,9 @@ def grouped_pid(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple
 # %% [markdown]
 # ## 03.matmul_naive: one output element per program
 #
+# Taught in [One output per program](../notebooks/03_matmul.ipynb#One-output-per-program:-a-matrix-vector-product), with a
+# matrix-vector product as the worked sibling.
+#
 # `out[m, n] = sum_k a[m, k] * b[k, n]` for `a (M, K)`, `b (K, N)` with any strides, `out (M, N)`.
 # The strawman: a 2-D grid of `M x N` programs; program `(m, n)` walks row `m` of `a` and column `n`
 # of `b` in chunks of `BLOCK_K` (mask the last chunk: `K` is any length), multiplies in fp32 and
@@ -108,7 +116,11 @@ def matmul_naive(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
 # %% [check] 03.matmul_naive
 
 # %% [markdown]
-# ## 03.matmul: tiles, `tl.dot`, the grouped order, autotuning
+# ## 03.matmul: tiles, tl.dot, the grouped order, autotuning
+#
+# Taught in [Tiling: the traffic algebra](../notebooks/03_matmul.ipynb#Tiling:-the-traffic-algebra),
+# [The tiled kernel with tl.dot](../notebooks/03_matmul.ipynb#The-tiled-kernel-with-tl.dot) (worked sibling: a tiled
+# `alpha * (a @ b)`) and [The grouped launch order](../notebooks/03_matmul.ipynb#The-grouped-launch-order).
 #
 # One program per `BLOCK_M x BLOCK_N` tile of `out`. It walks `K` in steps of `BLOCK_K`: load an
 # `(BLOCK_M, BLOCK_K)` tile of `a` and a `(BLOCK_K, BLOCK_N)` tile of `b`, and accumulate
@@ -135,8 +147,10 @@ def grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 # %% [markdown]
 # Block sizes are not yours to fix by hand: `@triton.autotune` times a few candidate `triton.Config`s
-# the first time it sees a new `key` (here `M, N, K` and the fp32 dot precision; the autotuner adds
-# the dtypes of the tensor arguments itself) and remembers the fastest. On a GPU the candidates are
+# the first time it sees a new `key` (here `M, N, K`, the operands' layout and the fp32 dot precision;
+# the autotuner adds the dtypes of the tensor arguments itself) and remembers the fastest. The layout
+# is in the key through `stride_ak` and `stride_bk`: `stride_bk == 1` is a K-major b (an `nn.Linear`
+# weight viewed as `w.t()`), `stride_bk == N` a row-major one, and each runs fastest with its own tile. On a GPU the candidates are
 # tiles that suit Hopper and Ampere tensor cores; in the interpreter there is one small tile (timing
 # means nothing there). `select_configs` prunes the list before any timing:
 # - `BLOCK_K` is chosen so that a tile row is 128 bytes: 64 fp16/bf16 elements, 32 fp32 elements
@@ -221,7 +235,7 @@ def dot_precision(dtype: torch.dtype) -> str:
 # benchmarks; `03.matmul` only calls `matmul(a, b, out)`.
 
 # %%
-@triton.autotune(configs=matmul_configs(), key=["M", "N", "K", "INPUT_PRECISION"],
+@triton.autotune(configs=matmul_configs(), key=["M", "N", "K", "stride_ak", "stride_bk", "INPUT_PRECISION"],
                  prune_configs_by={"early_config_prune": select_configs})
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K), b (K, N), c (M, N), bias (N,)
@@ -299,6 +313,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
 
 # %% [markdown]
 # ## 03.linear_relu: a fused epilogue
+#
+# Taught in [A fused epilogue](../notebooks/03_matmul.ipynb#A-fused-epilogue:-GEMM-+-bias-+-ReLU) (worked sibling: a scaled
+# linear layer on `w.t()`).
 #
 # `out = relu(x @ w.T + bias)` with `x (M, K)`, `w (N, K)` stored the way `nn.Linear` stores its
 # weight, `bias (N,)`, `out (M, N)`, in **one** kernel launch. No new kernel: `w.t()` is a `(K, N)`
