@@ -353,11 +353,28 @@ def test_quiz_views():
     assert checks.quiz("01.quiz_views", ", ".join(sorted(copies)).upper()) is True
     with pytest.raises(CheckFailed) as info:
         checks.quiz("01.quiz_views", "".join(sorted(copies))[1:])
-    assert "cannot be a view" in str(info.value)
+    assert "1 more are copies" in str(info.value)
     for k in copies:
         assert f"({k})" not in str(info.value)
     with pytest.raises(CheckFailed, match="no option z"):
         checks.quiz("01.quiz_views", "z")
+
+
+def test_quiz_views_teaches_why_pytorch_copies():
+    """Fancy indexing and flip copy although (offset, strides) could describe them: the question asks
+    what PyTorch copies, and the feedback gives the rule a student missed."""
+    t = torch.arange(24.0).reshape(4, 6)
+    rows = t[[0, 2], :]
+    assert torch.equal(rows, t.as_strided((2, 6), (12, 1))), "describable by strides, yet a copy"
+    copies = checks._copies()
+    index = next(k for k, (text, _) in checks.VIEW_OPTIONS.items() if "[[" in text)
+    flip = next(k for k, (text, _) in checks.VIEW_OPTIONS.items() if "flip" in text)
+    assert {index, flip} <= copies
+    for left_out, rule in ((index, "list or tensor of indices always copies"), (flip, "no negative strides")):
+        with pytest.raises(CheckFailed, match=rule):
+            checks.quiz("01.quiz_views", "".join(sorted(copies - {left_out})))
+    with pytest.raises(CheckFailed, match="returns as a view"):
+        checks.quiz("01.quiz_views", "".join(sorted(copies | {"a"})))
 
 
 def test_quiz_bound():

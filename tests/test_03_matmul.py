@@ -354,11 +354,19 @@ def test_fusing_the_epilogue_saves_2mn():
 
 
 def test_matmul_flops_and_names():
-    assert bench.matmul_flops(2, 3, 4) == 48
+    for M, N, K in ((2, 3, 4), (1, 1, 1), (4096, 4096, 4096)):
+        assert bench.matmul_flops(M, N, K) == 2 * M * N * K
     assert bench.size_of("matmul fp16 4096^3") == 4096
     assert bench.size_of("matmul fp32 tf32 4096^3") is None
     assert bench.size_of("linear_relu fp16 (64,256,128)") is None
-    assert bench.config_name(matmul_configs(interpret=False)[0]) == "128x256x64 w8 s3 g8"
+    names = set()
+    for cfg in matmul_configs(interpret=False):  # a name says the config, and tells configs apart
+        kw = cfg.kwargs
+        name = bench.config_name(cfg)
+        assert name.startswith(f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{cfg.num_warps} "
+                               f"s{cfg.num_stages}"), name
+        names.add(name)
+    assert len(names) == len(matmul_configs(interpret=False))
 
 
 def test_plot_vs_size_draws_one_line_per_implementation_and_dtype():
@@ -386,3 +394,75 @@ def test_only_tf32_gets_the_k_major_copy_on_hopper(monkeypatch):
             l03.matmul(a, b, out, input_precision=precision)
         assert len(watch.launches) == launches, (dtype, precision, watch.launches)
         torch.testing.assert_close(out.float(), (a.double() @ b.double()).float(), atol=0.05, rtol=0.01)
+
+
+# --- the checks' newer cases: strided out, an fp16 accumulator, fusion ------------------------------
+
+@triton.jit
+def matmul_fixed_out_strides_kernel(a_ptr, b_ptr, out_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                    ACC_FP16: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16 if ACC_FP16 else tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak,
+                    mask=(offs_m[:, None] < M) & (k0 + offs_k[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k0 + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                    mask=(k0 + offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        acc += tl.dot(a, b).to(acc.dtype)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _fixed(acc_fp16: bool):
+    """A matmul that writes out as if its strides were (N, 1); with acc_fp16, accumulating in fp16."""
+    def matmul_fixed(a, b, out):
+        M, K = a.shape
+        N = b.shape[1]
+        grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+        matmul_fixed_out_strides_kernel[grid](a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+                                              b.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, ACC_FP16=acc_fp16)
+    return matmul_fixed
+
+
+def test_matmul_with_out_strides_hard_coded_fails_on_a_strided_out():
+    err = failure("03.matmul", _fixed(False), "out padded", "address out with its strides")
+    assert "written between its rows" in str(err) or "never written" in str(err)
+
+
+def test_matmul_with_an_fp16_accumulator_fails_the_long_k_case():
+    from course_utils.checks.l03_matmul import long_k_tolerance
+
+    a = torch.randn(33, 4096, dtype=torch.float16, device=current().device)
+    b = torch.randn(4096, 17, dtype=torch.float16, device=current().device)
+    exact = a.double() @ b.double()
+    atol, rtol = long_k_tolerance(torch.float16, 4096)
+    good = torch.empty(33, 17, dtype=torch.float16, device=a.device)
+    bad = torch.empty_like(good)
+    _fixed(False)(a, b, good)
+    _fixed(True)(a, b, bad)
+    assert bool(((good.double() - exact).abs() <= atol + rtol * exact.abs()).all()), "fp32 accumulation passes"
+    assert not bool(((bad.double() - exact).abs() <= atol + rtol * exact.abs()).all()), "fp16 accumulation fails"
+
+
+@triton.jit
+def relu_inplace_kernel(out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    tl.store(out_ptr + offsets, tl.maximum(tl.load(out_ptr + offsets, mask=mask), 0.0), mask=mask)
+
+
+def test_linear_relu_as_matmul_then_a_relu_launch_is_not_fused():
+    def two_launches(x, w, bias, out):
+        matmul(x, w.t(), out, bias=bias)  # bias in the epilogue, ReLU in a second kernel
+        relu_inplace_kernel[(triton.cdiv(out.numel(), 1024),)](out, out.numel(), BLOCK=1024)
+
+    failure("03.linear_relu", two_launches, "launched 2 kernels on the activations (matmul_kernel, "
+            "relu_inplace_kernel); this exercise asks for one kernel", "bias and ReLU are applied")
+
+
+def test_linear_relu_without_the_relu_is_named():
+    failure("03.linear_relu", lambda x, w, bias, out: matmul(x, w.t(), out, bias=bias),
+            "that is x @ w.T + bias without the ReLU")
