@@ -1,7 +1,10 @@
-"""The README's start command brings up JupyterLab, serving the course notebooks on 127.0.0.1."""
+"""The README's start command brings up JupyterLab on the course notebooks, and a student can use it:
+in a real browser (Debian's Chromium driven by Playwright) the doctor runs through the UI, and a lesson
+shows its kernels as code cells."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from course_utils import chromium
+
 ROOT = Path(__file__).resolve().parent.parent
+needs_venv = pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "jupyter").exists(),
+                                reason="needs the .venv made by the installer")
 
 
 def _free_port() -> int:
@@ -21,25 +28,62 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "jupyter").exists(), reason="needs the .venv made by the installer")
-def test_lab_serves_the_notebooks():
+@pytest.fixture(scope="module")
+def lab():
+    """The README's start command on a free port, without a token; yields its base URL."""
     port = _free_port()
     cmd = [sys.executable, "-m", "course_utils", "lab", f"--port={port}", "--no-browser",
            "--IdentityProvider.token=", "--ServerApp.password="]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
-        body = None
-        while time.time() < deadline and body is None:
+        while time.time() < deadline:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/notebooks", timeout=5) as r:
-                    body = r.read().decode()
+                with urllib.request.urlopen(f"{url}/api/status", timeout=5):
+                    break
             except OSError:
                 time.sleep(1)
-        assert body is not None, "JupyterLab did not answer within 90 s"
-        assert "00_setup.ipynb" in body and "02_first_kernels.ipynb" in body
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab", timeout=10) as r:
-            assert r.status == 200 and "JupyterLab" in r.read().decode()
+        else:
+            pytest.fail("JupyterLab did not answer within 90 s")
+        yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+@needs_venv
+def test_lab_serves_the_notebooks(lab):
+    with urllib.request.urlopen(f"{lab}/api/contents/notebooks", timeout=10) as r:
+        body = r.read().decode()
+    assert "00_setup.ipynb" in body and "02_first_kernels.ipynb" in body
+    with urllib.request.urlopen(f"{lab}/lab", timeout=10) as r:
+        assert r.status == 200 and "JupyterLab" in r.read().decode()
+
+
+def _open(tab, url: str):
+    tab.goto(url)
+    tab.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    tab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'], "
+                "#jp-main-statusbar :text('Idle')").first.wait_for(timeout=60_000)
+
+
+@needs_venv
+@pytest.mark.skipif(chromium.available() is not None, reason=str(chromium.available()))
+def test_a_student_runs_the_doctor_in_the_browser(lab):
+    with chromium.page(width=1400, height=1000) as tab:
+        _open(tab, f"{lab}/lab/tree/notebooks/00_setup.ipynb")
+        tab.get_by_role("menuitem", name="Run", exact=True).click()
+        tab.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+        doctor = tab.locator(".jp-OutputArea-output", has_text=re.compile(r"tiny kernel\s+ok"))
+        doctor.first.wait_for(state="attached", timeout=240_000)
+
+
+@needs_venv
+@pytest.mark.skipif(chromium.available() is not None, reason=str(chromium.available()))
+def test_a_lesson_shows_its_kernels_as_code(lab):
+    with chromium.page(width=1400, height=1000) as tab:
+        _open(tab, f"{lab}/lab/tree/notebooks/02_first_kernels.ipynb")
+        kernels = tab.locator(".jp-CodeCell .jp-InputArea-editor", has_text="@triton.jit")
+        kernels.first.wait_for(state="attached", timeout=30_000)
+        assert kernels.count() >= 1
