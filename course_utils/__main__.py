@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", default="grades", help="write REPORT.json and REPORT.csv")
     p.add_argument("--jobs", type=int, default=1, help="notebooks graded at once")
     p.add_argument("--seed", type=int, default=None, help="one seed for every check (reproducible grading)")
+    p.add_argument("--memory", type=float, default=None, help="GiB of data memory per sandbox (3, 16 on a GPU)")
     p = sub.add_parser("bench", help="run a lesson's GPU benchmarks and write results/")
     p.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
     p = sub.add_parser("prove", help="on a GPU: execute lesson + solution notebooks, bench, write results/")
@@ -51,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     if args.command == "grade":
         from .grading.batch import main as grade_main
+        from .grading.sandbox import Limits
 
-        return grade_main(args.paths, timeout=args.timeout, report=args.report, jobs=args.jobs, seed=args.seed)
+        return grade_main(args.paths, timeout=args.timeout, report=args.report, jobs=args.jobs, seed=args.seed,
+                          limits=Limits(memory=int(args.memory * (1 << 30))) if args.memory else None)
     if args.command == "bench":
         from .mode import setup
 

@@ -1,4 +1,4 @@
-"""`python -m course_utils grade`: a folder of submissions, each in its own kernel, one table.
+"""`python -m course_utils grade`: a folder of submissions, each in its own sandbox, one table.
 
 The submissions are made here, in a temporary folder, from the lesson 02 notebooks: the solution
 (correct), the exercise with only vector_add solved (partial), broken JSON, an infinite loop, a
@@ -105,20 +105,20 @@ def _rows(table: str) -> list[list[str]]:
 def test_the_table_of_a_folder_of_submissions(graded):
     cells = graded["cells"]
     assert _rows(graded["output"]) == [
-        ["submission", "02.vector_add", "02.relu", "02.copy_2d", "score", "notes"],
-        ["ann_loop.ipynb", "pass", "timed out", "timed out", "1/3",
+        ["submission", "02.vector_add", "02.relu", "02.copy_2d", "score", "flags", "notes"],
+        ["ann_loop.ipynb", "pass", "timed out", "timed out", "1/3", "-",
          f"timed out after {TIMEOUT} s in cell {cells['loop']} (`while True:`)"],
-        ["bob_correct.ipynb", "pass", "pass", "pass", "3/3"],
+        ["bob_correct.ipynb", "pass", "pass", "pass", "3/3", "-"],
         ["cat_partial.ipynb", "pass", "fail: raised NotImplementedError: relu: not written yet",
-         "fail: raised NotImplementedError: copy_2d: not written yet", "1/3"],
-        ["dan_broken.ipynb", "-", "-", "-", "-",
+         "fail: raised NotImplementedError: copy_2d: not written yet", "1/3", "-"],
+        ["dan_broken.ipynb", "-", "-", "-", "-", "-",
          "invalid notebook: not JSON (Unterminated string starting at: line 5 column 14)"],
-        ["eve_crash.ipynb", "pass", "kernel died", "kernel died", "1/3",
+        ["eve_crash.ipynb", "pass", "kernel died", "kernel died", "1/3", "-",
          f"kernel died in cell {cells['crash']} (`import os; os._exit(1)`): exit code 1"],
         ["fay_missing_import.ipynb", "error: NameError: name 'check' is not defined",
-         "error: NameError: name 'check' is not defined", "missing", "0/3",
+         "error: NameError: name 'check' is not defined", "missing", "0/3", "-",
          f"cell {cells['import']} raised ModuleNotFoundError: No module named 'a_module_nobody_has'"],
-        ["gus_no_checks.ipynb", "-", "-", "-", "-", "no check cells: nothing to grade"],
+        ["gus_no_checks.ipynb", "-", "-", "-", "-", "-", "no check cells: nothing to grade"],
     ]
 
 
@@ -138,7 +138,7 @@ def test_the_json_report_has_every_verdict_with_its_seed(graded):
     subs = {s["name"]: s for s in data["submissions"]}
     assert list(subs) == sorted(subs)
     bob = subs["bob_correct.ipynb"]
-    assert (bob["status"], bob["passed"], bob["total"]) == ("graded", 3, 3)
+    assert (bob["status"], bob["passed"], bob["total"], bob["flags"]) == ("graded", 3, 3, [])
     assert all(isinstance(v["seed"], int) and v["status"] == "pass" for v in bob["exercises"].values())
     relu = subs["cat_partial.ipynb"]["exercises"]["02.relu"]
     assert relu["status"] == "fail" and f"seed={relu['seed']})" in relu["detail"]
@@ -216,4 +216,4 @@ def test_table_cuts_long_reasons():
     long = batch.Verdict("fail", "x" * 200)
     sub = batch.Submission("s.ipynb", "s.ipynb", exercises={"02.relu": long})
     row = batch.table_rows([sub])[1]
-    assert row[1] == ("fail: " + "x" * 200)[: batch.CELL_WIDTH - 3] + "..." and row[2] == "0/1"
+    assert row[1] == ("fail: " + "x" * 200)[: batch.CELL_WIDTH - 3] + "..." and row[2] == "0/1" and row[3] == "-"

@@ -1,50 +1,57 @@
-"""Grade exercise notebooks: `python -m course_utils grade PATH... [--timeout S] [--report P]`.
+"""Grade exercise notebooks: `python -m course_utils grade PATH... [--timeout S] [--report P] [--jobs N]`.
 
 PATH is a notebook or a folder of them (searched recursively, checkpoints skipped). Each notebook:
-- is read, never written: it runs from a copy in a fresh temporary folder, which is also the
-  kernel's working directory, so nothing lands next to the submission;
-- runs in its own fresh kernel (`python3`, the grader's Python) with `timeout` seconds in all;
-- before its first cell the grader replaces `course_utils.check` by a recording version: each
-  `check("NN.id", func)` cell runs the real check on fresh random inputs (the seed is recorded),
-  records pass or fail with the reason, and does not raise, so one failing exercise does not stop
-  the others; cells that raise do not stop the notebook either. `progress(...)` is skipped.
+- is read, never written, and runs in a sandbox of its own (sandbox.py: bubblewrap, an unprivileged
+  user, no network, its own PID namespace, a private /tmp, the course package without the solutions,
+  limits on memory, processes, output and time), `timeout` seconds in all, cell by cell;
+- when a cell calls `check("NN.id", func)`, the grader (this process) draws the cases from a fresh
+  seed, computes the expected values, sends only the inputs and poisoned output buffers into the
+  sandbox, takes back the bytes the call left and judges them with the harness's own rules and
+  messages (remote.py). Expected values and verdicts never exist in the sandbox; a failing check
+  does not stop the notebook, and neither do cells that raise. `progress(...)` is skipped.
 The exercises of a notebook are the ids of its check cells, plus those of the course's own exercise
 notebook of the same lesson (exercises/NN_*.ipynb) whose check cell was deleted ("missing").
 A notebook that is no valid JSON, has no check cells, imports something missing, loops forever
-("timed out") or kills its kernel ("kernel died") is reported as such, and grading goes on with the
-next one.
+("timed out"), prints too much ("too much output") or kills its process ("kernel died") is reported
+as such, and grading goes on with the next one. Each submission's code is also scanned for
+constructs an honest answer never needs (flags.py): flags are shown, they do not change the grade.
 
 Output: a table (submission x exercise) on stdout, and P.json (everything, including each failure's
-whole message and seed) and P.csv (one row per submission). The exit code is 0 whenever grading
-ran, whatever the students scored; 2 on usage errors (a path that does not exist, no notebooks).
+whole message and seed) and P.csv (one row per submission), written after every sandbox is gone.
+The exit code is 0 whenever grading ran, whatever the students scored; 2 on usage errors (a path
+that does not exist, no notebooks); 130 when interrupted (Ctrl-C, SIGTERM: no report).
 """
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import csv
+import functools
 import json
-import math
+import os
+import random
 import re
 import shutil
+import signal
 import sys
-import tempfile
+import threading
 import time
+import types
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import flags, remote, sandbox
+
 PASS, FAIL, ERROR, TIMED_OUT, DIED, MISSING = "pass", "fail", "error", "timed out", "kernel died", "missing"
+OUTPUT = "too much output"
 # Notebook-level outcomes (Submission.status).
 GRADED, INVALID, NO_CHECKS, KERNEL_ERROR = "graded", "invalid notebook", "no check cells", "kernel error"
 
+STARTUP = 180  # seconds a sandbox may take to start (not counted in the notebook's timeout)
 CELL_WIDTH = 60  # table cells (a failure's reason) are cut to this many characters
 NOTES_WIDTH = 90
-KERNEL_NAME = "python3"
-VERDICTS = ".course_grade_verdicts.jsonl"  # written by the grading kernel inside the temporary folder
-KERNEL_LOG = ".course_grade_kernel.log"
 
 # `check("02.vector_add", add)`: the ids a notebook is graded on (also matches course_utils.check(...)).
 CHECK_CALL = re.compile(r"""\bcheck\(\s*(['"])(\d+\.\w+)\1""")
@@ -76,6 +83,7 @@ class Submission:
     notes: str = ""  # what happened to the notebook as a whole, e.g. "kernel died in cell 6"
     seconds: float = 0.0
     exercises: dict[str, Verdict] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)  # constructs for a human to look at (flags.py)
 
     @property
     def passed(self) -> int:
@@ -88,59 +96,6 @@ class Submission:
     @property
     def score(self) -> str:
         return f"{self.passed}/{self.total}" if self.total else "-"
-
-
-# --- inside the grading kernel ------------------------------------------------------------------
-
-def install_grader(results: str, seed: int | None = None) -> None:
-    """Run in the grading kernel before the student's first cell: make `check` record verdicts.
-
-    Each call of `course_utils.check` (or `course_utils.grading.check`) runs the real check with a
-    fresh seed (or `seed`), appends one JSON line to `results` and prints a one-line verdict instead
-    of raising. The student's own `seed=` is ignored: grading draws its own inputs.
-    """
-    import json as json_
-    import random
-    import traceback
-
-    import course_utils
-    from course_utils import grading
-    from course_utils.grading.harness import CheckFailed
-    from course_utils.grading.harness import check as real_check
-
-    draw = random.SystemRandom()  # independent of any random.seed(...) in the student's notebook
-
-    def record(verdict: dict) -> None:
-        with open(results, "a", encoding="utf-8") as f:
-            f.write(json_.dumps(verdict) + "\n")
-            f.flush()
-
-    def graded_check(exercise_id, candidate, *args, **kwargs):
-        start = time.perf_counter()
-        use = seed if seed is not None else draw.randrange(2**31)
-        verdict = {"exercise": str(exercise_id), "seed": use, "status": PASS, "reason": "", "detail": ""}
-        try:
-            real_check(exercise_id, candidate, seed=use, quiet=True)
-        except CheckFailed as exc:
-            verdict.update(status=FAIL, reason=getattr(exc, "reason", "") or str(exc).splitlines()[0],
-                           detail=str(exc))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # an unknown id, SystemExit in the candidate, a broken CUDA context
-            verdict.update(status=ERROR, reason=f"{type(exc).__name__}: {exc}".splitlines()[0],
-                           detail=traceback.format_exc())
-        verdict["seconds"] = round(time.perf_counter() - start, 3)
-        record(verdict)
-        why = f": {verdict['reason']}" if verdict["reason"] else ""
-        print(f"[grading] {exercise_id}: {verdict['status']}{why}")
-
-    def skipped_progress(lesson, namespace, *args, **kwargs):
-        print("[grading] progress(...) is not run while grading")
-        return {}
-
-    course_utils.check = graded_check
-    grading.check = graded_check
-    course_utils.progress = skipped_progress
 
 
 # --- reading submissions ------------------------------------------------------------------------
@@ -211,69 +166,13 @@ def check_cells(nb) -> dict[int, list[str]]:
 
 @dataclass
 class _Run:
-    stopped: str = ""  # "", TIMED_OUT, DIED or KERNEL_ERROR
+    stopped: str = ""  # "", TIMED_OUT, DIED, OUTPUT or KERNEL_ERROR
     at: int | None = None  # index (in the student's notebook) of the cell where it stopped
     message: str = ""
 
 
-def _stop_on_ctrl_c(stop: Callable[[], None] | None) -> None:
-    """nbclient answers Ctrl-C by killing one kernel and carrying on; make it stop the whole grading."""
-    if stop is None:
-        return
-    import signal
-
-    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, Windows
-        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop)
-
-
-async def _execute(nb, workdir: str, timeout: float, offset: int,
-                   stop: Callable[[], None] | None = None) -> _Run:
-    """Execute the cells of `nb` one by one until done, out of time, or the kernel is gone."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    client = NotebookClient(nb, kernel_name=KERNEL_NAME, allow_errors=True,
-                            timeout=max(1, math.ceil(timeout)), interrupt_on_timeout=False,
-                            shutdown_kernel="immediate", record_timing=False,
-                            resources={"metadata": {"path": workdir}})
-    # The kernel process's own stdout/stderr (not the cells' output): where a dying kernel's last
-    # words go ("Fatal Python error: Segmentation fault"). Kept out of the grader's terminal.
-    log = open(Path(workdir) / KERNEL_LOG, "wb")  # noqa: SIM115 - closed in finally
-    try:
-        async with client.async_setup_kernel(stdout=log, stderr=log):
-            _stop_on_ctrl_c(stop)
-            deadline = time.monotonic() + timeout
-            for index, cell in enumerate(nb.cells):
-                if cell.cell_type != "code" or not cell.source.strip():
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return _Run(TIMED_OUT, index - offset)
-                client.timeout = max(1, math.ceil(left))
-                try:
-                    await client.async_execute_cell(cell, index)
-                except CellTimeoutError:
-                    return _Run(TIMED_OUT, index - offset)
-                except DeadKernelError:
-                    return _Run(DIED, index - offset, _exit_status(client))
-    except DeadKernelError:
-        return _Run(DIED, None, "the kernel died while starting or shutting down")
-    except Exception as exc:  # the kernel could not start, or the connection failed
-        return _Run(KERNEL_ERROR, None, f"{type(exc).__name__}: {exc}".splitlines()[0])
-    finally:
-        import atexit
-
-        atexit.unregister(client._cleanup_kernel)  # registered by nbclient; the kernel is already gone
-        log.close()
-    return _Run()
-
-
-def _exit_status(client) -> str:
-    """"exit code 1" or "signal 11 (SIGSEGV)" of a dead kernel's process; "" when unknown."""
-    import signal
-
-    process = getattr(getattr(client.km, "provisioner", None), "process", None)
-    code = process.poll() if process is not None and hasattr(process, "poll") else None
+def _exit_status(code: int | None) -> str:
+    """"exit code 1" or "signal 9 (SIGKILL)" of a finished process; "" when unknown."""
     if code is None:
         return ""
     if code < 0:
@@ -284,30 +183,17 @@ def _exit_status(client) -> str:
     return f"exit code {code}"
 
 
-def _last_words(path: Path) -> str:
-    """The last line a dead kernel wrote to its own stderr, if it says anything useful."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    fatal = [line.strip() for line in lines if line.startswith("Fatal Python error")]
-    useful = [line.strip() for line in lines if line.strip() and not line.startswith(("[IPKernelApp]", " "))]
-    return (fatal or useful[-1:] or [""])[0]
+def _last_words(tail: str) -> str:
+    """What a dead process said about its death ("Fatal Python error: Segmentation fault"), if anything.
+    (Its output is the notebook's output too: only the interpreter's own last words are kept.)"""
+    fatal = [line.strip() for line in tail.splitlines() if line.startswith("Fatal Python error")]
+    return fatal[0] if fatal else ""
 
 
 def _first_line(cell) -> str:
     lines = [line.strip() for line in cell.source.splitlines()]
     code = [line for line in lines if line and not line.startswith("#")]
     return code[0] if code else ""
-
-
-def _error_of(cell) -> str:
-    """"NameError: name 'add' is not defined" for a cell whose execution raised; "" otherwise."""
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            value = str(output.get("evalue", "")).strip().splitlines()
-            return f"{output.get('ename', 'Error')}: {value[0] if value else ''}".rstrip(": ")
-    return ""
 
 
 def _short(text: str, width: int) -> str:
@@ -327,148 +213,368 @@ def course_exercise_ids(lesson: str) -> list[str]:
     return ids
 
 
-def _verdicts(path: Path) -> dict[str, dict]:
-    """The last verdict the grading kernel recorded for each exercise."""
-    last: dict[str, dict] = {}
-    if not path.exists():
-        return last
-    for line in path.read_text(encoding="utf-8").splitlines():
+@functools.cache
+def _course_cells(lesson: str) -> frozenset[str]:
+    cells = set()
+    for path in sorted((Path(__file__).resolve().parents[2] / "exercises").glob(f"{lesson}_*.ipynb")):
+        with contextlib.suppress(InvalidNotebook, OSError):
+            cells |= {c.source.strip() for c in read_notebook(path).cells if c.cell_type == "code"}
+    return frozenset(cells)
+
+
+def course_cells(lessons: Iterable[str]) -> frozenset[str]:
+    """The code cells of the course's own exercise notebooks of these lessons (not the student's code)."""
+    return frozenset().union(*(_course_cells(lesson) for lesson in lessons))
+
+
+class _Stopped(Exception):
+    """The grading run was interrupted (Ctrl-C, SIGTERM)."""
+
+
+class Grader:
+    """One grading run: the course packages staged for the sandboxes, the live sandboxes, the stop switch.
+
+    The grader's own temporary folder holds only the staged packages, bound read-only into the
+    sandboxes; a sandbox writes only to its own tmpfs. `close()` kills what still runs and removes it.
+    """
+
+    def __init__(self, timeout: float, seed: int | None = None, jobs: int = 1,
+                 limits: sandbox.Limits | None = None):
+        from ..mode import current, setup
+        from . import load_all
+
+        setup(quiet=True)
+        load_all()
+        self.timeout, self.seed = timeout, seed
+        self.gpu = current().gpu
+        self.limits = limits or (sandbox.Limits(memory=sandbox.GPU_MEMORY) if self.gpu else sandbox.Limits())
+        self.device = current().device
+        self.why_not = sandbox.probe()
+        self.work = sandbox.temp_dir()
+        self.live: set = set()
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.slots = list(range(max(1, jobs)))
+        self.draw = random.SystemRandom()  # independent of anything a notebook seeds
+
+    @property
+    def sandboxed(self) -> bool:
+        return not self.why_not
+
+    def describe(self) -> str:
+        return "bubblewrap" if self.sandboxed else f"none ({self.why_not})"
+
+    def _course(self, lesson: int) -> Path:
+        with self.lock:
+            return sandbox.stage_package(self.work, lesson)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self.lock:
+            boxes = list(self.live)
+        for box in boxes:
+            box.kill()
+
+    def close(self) -> None:
+        self.stop()
+        with self.lock:
+            boxes = list(self.live)
+        for box in boxes:
+            box.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    # --- one notebook
+
+    def _start(self, course: Path, path: Path, slot: int, workdir: Path | None):
+        if self.sandboxed:
+            with open(path, "rb") as f:  # bwrap copies it into the sandbox's own /submission
+                cmd = sandbox.command(course, f.fileno(), path.name, gpu=self.gpu, limits=self.limits, slot=slot)
+                return sandbox.Sandbox(cmd, self.limits, pass_fds=(f.fileno(),))
+        shutil.copyfile(path, workdir / path.name)
+        cmd, env = sandbox.unsandboxed(course, workdir, gpu=self.gpu)
+        return sandbox.Sandbox(cmd, self.limits, env=env, cwd=str(workdir))
+
+    def grade_notebook(self, name: str, path: Path) -> Submission:
+        """Grade one notebook; never raises for anything the notebook does."""
+        start = time.monotonic()
+        sub = Submission(name, str(path))
         try:
-            verdict = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a dying kernel
-        last[verdict["exercise"]] = verdict
-    return last
-
-
-async def grade_notebook(name: str, path: Path, timeout: float, seed: int | None = None,
-                         stop: Callable[[], None] | None = None) -> Submission:
-    """Grade one notebook; never raises for anything the notebook does."""
-    import nbformat
-
-    start = time.monotonic()
-    sub = Submission(name, str(path))
-    try:
-        nb = read_notebook(path)
-    except (InvalidNotebook, OSError) as exc:
-        sub.status, sub.notes = INVALID, f"invalid notebook: {exc}"
+            nb = read_notebook(path)
+        except (InvalidNotebook, OSError) as exc:
+            sub.status, sub.notes = INVALID, f"invalid notebook: {exc}"
+            return sub
+        checks = check_cells(nb)
+        lessons = sorted({key.split(".", 1)[0] for ids in checks.values() for key in ids}) or ["[0-9][0-9]"]
+        sub.flags = flags.scan((cell.source if cell.cell_type == "code" else "" for cell in nb.cells),
+                               course_cells(lessons))
+        if not checks:
+            sub.status, sub.notes = NO_CHECKS, "no check cells: nothing to grade"
+            return sub
+        if self.stopped.is_set():
+            raise _Stopped
+        lesson = min(int(key.split(".", 1)[0]) for ids in checks.values() for key in ids)
+        course = self._course(lesson)
+        with self.lock:
+            slot = self.slots.pop(0) if self.slots else 0
+        workdir = None if self.sandboxed else Path(sandbox.tempfile.mkdtemp(prefix="course-grade-nb-"))
+        box = None
+        recorded: dict[str, Verdict] = {}
+        errors: dict[int, str] = {}
+        run = _Run()
+        at = None
+        try:
+            box = self._start(course, path, slot, workdir)
+            with self.lock:
+                self.live.add(box)
+            if self.stopped.is_set():
+                raise _Stopped
+            chan = remote.Channel(box.process.stdout.fileno(), box.process.stdin.fileno(), nonblocking=True)
+            chan.deadline = time.monotonic() + STARTUP  # Python, torch and IPython imported: not the notebook's time
+            try:
+                msg, _ = chan.recv(blob_limit=0)
+                if msg.get("op") != "ready":
+                    raise remote.ProtocolError(f"expected ready, got {msg.get('op')!r}")
+                chan.deadline = time.monotonic() + self.timeout
+                for index, cell in enumerate(nb.cells):
+                    if cell.cell_type != "code" or not cell.source.strip():
+                        continue
+                    at = index
+                    chan.send({"op": "cell", "source": cell.source})
+                    while True:
+                        msg, _ = chan.recv(blob_limit=0)
+                        if msg.get("op") == "cell_done":
+                            errors[index] = str(msg.get("error") or "")
+                            break
+                        if msg.get("op") != "check" or not isinstance(msg.get("exercise"), str):
+                            raise remote.ProtocolError(f"unexpected message {str(msg.get('op'))[:40]!r}")
+                        recorded[msg["exercise"]] = self._grade_check(chan, msg["exercise"])
+                at = None
+                chan.send({"op": "bye"})
+            except remote.TimedOut:
+                run = _Run(TIMED_OUT, at)
+            except remote.Closed:
+                if self.stopped.is_set():
+                    raise _Stopped from None
+                box.close()
+                if box.too_much_output:
+                    run = _Run(OUTPUT, at, f"printed more than {self.limits.output >> 20} MiB")
+                else:
+                    run = _Run(DIED, at, _exit_status(box.process.returncode))
+            except remote.ProtocolError as exc:
+                run = _Run(KERNEL_ERROR, at, f"the notebook broke the grading protocol: {exc}")
+        except OSError as exc:  # the sandbox could not start
+            run = _Run(KERNEL_ERROR, None, f"could not start the sandbox: {exc}")
+        finally:
+            if box is not None:
+                box.close()
+                with self.lock:
+                    self.live.discard(box)
+            with self.lock:
+                self.slots.append(slot)
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+        if self.stopped.is_set():
+            raise _Stopped
+        last_words = _last_words(box.tail()) if box is not None and run.stopped == DIED else ""
+        sub.seconds = round(time.monotonic() - start, 2)
+        self._summarize(sub, nb, checks, recorded, errors, run, last_words)
         return sub
-    checks = check_cells(nb)
-    if not checks:
-        sub.status, sub.notes = NO_CHECKS, "no check cells: nothing to grade"
-        return sub
 
-    with tempfile.TemporaryDirectory(prefix="course-grade-") as work:
-        shutil.copyfile(path, Path(work) / path.name)  # the kernel's working copy, if it looks for itself
-        results = Path(work) / VERDICTS
-        setup = nbformat.v4.new_code_cell(
-            "from course_utils.grading.batch import install_grader as _install_grader\n"
-            f"_install_grader({str(results)!r}, seed={seed!r})\n"
-            "del _install_grader"
-        )
-        runnable = nbformat.v4.new_notebook(metadata=nb.metadata)
-        fresh = [dict(cell, outputs=[]) if cell.cell_type == "code" else cell for cell in nb.cells]
-        runnable.cells = [setup] + [nbformat.from_dict(cell) for cell in fresh]
-        run = await _execute(runnable, work, timeout, offset=1, stop=stop)
-        recorded = _verdicts(results)
-        last_words = _last_words(Path(work) / KERNEL_LOG) if run.stopped == DIED else ""
-    sub.seconds = round(time.monotonic() - start, 2)
-    executed = runnable.cells[1:]
+    def _grade_check(self, chan, exercise_id: str) -> Verdict:
+        """Judge one check(...) call of the notebook: the cases run here, the candidate in the sandbox."""
+        from . import REGISTRY
+        from .harness import CandidateError, CheckFailed, Problem, course_solution, run_cases
 
-    grader_error = _error_of(runnable.cells[0])
-    if grader_error and not run.stopped:
-        run = _Run(KERNEL_ERROR, None, f"the grader could not start in the kernel: {grader_error}")
+        started = time.perf_counter()
+        seed = self.seed if self.seed is not None else self.draw.randrange(2**31)
+        ex = REGISTRY.get(exercise_id)
+        if ex is None:
+            chan.send({"op": "done"})
+            return Verdict(ERROR, f"KeyError: no exercise {exercise_id!r}", seed=seed)
+        spec = remote.spec_of(ex)
 
-    cell_of: dict[str, int] = {}  # exercise id -> the (last) cell that checks it
-    for index, ids in checks.items():
-        for exercise in ids:
-            cell_of[exercise] = index
-    lessons = dict.fromkeys(key.split(".", 1)[0] for key in cell_of)
-    known = [key for lesson in lessons for key in course_exercise_ids(lesson)]
-    order = list(dict.fromkeys([*known, *cell_of, *recorded]))
-    for exercise in order:
-        if exercise in recorded:
-            v = recorded[exercise]
-            sub.exercises[exercise] = Verdict(v["status"], v.get("reason", ""), v.get("detail", ""),
-                                              v.get("seed"), v.get("seconds"))
-        elif exercise not in cell_of:
-            sub.exercises[exercise] = Verdict(MISSING, "no check cell for this exercise")
-        elif run.stopped in (TIMED_OUT, DIED) and (run.at is None or cell_of[exercise] >= run.at):
-            sub.exercises[exercise] = Verdict(run.stopped)
+        def raised(msg: dict):
+            message = str(msg.get("message", ""))[:100_000]
+            kind = CandidateError if msg.get("candidate") is True else CheckFailed
+            line = msg.get("raised")
+            problems = remote.problems_in(msg.get("problems", [])) or [Problem(message.splitlines()[-1] if message
+                                                                               else "raised", "wrong")]
+            return kind(message, exercise=ex.id, problems=problems,
+                        raised=line[:500] if isinstance(line, str) and kind is CandidateError else None)
+
+        def run_case(case) -> list[str]:
+            from .harness import judge_function_case, judge_kernel_case, prepare_kernel_case
+
+            encoder = remote.Encoder()
+            header = {"op": "call", "spec": spec, "device": self.device}
+            if ex.kernel:
+                prepared = prepare_kernel_case(ex, case, self.device)
+                args = prepared.call_args
+            else:
+                args = list(case.args)
+            header["args"] = [encoder.encode(a) for a in args]
+            if getattr(case, "raises", None) is not None:
+                header["expect_raise"] = case.raises.__name__
+            if ex.kernel:
+                position = {id(a): i for i, a in enumerate(args)}
+                header["outputs"] = {name: [encoder.storage_index(view), position[id(view)]]
+                                     for name, (_, view, _) in prepared.buffers.items()}
+            sent = sum(raw.numel() for raw in encoder.storages)
+            chan.send(header, encoder.blobs())
+            msg, blobs = chan.recv(blob_limit=sent + remote.RESULT_MAX)
+            if msg.get("op") == "raised":
+                raise raised(msg)
+            if msg.get("op") != "called":
+                raise remote.ProtocolError(f"unexpected {str(msg.get('op'))[:40]!r}")
+            remote.copy_back(encoder.storages, blobs)
+            if "expect_raise" in header:
+                if msg.get("refused") is True:
+                    return []
+                return [f"these inputs must be refused: raise {case.raises.__name__} with a message saying "
+                        f"why ({case.label}); your function returned normally"]
+            for key, reads in (msg.get("reads") or {}).items():
+                target = args[int(key)] if str(key).isdigit() and int(key) < len(args) else None
+                if target is not None and hasattr(target, "_reads"):
+                    target._reads[:] = [tuple(r) for r in remote._list(reads)
+                                        if isinstance(r, list) and len(r) == 3]
+            if ex.kernel:
+                return judge_kernel_case(ex, case, prepared, remote.facts_in(msg.get("facts")))
+            decoder = remote.Decoder.from_blobs(blobs[len(encoder.storages):], self.device, first=encoder.storages)
+            value = msg.get("result")
+            if isinstance(value, dict) and value.get("t") == "unsendable":
+                result = _Unsendable(str(value.get("type", "object")))
+            else:
+                result = decoder.decode(value)
+            used = [u for u in remote._list(msg.get("used", [])) if isinstance(u, str)]
+            return judge_function_case(ex, case, result, used)
+
+        verdict = Verdict(PASS, seed=seed)
+        try:
+            chan.send({"op": "signature", "spec": spec})
+            msg, _ = chan.recv(blob_limit=0)
+            if msg.get("op") == "raised":
+                raise CheckFailed(str(msg.get("message", ""))[:10_000], exercise=ex.id)
+            candidate = types.FunctionType(compile("None", "<candidate>", "eval"), {})
+            candidate.__name__ = str(msg.get("name", ""))[:200] or "candidate"
+            candidate.__module__ = str(msg.get("module", ""))[:200]
+            refusal = course_solution(ex.id, candidate)
+            if refusal is not None:
+                raise CheckFailed(f"{ex.id}: {refusal}", exercise=ex.id, seed=seed,
+                                  problems=[Problem(refusal, "solution")])
+            run_cases(ex, seed, run_case)
+        except CheckFailed as exc:
+            verdict = Verdict(FAIL, exc.reason, str(exc), seed)
+        except (remote.TimedOut, remote.ProtocolError):
+            raise
+        except Exception as exc:  # judging failed on this side (a result of an unexpected type, ...)
+            verdict = Verdict(ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0], seed=seed)
+        verdict.seconds = round(time.perf_counter() - started, 3)
+        chan.send({"op": "done"})
+        return verdict
+
+    def _summarize(self, sub: Submission, nb, checks: dict, recorded: dict, errors: dict, run: _Run,
+                   last_words: str) -> None:
+        cell_of: dict[str, int] = {}  # exercise id -> the (last) cell that checks it
+        for index, ids in checks.items():
+            for exercise in ids:
+                cell_of[exercise] = index
+        lessons = dict.fromkeys(key.split(".", 1)[0] for key in cell_of)
+        known = [key for lesson in lessons for key in course_exercise_ids(lesson)]
+        order = list(dict.fromkeys([*known, *cell_of, *(k for k in recorded if k in known or k in cell_of)]))
+        for exercise in order:
+            if exercise in recorded:
+                sub.exercises[exercise] = recorded[exercise]
+            elif exercise not in cell_of:
+                sub.exercises[exercise] = Verdict(MISSING, "no check cell for this exercise")
+            elif run.stopped in (TIMED_OUT, DIED, OUTPUT) and (run.at is None or cell_of[exercise] >= run.at):
+                sub.exercises[exercise] = Verdict(run.stopped)
+            elif run.stopped == KERNEL_ERROR:
+                sub.exercises[exercise] = Verdict(ERROR, run.message)
+            else:
+                why = errors.get(cell_of[exercise]) or "the check did not run (was `check` redefined?)"
+                sub.exercises[exercise] = Verdict(ERROR, why)
+
+        def where(index: int | None) -> str:
+            if index is None or not 0 <= index < len(nb.cells):
+                return ""
+            line = _first_line(nb.cells[index])
+            return f" in cell {index + 1}" + (f" (`{_short(line, 40)}`)" if line else "")
+
+        notes = []
+        if run.stopped == TIMED_OUT:
+            sub.status = TIMED_OUT
+            notes.append(f"timed out after {self.timeout:g} s{where(run.at)}")
+        elif run.stopped == DIED:
+            sub.status = DIED
+            notes.append(f"kernel died{where(run.at)}" + (f": {run.message}" if run.message else "")
+                         + (f": {last_words}" if last_words else ""))
+        elif run.stopped == OUTPUT:
+            sub.status = OUTPUT
+            notes.append(f"stopped{where(run.at)}: {run.message}")
         elif run.stopped == KERNEL_ERROR:
-            sub.exercises[exercise] = Verdict(ERROR, run.message)
-        else:
-            error = _error_of(executed[cell_of[exercise]])
-            why = error or "the check did not run (was `check` redefined?)"
-            sub.exercises[exercise] = Verdict(ERROR, why)
+            sub.status = KERNEL_ERROR
+            notes.append(run.message)
+        for index in sorted(errors):  # the first student cell that raised outside the checks
+            if index in checks or (run.at is not None and index >= run.at):
+                continue
+            if errors[index]:
+                notes.append(f"cell {index + 1} raised {errors[index]}")
+                break
+        sub.notes = "; ".join(notes)
 
-    def where(index: int | None) -> str:
-        if index is None or not 0 <= index < len(executed):
-            return ""
-        line = _first_line(executed[index])
-        return f" in cell {index + 1}" + (f" (`{_short(line, 40)}`)" if line else "")
 
-    notes = []
-    if run.stopped == TIMED_OUT:
-        sub.status = TIMED_OUT
-        notes.append(f"timed out after {timeout:g} s{where(run.at)}")
-    elif run.stopped == DIED:
-        sub.status = DIED
-        notes.append(f"kernel died{where(run.at)}" + (f": {run.message}" if run.message else "")
-                     + (f": {last_words}" if last_words else ""))
-    elif run.stopped == KERNEL_ERROR:
-        sub.status = KERNEL_ERROR
-        notes.append(run.message)
-    for index, cell in enumerate(executed):  # the first student cell that raised outside the checks
-        if index in checks or (run.at is not None and index >= run.at):
-            continue
-        error = _error_of(cell)
-        if error:
-            notes.append(f"cell {index + 1} raised {error}")
-            break
-    sub.notes = "; ".join(notes)
-    return sub
+class _Unsendable:
+    """What a function returned that cannot leave the sandbox (a generator, a module, ...)."""
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def __repr__(self) -> str:
+        return f"<a {self.type_name}>"
 
 
 # --- many notebooks -----------------------------------------------------------------------------
 
-async def _grade_all(found: Sequence[tuple[str, Path]], timeout: float, jobs: int, seed: int | None,
-                     log: Callable[[str], None]) -> list[Submission]:
-    gate = asyncio.Semaphore(max(1, jobs))
-    main_task = asyncio.current_task()
+def _grade_all(grader: Grader, found: Sequence[tuple[str, Path]], jobs: int,
+               log: Callable[[str], None]) -> list[Submission]:
+    """Grade in a pool of `jobs` threads (each drives one sandbox); Ctrl-C/SIGTERM stops them all."""
 
-    def stop() -> None:  # Ctrl-C: cancel everything; each kernel is shut down on the way out
-        log("interrupted: stopping the kernels")
-        main_task.cancel()
+    def one(name: str, path: Path) -> Submission:
+        try:
+            sub = grader.grade_notebook(name, path)
+        except _Stopped:
+            raise
+        except Exception as exc:  # a bug of the grader must not cost the other submissions
+            if grader.stopped.is_set():
+                raise _Stopped from None
+            sub = Submission(name, str(path), KERNEL_ERROR, f"grader error: {type(exc).__name__}: {exc}")
+        notes = f" ({sub.notes})" if sub.notes else ""
+        log(f"graded {name}: {sub.score}{notes} [{sub.seconds:.0f} s]")
+        return sub
 
-    async def one(name: str, path: Path) -> Submission:
-        async with gate:
-            try:
-                sub = await grade_notebook(name, path, timeout, seed, stop)
-            except Exception as exc:  # a bug of the grader must not cost the other submissions
-                sub = Submission(name, str(path), KERNEL_ERROR, f"grader error: {type(exc).__name__}: {exc}")
-            notes = f" ({sub.notes})" if sub.notes else ""
-            log(f"graded {name}: {sub.score}{notes} [{sub.seconds:.0f} s]")
-            return sub
-
-    return list(await asyncio.gather(*(one(name, path) for name, path in found)))
-
-
-def _run_async(coro):
-    """asyncio.run, also from inside a running event loop (a notebook) via a worker thread."""
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, jobs), thread_name_prefix="grade")
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        futures = [pool.submit(one, name, path) for name, path in found]
+        pending = set(futures)
+        while pending:  # short waits, so that a signal reaches the main thread promptly
+            _, pending = concurrent.futures.wait(pending, timeout=0.5)
+        return [f.result() for f in futures]
+    except BaseException:
+        grader.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def grade(paths: Iterable[str | Path], timeout: float = 600, *, jobs: int = 1, seed: int | None = None,
-          log: Callable[[str], None] | None = None) -> list[Submission]:
-    """Grade every notebook under `paths` (files or folders), `jobs` kernels at a time; in input order."""
+          log: Callable[[str], None] | None = None, limits: sandbox.Limits | None = None) -> list[Submission]:
+    """Grade every notebook under `paths` (files or folders), `jobs` sandboxes at a time; in input order."""
     found = find_notebooks(paths)
-    return _run_async(_grade_all(found, timeout, jobs, seed, log or (lambda line: None)))
+    grader = Grader(timeout, seed, jobs, limits)
+    try:
+        return _grade_all(grader, found, jobs, log or (lambda line: None))
+    finally:
+        grader.close()
 
 
 # --- reports ------------------------------------------------------------------------------------
@@ -481,11 +587,12 @@ def exercise_ids(subs: Sequence[Submission]) -> list[str]:
 def table_rows(subs: Sequence[Submission]) -> list[list[str]]:
     """Header and one row per submission: name, one cell per exercise, score, notes."""
     ids = exercise_ids(subs)
-    rows = [["submission", *ids, "score", "notes"]]
+    rows = [["submission", *ids, "score", "flags", "notes"]]
     for sub in subs:
         cells = [_short(sub.exercises[key].text(), CELL_WIDTH) if key in sub.exercises else "-"
                  for key in ids]
-        rows.append([sub.name, *cells, sub.score, _short(sub.notes, NOTES_WIDTH)])
+        shown = _short("; ".join(sub.flags), NOTES_WIDTH) if sub.flags else "-"
+        rows.append([sub.name, *cells, sub.score, shown, _short(sub.notes, NOTES_WIDTH)])
     return rows
 
 
@@ -499,7 +606,7 @@ def table(subs: Sequence[Submission]) -> str:
 
 
 def write_report(subs: Sequence[Submission], prefix: str | Path,
-                 timeout: float | None = None) -> tuple[Path, Path]:
+                 timeout: float | None = None, sandboxed: str = "") -> tuple[Path, Path]:
     """PREFIX.json (everything) and PREFIX.csv (a row per submission: status and reason per exercise)."""
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -508,28 +615,34 @@ def write_report(subs: Sequence[Submission], prefix: str | Path,
     csv_path = prefix.with_name(prefix.name + ".csv")
     data = {
         "timeout_s": timeout,
+        "sandbox": sandboxed,
         "exercises": ids,
         "submissions": [{**asdict(sub), "passed": sub.passed, "total": sub.total} for sub in subs],
     }
     json_path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     with csv_path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["submission", "status", "passed", "total", "notes",
+        writer.writerow(["submission", "status", "passed", "total", "flags", "notes",
                          *(col for key in ids for col in (key, f"{key} reason"))])
         for sub in subs:
             cells = []
             for key in ids:
                 v = sub.exercises.get(key)
                 cells += [v.status, v.reason] if v else ["", ""]
-            writer.writerow([sub.name, sub.status, sub.passed, sub.total, sub.notes, *cells])
+            writer.writerow([sub.name, sub.status, sub.passed, sub.total, "; ".join(sub.flags), sub.notes, *cells])
     return json_path, csv_path
 
 
-def main(paths: Sequence[str], timeout: float = 600, report: str | None = "grades", *, jobs: int = 1,
-         seed: int | None = None) -> int:
-    """The `grade` command: grade, print the table, write the report.
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
-    Returns 0 when grading ran (whatever the scores), 2 on usage errors, 130 when interrupted.
+
+def main(paths: Sequence[str], timeout: float = 600, report: str | None = "grades", *, jobs: int = 1,
+         seed: int | None = None, limits: sandbox.Limits | None = None) -> int:
+    """The `grade` command: grade, print the table, write the report (after every sandbox is gone).
+
+    Returns 0 when grading ran (whatever the scores), 2 on usage errors, 130 when interrupted
+    (Ctrl-C or SIGTERM: the sandboxes are killed, the temporary folder removed, no report written).
     """
     if not timeout or timeout <= 0:
         print("grade: --timeout must be a positive number of seconds", file=sys.stderr)
@@ -539,14 +652,26 @@ def main(paths: Sequence[str], timeout: float = 600, report: str | None = "grade
     except UsageError as exc:
         print(f"grade: {exc}", file=sys.stderr)
         return 2
-    print(f"grading {len(found)} notebook(s), at most {timeout:g} s each", file=sys.stderr)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
-        subs = _run_async(_grade_all(found, timeout, jobs, seed, lambda line: print(line, file=sys.stderr)))
-    except (KeyboardInterrupt, asyncio.CancelledError):
+        grader = Grader(timeout, seed, jobs, limits)
+        try:
+            if not grader.sandboxed:
+                print(sandbox.NO_SANDBOX_WARNING.format(why=grader.why_not), file=sys.stderr)
+            print(f"grading {len(found)} notebook(s), at most {timeout:g} s each, sandbox: {grader.describe()}",
+                  file=sys.stderr)
+            subs = _grade_all(grader, found, jobs, lambda line: print(line, file=sys.stderr))
+        finally:
+            grader.close()
+    except (KeyboardInterrupt, _Stopped):
         print("grade: interrupted, no report written", file=sys.stderr)
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     print(table(subs))
     if report:
-        json_path, csv_path = write_report(subs, report, timeout)
+        json_path, csv_path = write_report(subs, report, timeout, grader.describe())
         print(f"report: {json_path}, {csv_path}", file=sys.stderr)
     return 0

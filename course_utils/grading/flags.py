@@ -1,0 +1,205 @@
+"""Flags for a human: constructs in a submission's code that have no place in an honest answer.
+
+`scan(sources)` parses each code cell (IPython magics and shell lines skipped) and names what it
+finds, with the cell number: "ctypes (cell 7)". A flag does not change a grade; the grader shows
+them in its table, JSON and CSV so that an instructor reads those notebooks. Each flag is a way
+that somebody tried to reach the grader, the expected answers or the host past the kernel:
+
+- ctypes, gc, frames/inspect: raw memory, every live object, the caller's local variables;
+- threads, signals, os.kill, process spawning (subprocess, multiprocessing, os.fork/system/exec),
+  setsid: work outside the call being checked, or at the grader and other submissions;
+- assignment into course_utils: patching the checker or the course's functions in memory;
+- torch inside a @triton.jit body: the interpreter runs the body as Python, so torch there
+  computes on the host; an autotune pre_hook/post_hook: host code run around each launch;
+- Tensor.set_ (swapping an output's storage), data_ptr with ctypes or NumPy (host access to
+  device memory), torch._C internals (e.g. _disable_current_modes), exec/eval/compile (code this
+  scan cannot read), /proc (looking at other processes).
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+MODULES = {
+    "ctypes": "ctypes", "gc": "gc", "inspect": "inspect (frames)", "threading": "threads",
+    "_thread": "threads", "concurrent": "threads", "signal": "signals", "subprocess": "process spawning",
+    "multiprocessing": "process spawning", "pty": "process spawning", "socket": "network",
+    "builtins": "builtins", "importlib": "importlib",
+}
+OS_CALLS = {
+    "kill": "os.kill", "killpg": "os.kill", "fork": "process spawning", "forkpty": "process spawning",
+    "system": "process spawning", "popen": "process spawning", "posix_spawn": "process spawning",
+    "posix_spawnp": "process spawning", "setsid": "setsid", "setpgrp": "setsid", "setpgid": "setsid",
+    "execv": "process spawning", "execve": "process spawning", "execvp": "process spawning",
+    "execl": "process spawning", "execlp": "process spawning", "spawnv": "process spawning",
+    "spawnl": "process spawning", "pidfd_open": "signals",
+}
+FRAME_ATTRS = {"_getframe": "frames", "f_locals": "frames", "f_back": "frames", "f_globals": "frames",
+               "tb_frame": "frames", "gi_frame": "frames", "cr_frame": "frames", "settrace": "frames",
+               "setprofile": "frames", "_current_frames": "frames", "get_objects": "gc",
+               "get_referrers": "gc", "get_referents": "gc"}
+TORCH_INTERNALS = {"_disable_current_modes": "torch._C internals", "_DisableTorchDispatch": "torch._C internals",
+                   "DisableTorchFunction": "torch._C internals",
+                   "DisableTorchFunctionSubclass": "torch._C internals",
+                   "_unset_dispatch_mode": "torch._C internals", "_pop_torch_dispatch_stack": "torch._C internals",
+                   "_pop_torch_function_stack": "torch._C internals",
+                   "_ExcludeDispatchKeyGuard": "torch._C internals"}
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name at the start of an attribute/subscript chain: `a` in a.b[c].d."""
+    while isinstance(node, ast.Attribute | ast.Subscript | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _is_jit(decorator: ast.AST) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return _dotted(target).split(".")[-1] in ("jit", "autotune", "heuristics")
+
+
+def _python(source: str) -> str:
+    """A cell's source without IPython magics and shell escapes (kept as blank lines)."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+class _Scan(ast.NodeVisitor):
+    def __init__(self):
+        self.found: list[str] = []
+        self.course_names: set[str] = set()  # names bound to course_utils modules or their contents
+        self.uses_ctypes_or_numpy = False
+        self.data_ptr = False
+
+    def add(self, what: str) -> None:
+        if what not in self.found:
+            self.found.append(what)
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            top = alias.name.split(".")[0]
+            if top in MODULES:
+                self.add(MODULES[top])
+            if top in ("ctypes", "numpy"):
+                self.uses_ctypes_or_numpy = True
+            if top == "course_utils":
+                self.course_names.add(alias.asname or top)
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node):
+        top = (node.module or "").split(".")[0]
+        if top in MODULES:
+            self.add(MODULES[top])
+        if top in ("ctypes", "numpy"):
+            self.uses_ctypes_or_numpy = True
+        if top == "os":
+            for alias in node.names:
+                if alias.name in OS_CALLS:
+                    self.add(OS_CALLS[alias.name])
+        if top == "sys":
+            for alias in node.names:
+                if alias.name in FRAME_ATTRS:
+                    self.add(FRAME_ATTRS[alias.name])
+        if top == "course_utils":
+            self.course_names.update(alias.asname or alias.name for alias in node.names)
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node):
+        root = _root(node)
+        if root == "os" and node.attr in OS_CALLS:
+            self.add(OS_CALLS[node.attr])
+        if node.attr in FRAME_ATTRS:
+            self.add(FRAME_ATTRS[node.attr])
+        if node.attr in TORCH_INTERNALS:
+            self.add(TORCH_INTERNALS[node.attr])
+        if node.attr == "set_":
+            self.add("Tensor.set_")
+        if node.attr in ("pre_hook", "post_hook"):
+            self.add("autotune hook")
+        if node.attr == "data_ptr":
+            self.data_ptr = True
+        if node.attr in ("ctypeslib", "ctypes", "from_address"):
+            self.uses_ctypes_or_numpy = True
+        self.generic_visit(node)
+
+    def visit_Name(self, node):
+        if node.id in ("exec", "eval", "compile", "__import__", "__builtins__"):
+            self.add("exec/eval")
+        if node.id in FRAME_ATTRS and node.id.startswith("_"):
+            self.add(FRAME_ATTRS[node.id])
+        self.generic_visit(node)
+
+    def visit_Call(self, node):
+        for kw in node.keywords:
+            if kw.arg in ("pre_hook", "post_hook"):
+                self.add("autotune hook")
+        name = _dotted(node.func)
+        if name in ("setattr", "delattr") and node.args and _root(node.args[0]) in self.course_names:
+            self.add("assignment into course_utils")
+        self.generic_visit(node)
+
+    def _targets(self, targets):
+        for target in targets:
+            for t in (target.elts if isinstance(target, ast.Tuple | ast.List) else [target]):
+                if isinstance(t, ast.Attribute | ast.Subscript):
+                    root = _root(t)
+                    if root in self.course_names:
+                        self.add("assignment into course_utils")
+                    if _dotted(t.value if isinstance(t, ast.Subscript) else t).startswith("sys.modules"):
+                        self.add("assignment into course_utils")
+
+    def visit_Assign(self, node):
+        self._targets(node.targets)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node):
+        self._targets([node.target])
+        self.generic_visit(node)
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and "/proc/" in node.value:
+            self.add("/proc")
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node):
+        if any(_is_jit(d) for d in node.decorator_list):
+            for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
+                if isinstance(inner, ast.Name) and inner.id in ("torch", "np", "numpy"):
+                    self.add(f"torch inside @triton.jit `{node.name}`")
+                    break
+        self.generic_visit(node)
+
+
+def scan(sources: Iterable[str], course_cells: set[str] = frozenset()) -> list[str]:
+    """The flags of a notebook's code cells, in order, each with the cells it was found in.
+
+    course_cells: sources of the course's own cells (the exercise notebook's bootstrap and setup
+    cells install with subprocess, for example), skipped when a cell is one of them unchanged."""
+    where: dict[str, list[int]] = {}
+    course_names: set[str] = set()
+    for number, source in enumerate(sources, 1):
+        if source.strip() in course_cells:
+            continue
+        try:
+            tree = ast.parse(_python(source))
+        except SyntaxError:
+            continue
+        visitor = _Scan()
+        visitor.course_names = course_names
+        visitor.visit(tree)
+        found = list(visitor.found)
+        if visitor.data_ptr and visitor.uses_ctypes_or_numpy:
+            found.append("data_ptr with ctypes/NumPy")
+        for what in found:
+            where.setdefault(what, []).append(number)
+    return [f"{what} (cell{'s' if len(cells) > 1 else ''} {', '.join(map(str, cells))})"
+            for what, cells in where.items()]

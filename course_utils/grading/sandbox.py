@@ -1,0 +1,271 @@
+"""One bubblewrap sandbox per submission: what it can see, what it may use, and how it is stopped.
+
+Inside a sandbox (`bwrap`, Debian package `bubblewrap`):
+- its own user, PID, network, IPC and UTS namespaces (`--unshare-all`): no network, no signal
+  reaches the grader or another sandbox, and when its first process ends every process it started
+  ends too (`--die-with-parent` ties it to the grader: a killed grader takes its sandboxes along);
+- an unprivileged user: the namespace's uid 65534, or, when the grader runs as root, a real
+  unprivileged uid per concurrent sandbox (60001, 60002, ...) that Python switches to first;
+- read-only: the system's /usr, the Python installation, and a copy of course_utils made for
+  this run WITHOUT the solution modules of the submission's lesson and later lessons (earlier
+  lessons' kernels, which later exercises reuse, stay importable);
+- writable: a private /tmp and /work (where the notebook's copy lies), both size-limited tmpfs
+  that vanish with the sandbox. Nothing the grader later reads is on them;
+- limits: address data (RLIMIT_DATA), processes and threads (RLIMIT_NPROC), core files off; the
+  grader adds the wall time and the output size (the output pipe is drained and cut).
+On a GPU the /dev/nvidia* devices are bound and Triton gets a private cache in /tmp.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1]  # course_utils/
+ROOT = PACKAGE.parent
+WORKDIR = "/submission"  # the notebook's folder inside a sandbox
+COURSE = "/course"  # the course package inside a sandbox (on sys.path first)
+SANDBOX_UID = 65534
+ROOT_UIDS = 60001  # first real uid a root grader gives its sandboxes
+GPU_MEMORY = 16 << 30  # the default data limit on a GPU machine (the CUDA runtime maps a lot)
+
+
+@dataclass
+class Limits:
+    memory: int = 3 << 30  # bytes of data (heap, anonymous mappings) per sandbox; more on a GPU (GPU_MEMORY)
+    processes: int = 1024  # processes and threads of the sandbox's user
+    output: int = 16 << 20  # bytes a notebook may print in all; more ends it
+    tmpfs: int = 1 << 30  # bytes of /tmp and of /work each
+
+
+def bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def probe() -> str:
+    """"" when sandboxes work here; otherwise why not (bwrap missing, user namespaces refused)."""
+    exe = bwrap()
+    if exe is None:
+        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    cmd = [exe, *_namespaces(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return f"bwrap cannot create its namespaces here ({why}); on Ubuntu 24.04 and later: " \
+               "sysctl kernel.apparmor_restrict_unprivileged_userns=0"
+    return ""
+
+
+NO_SANDBOX_WARNING = """\
+WARNING: grading WITHOUT a sandbox: {why}.
+  Each notebook still runs in its own process, in a private temporary folder, and the verdicts are
+  still computed in the grader's process from the raw outputs; but a submission can now read and
+  write every file this user can (other submissions, the course's solutions, the grader's code),
+  signal or outlive the grader, use the network, and allocate without limit. Grade untrusted
+  submissions only with bubblewrap working."""
+
+
+def _namespaces() -> list[str]:
+    if os.geteuid() == 0:  # no user namespace: the sandbox switches to an unprivileged uid itself
+        return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    return ["--unshare-all", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+
+
+# --- the course package, without the solutions --------------------------------------------------
+
+def _lesson_of_module(name: str) -> int | None:
+    if len(name) > 3 and name[0] == "l" and name[1:3].isdigit():
+        return int(name[1:3])
+    return None
+
+
+def stage_package(into: Path, lesson: int) -> Path:
+    """A copy of course_utils under `into`/lNN/ keeping only the solution modules of lessons before
+    `lesson` (made once per lesson and run; read-only inside every sandbox). Returns the folder to
+    put on sys.path."""
+    target = into / f"l{lesson:02d}"
+    if target.exists():
+        return target
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skip = {n for n in names if n == "__pycache__" or n.endswith((".pyc", ".egg-info"))}
+        if Path(folder).resolve() == (PACKAGE / "lessons").resolve():
+            for n in names:
+                number = _lesson_of_module(n)
+                if number is not None and number >= lesson:
+                    skip.add(n)
+        return skip
+
+    partial = into / f".l{lesson:02d}.partial"
+    shutil.copytree(PACKAGE, partial / "course_utils", ignore=ignore)
+    for path in partial.rglob("*"):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    partial.chmod(0o555)
+    partial.rename(target)
+    return target
+
+
+# --- the command --------------------------------------------------------------------------------
+
+def _python_paths() -> list[str]:
+    """Folders the sandbox's Python needs (its installation and site-packages), outside the course."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             str(Path(os.path.realpath(sys.executable)).parent.parent)}
+    paths.update(p for p in sys.path if p and os.path.isdir(p))
+    keep = []
+    for p in sorted(paths, key=len):
+        real = os.path.realpath(p)
+        if real in ("/", "/usr") or real.startswith("/usr/") or not os.path.isdir(real):
+            continue
+        inside_course = real == str(ROOT) or real.startswith(str(ROOT) + os.sep)
+        if inside_course and not real.startswith(os.path.realpath(sys.prefix)):
+            continue  # the course's own folders (solutions, submissions): never; its .venv: yes
+        if any(real == k or real.startswith(k + os.sep) for k in keep):
+            continue
+        keep.append(real)
+    return keep
+
+
+def _etc_files() -> list[str]:
+    names = ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "os-release",
+             "nsswitch.conf", "ssl", "ca-certificates", "fonts", "matplotlibrc"]
+    return [f"/etc/{n}" for n in names if os.path.exists(f"/etc/{n}")]
+
+
+def command(course: Path, notebook_fd: int, notebook_name: str, *, gpu: bool, limits: Limits,
+            slot: int = 0) -> list[str]:
+    """The bwrap command line of one sandbox running `python -m course_utils.grading.remote`."""
+    exe = bwrap()
+    assert exe is not None
+    cmd = [exe, *_namespaces(), "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            cmd += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            cmd += ["--ro-bind", top, top]
+    cmd += ["--ro-bind", "/usr", "/usr"]
+    for path in _etc_files():
+        cmd += ["--ro-bind", path, path]
+    made: set[str] = set()
+    for path in _python_paths():
+        for parent in reversed(Path(path).parents[:-1]):  # bwrap would make them 0700: root's only
+            if str(parent) not in made:
+                made.add(str(parent))
+                cmd += ["--perms", "0755", "--dir", str(parent)]
+        cmd += ["--ro-bind", path, path]
+    cmd += ["--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(limits.tmpfs), "--tmpfs", "/tmp",
+            "--perms", "1777", "--size", str(limits.tmpfs), "--tmpfs", WORKDIR,
+            "--ro-bind", str(course), COURSE,
+            "--perms", "0666", "--file", str(notebook_fd), f"{WORKDIR}/{notebook_name}",
+            "--chdir", WORKDIR]
+    if gpu:
+        for dev in sorted(Path("/dev").glob("nvidia*")):
+            cmd += ["--dev-bind", str(dev), str(dev)]
+        cmd += ["--ro-bind-try", "/sys", "/sys"]
+    if os.geteuid() == 0:
+        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "USER": "student", "LANG": "C.UTF-8",
+           "PYTHONPATH": COURSE, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+           "MPLBACKEND": "Agg", "TRITON_CACHE_DIR": "/tmp/triton", "XDG_CACHE_HOME": "/tmp/cache",
+           "COURSE_MODE": "gpu" if gpu else "interpret"}
+    for name in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    cmd.append("--clearenv")
+    for key, value in env.items():
+        cmd += ["--setenv", key, value]
+    python = [sys.executable, "-s", "-B"]
+    if os.geteuid() == 0:
+        uid = str(ROOT_UIDS + slot)
+        python = ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", *python]
+    return [*cmd, "--", *python, "-m", "course_utils.grading.remote"]
+
+
+def _set_limits(limits: Limits) -> None:
+    """In the child before exec (bwrap and everything under it)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_DATA, (limits.memory, limits.memory))
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class Sandbox:
+    """A running sandbox: the protocol pipes, the output drained in a thread, kill()."""
+
+    def __init__(self, cmd: list[str], limits: Limits, *, pass_fds: tuple[int, ...] = (),
+                 env: dict | None = None, cwd: str = "/"):
+        self.limits = limits
+        self.process = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            pass_fds=pass_fds, start_new_session=True, preexec_fn=(lambda: _set_limits(limits)),
+            env=env, cwd=cwd,
+        )
+        self.output_bytes = 0
+        self.too_much_output = False
+        self._tail = bytearray()
+        self._drain = threading.Thread(target=self._read_output, daemon=True)
+        self._drain.start()
+
+    def _read_output(self) -> None:
+        stream = self.process.stderr
+        while True:
+            chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+            if not chunk:
+                return
+            self.output_bytes += len(chunk)
+            self._tail += chunk
+            del self._tail[:-8192]
+            if self.output_bytes > self.limits.output and not self.too_much_output:
+                self.too_much_output = True
+                self.kill()
+
+    def tail(self) -> str:
+        return self._tail.decode("utf-8", errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox's whole session (bwrap and, through its PID namespace, everything in it)."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.process.kill()
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> int | None:
+        self.kill()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        self._drain.join(timeout=5)
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        return self.process.returncode
+
+
+def unsandboxed(course: Path, workdir: Path, *, gpu: bool) -> tuple[list[str], dict]:
+    """The fallback without bwrap: a plain child process (command, environment)."""
+    env = dict(os.environ, PYTHONPATH=str(course), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+               MPLBACKEND="Agg", COURSE_MODE="gpu" if gpu else "interpret",
+               TRITON_CACHE_DIR=str(workdir / ".triton"))
+    env.pop("TRITON_INTERPRET", None)
+    return [sys.executable, "-s", "-B", "-m", "course_utils.grading.remote"], env
+
+
+def temp_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="course-grade-"))

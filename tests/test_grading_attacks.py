@@ -1,0 +1,432 @@
+"""Submissions that try to get credit without the work, or to harm the grading run.
+
+One grading run (two sandboxes at a time) over a folder of lesson 02 notebooks: two honest
+solutions (the first and last by name, so that every attack runs before or beside one of them) and
+one notebook per attack. Each attack either starts from the exercise notebook (stubs: it must get
+no credit) or adds a hostile cell to the solution (it must not harm anybody else). Then:
+no credit for a credit attack, the honest ones graded 3/3, no submission file changed or added, the
+course package unchanged on disk, no process of the run survives, no temporary folder left, the
+report is the table printed, and the constructs an honest answer never needs are flagged.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from course_utils.grading import batch, sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 60
+MARKER = "COURSE_ATTACK_MARKER"  # in the command line of every process an attack starts
+
+pytestmark = pytest.mark.skipif(sandbox.probe() != "", reason=f"no sandbox here: {sandbox.probe()}")
+
+
+def _load(folder: str) -> dict:
+    return json.loads((ROOT / folder / "02_first_kernels.ipynb").read_text())
+
+
+def _code(source: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "id": "attack", "metadata": {}, "outputs": [],
+            "source": source}
+
+
+def _index(nb: dict, text: str) -> int:
+    return next(i for i, c in enumerate(nb["cells"]) if text in "".join(c["source"]))
+
+
+def _with_cell(nb: dict, source: str, before: str = 'check("02.vector_add"') -> dict:
+    nb = copy.deepcopy(nb)
+    nb["cells"].insert(_index(nb, before), _code(source))
+    return nb
+
+
+def _replace_cell(nb: dict, text: str, source: str) -> dict:
+    nb = copy.deepcopy(nb)
+    nb["cells"][_index(nb, text)] = _code(source)
+    return nb
+
+
+# --- attacks that try to get credit (on the exercise notebook: its stubs raise) -------------------
+
+CREDIT = {
+    "import_solutions": "from course_utils.lessons.l02_first_kernels import add, relu, copy_2d",
+    "exec_solution_notebook": """
+import glob, json, os
+found = [p for depth in range(4) for p in glob.glob('/*' * depth + '/solutions/02_first_kernels.ipynb')]
+import course_utils
+found += glob.glob(os.path.join(os.path.dirname(course_utils.__file__), '..', '**', '02_first_kernels.ipynb'),
+                   recursive=True)
+for path in found:
+    for cell in json.load(open(path))['cells']:
+        if cell['cell_type'] == 'code' and 'check(' not in ''.join(cell['source']):
+            try:
+                exec(''.join(cell['source']))
+            except Exception:
+                pass
+""",
+    "patch_checker": """
+import course_utils, course_utils.grading as g, course_utils.grading.harness as h
+h.run_cases = lambda *a, **k: 3
+h.judge_kernel_case = lambda *a, **k: []
+h.compare = lambda *a, **k: []
+h.check = lambda *a, **k: None
+course_utils.check = lambda *a, **k: print('02 passed')
+g.check = course_utils.check
+check = course_utils.check
+""",
+    "wrap_json_dumps": """
+import json
+_dumps = json.dumps
+def _forged(obj, *a, **k):
+    if isinstance(obj, dict) and 'status' in obj:
+        obj = dict(obj, status='pass', reason='')
+    return _dumps(obj, *a, **k)
+json.dumps = _forged
+""",
+    "forge_verdict_files": """
+import json, os
+lines = [json.dumps({'exercise': e, 'seed': 1, 'status': 'pass', 'reason': '', 'detail': ''})
+         for e in ('02.vector_add', '02.relu', '02.copy_2d', '02.invented')]
+for folder in {os.getcwd(), '/tmp', os.path.dirname(os.getcwd())}:
+    for name in ('.course_grade_verdicts.jsonl', 'grades.json', 'verdicts.jsonl'):
+        try:
+            with open(os.path.join(folder, name), 'a') as f:
+                f.write('\\n'.join(lines) + '\\n')
+        except OSError:
+            pass
+""",
+    "frame_expected": """
+import sys, torch
+def add(x, y, out):
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            expected = getattr(value, 'expected', None)
+            if isinstance(expected, dict) and 'out' in expected:
+                out.copy_(expected['out'].to(out.dtype))
+                return
+        frame = frame.f_back
+""",
+    "gc_objects": """
+import gc, torch
+def add(x, y, out):
+    for obj in gc.get_objects():
+        expected = getattr(obj, 'expected', None) if type(obj).__name__ == 'Case' else None
+        if isinstance(expected, dict) and 'out' in expected and expected['out'].shape == out.shape:
+            out.copy_(expected['out'].to(out.dtype))
+            return
+""",
+    "out_set": """
+import torch
+def copy_2d(x, out):
+    out.set_(x.clone())
+""",
+}
+
+# --- host computation past the in-process detector: flagged (credit may still be given) ----------
+
+FLAGGED = {
+    "thread": ("threads", """
+import threading, torch, triton, triton.language as tl
+@triton.jit
+def _touch(p):
+    pass
+def add(x, y, out):
+    t = threading.Thread(target=lambda: out.copy_(x + y))
+    t.start(); t.join()
+    _touch[(1,)](out)
+"""),
+    "disable_modes": ("torch._C internals", """
+import torch, triton, triton.language as tl
+@triton.jit
+def _touch(p):
+    pass
+def add(x, y, out):
+    with torch._C._disable_current_modes():
+        out.copy_(x + y)
+    _touch[(1,)](out)
+"""),
+    "autotune_pre_hook": ("autotune hook", """
+import torch, triton, triton.language as tl
+def _hook(args):
+    args['out_ptr'].copy_(args['x_ptr'] + args['y_ptr'])
+@triton.autotune(configs=[triton.Config({}, pre_hook=_hook)], key=[])
+@triton.jit
+def _noop(x_ptr, y_ptr, out_ptr):
+    pass
+def add(x, y, out):
+    _noop[(1,)](x, y, out)
+"""),
+    "torch_in_jit": ("torch inside @triton.jit", """
+import torch, triton, triton.language as tl
+@triton.jit
+def _add_kernel(x_ptr, y_ptr, out_ptr, n):
+    torch.add(x_ptr, y_ptr)
+def add(x, y, out):
+    _add_kernel[(1,)](x, y, out, x.numel())
+"""),
+    "ctypes_data_ptr": ("data_ptr with ctypes/NumPy", """
+import ctypes, numpy as np, torch, triton, triton.language as tl
+@triton.jit
+def _touch(p):
+    pass
+def add(x, y, out):
+    _touch[(1,)](out)
+    n = out.numel()
+    view = lambda t: np.ctypeslib.as_array((ctypes.c_float * n).from_address(t.data_ptr()))
+    view(out)[:] = view(x) + view(y)
+"""),
+}
+
+# --- attacks on the run (added to the solution: they must not cost anybody anything) -------------
+
+HARM = {
+    "overwrite_others": f"""
+import glob, json, os
+stub = {{'cells': [], 'metadata': {{}}, 'nbformat': 4, 'nbformat_minor': 5}}
+paths = {p for top in ('/submission', '/tmp', '/work', '/root', '/home', '/course')
+         for p in glob.glob(top + '/**/*.ipynb', recursive=True)}
+for pid in os.listdir('/proc'):
+    try:
+        cmd = open(f'/proc/{{pid}}/cmdline', 'rb').read().decode(errors='replace').split('\\0')
+    except OSError:
+        continue
+    for arg in cmd:
+        if os.path.isdir(arg):
+            paths.update(glob.glob(os.path.join(arg, '**', '*.ipynb'), recursive=True))
+for path in paths:
+    if os.path.abspath(path) == os.path.abspath('{{me}}'):
+        continue
+    try:
+        json.dump(stub, open(path, 'w'))
+        open(os.path.join(os.path.dirname(path), 'planted_{MARKER}.txt'), 'w').write('x')
+    except OSError:
+        pass
+""",
+    "backdoor_harness": """
+import course_utils, course_utils.grading.harness as h, os
+for path in (h.__file__, course_utils.__file__):
+    try:
+        with open(path, 'a') as f:
+            f.write('\\ncompare = lambda *a, **k: []\\n')
+    except OSError as exc:
+        print('refused:', exc)
+""",
+    "signal_grader": """
+import os, signal
+for pid in (os.getppid(), 1):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+""",
+    "kill_siblings": """
+import os, signal
+mine = {int(t) for t in os.listdir('/proc/self/task')}
+for pid in range(1, 5000):
+    if pid not in mine:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+""",
+    "setsid_daemon": f"""
+import subprocess, sys
+subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.sleep(600)  # {MARKER}'],
+                 start_new_session=True)
+""",
+    "allocate_4gib": "import torch\nbig = torch.ones(4 << 30, dtype=torch.uint8)",
+    "network": """
+import socket
+try:
+    socket.create_connection(('1.1.1.1', 53), timeout=3)
+    print('network reachable')
+except OSError as exc:
+    print('no network:', exc)
+""",
+}
+LOUD = "print('x' * (200 << 20))"
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def _survivors() -> list[str]:
+    """Processes whose command line carries the marker, or that run as a sandbox's uid."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            uid = int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                           if line.startswith("Uid:")))
+        except (OSError, StopIteration, ValueError):
+            continue
+        if MARKER in cmd or sandbox.ROOT_UIDS <= uid < sandbox.ROOT_UIDS + 64:
+            found.append(f"{pid}: {cmd[:80]}")
+    return found
+
+
+def _temp_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("course-grade-*")}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("attacks")
+    solution, exercise = _load("solutions"), _load("exercises")
+
+    def write(name: str, nb: dict) -> None:
+        text = json.dumps(nb, indent=1).replace("{me}", f"/submission/{name}")
+        (folder / name).write_text(text)
+
+    write("aaa_honest.ipynb", solution)
+    for name, source in CREDIT.items():
+        write(f"credit_{name}.ipynb", _with_cell(exercise, source))
+    for name, (_, source) in FLAGGED.items():
+        write(f"flagged_{name}.ipynb", _with_cell(exercise, source))
+    for name, source in HARM.items():
+        write(f"harm_{name}.ipynb", _with_cell(solution, source))
+    write("harm_output.ipynb", _with_cell(solution, LOUD, before='check("02.relu"'))
+    write("zzz_honest.ipynb", solution)
+    before, course, temps = _snapshot(folder), _digest(ROOT / "course_utils"), _temp_dirs()
+    report = tmp_path_factory.mktemp("report") / "grades"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = batch.main([str(folder)], timeout=TIMEOUT, report=str(report), jobs=2)
+    time.sleep(1)
+    data = json.loads(report.with_name("grades.json").read_text())
+    return {"code": code, "table": out.getvalue(), "log": err.getvalue(), "folder": folder, "before": before,
+            "course": course, "temps": temps, "data": data,
+            "subs": {s["name"]: s for s in data["submissions"]}}
+
+
+def test_grading_ran(graded):
+    assert graded["code"] == 0, graded["log"]
+    assert graded["data"]["sandbox"] == "bubblewrap"
+
+
+def test_honest_submissions_get_full_marks(graded):
+    for name in ("aaa_honest.ipynb", "zzz_honest.ipynb"):
+        sub = graded["subs"][name]
+        assert (sub["passed"], sub["total"]) == (3, 3), sub
+        assert sub["flags"] == []
+
+
+@pytest.mark.parametrize("name", sorted(CREDIT))
+def test_no_credit_without_the_work(graded, name):
+    sub = graded["subs"][f"credit_{name}.ipynb"]
+    assert sub["passed"] == 0, sub
+    assert set(sub["exercises"]) == {"02.vector_add", "02.relu", "02.copy_2d"}, "no invented exercise"
+
+
+def test_credit_attacks_are_flagged(graded):
+    flags = {name: " ".join(graded["subs"][f"credit_{name}.ipynb"]["flags"]) for name in CREDIT}
+    assert "frames" in flags["frame_expected"]
+    assert "gc" in flags["gc_objects"]
+    assert "Tensor.set_" in flags["out_set"]
+    assert "exec/eval" in flags["exec_solution_notebook"]
+    assert "assignment into course_utils" in flags["patch_checker"]
+
+
+@pytest.mark.parametrize("name", sorted(FLAGGED))
+def test_host_computation_is_flagged(graded, name):
+    flag, _ = FLAGGED[name]
+    sub = graded["subs"][f"flagged_{name}.ipynb"]
+    assert any(f.startswith(flag) for f in sub["flags"]), sub["flags"]
+    assert sub["exercises"]["02.relu"]["status"] != "pass" and sub["exercises"]["02.copy_2d"]["status"] != "pass"
+
+
+@pytest.mark.parametrize("name", sorted(HARM))
+def test_hostile_cells_harm_nobody(graded, name):
+    sub = graded["subs"][f"harm_{name}.ipynb"]
+    assert sub["status"] == "graded", sub
+    assert sub["passed"] == 3, sub  # the hostile cell did not even cost its author
+
+
+def test_too_much_output_stops_that_notebook_only(graded):
+    sub = graded["subs"]["harm_output.ipynb"]
+    assert sub["status"] == "too much output"
+    assert sub["exercises"]["02.vector_add"]["status"] == "pass"
+    assert sub["exercises"]["02.relu"]["status"] == "too much output"
+
+
+def test_the_big_allocation_failed_inside_its_sandbox(graded):
+    assert "cell" in graded["subs"]["harm_allocate_4gib.ipynb"]["notes"]
+    assert "raised" in graded["subs"]["harm_allocate_4gib.ipynb"]["notes"]
+
+
+def test_submissions_and_course_files_are_unchanged(graded):
+    assert _snapshot(graded["folder"]) == graded["before"], "bytes and mtimes unchanged, no file added"
+    assert _digest(ROOT / "course_utils") == graded["course"]
+
+
+def test_no_process_and_no_temporary_folder_survives(graded):
+    assert _survivors() == []
+    assert _temp_dirs() <= graded["temps"]
+
+
+def test_the_report_is_the_table_printed(graded):
+    rows = [re.split(r"\s{2,}", line.strip()) for line in graded["table"].splitlines()
+            if not set(line) <= {"-", " "}]
+    by_name = {row[0]: row for row in rows[1:]}
+    assert set(by_name) == set(graded["subs"])
+    for name, sub in graded["subs"].items():
+        assert by_name[name][len(graded["data"]["exercises"]) + 1] == (f"{sub['passed']}/{sub['total']}"
+                                                                        if sub["total"] else "-")
+
+
+def test_interrupting_the_grader_kills_its_sandboxes(tmp_path):
+    """SIGTERM (as Ctrl-C): exit 130, no report, no sandbox and no temporary folder left."""
+    loop = _with_cell(_load("solutions"), f"import time\nwhile True:\n    time.sleep(1)  # {MARKER}")
+    (tmp_path / "loop.ipynb").write_text(json.dumps(loop))
+    temps = _temp_dirs()
+    proc = subprocess.Popen([sys.executable, "-m", "course_utils", "grade", str(tmp_path / "loop.ipynb"),
+                             "--report", str(tmp_path / "grades")], stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+            Path(f"/proc/{p}/status").exists() and "bwrap" in Path(f"/proc/{p}/comm").read_text()
+            for p in os.listdir("/proc") if p.isdigit() and _is_child(int(p), proc.pid)):
+        time.sleep(0.5)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted, no report written" in err
+    assert not (tmp_path / "grades.json").exists()
+    time.sleep(1)
+    assert _survivors() == []
+    assert _temp_dirs() <= temps
+
+
+def _is_child(pid: int, parent: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return int(stat.rsplit(")", 1)[1].split()[1]) == parent
