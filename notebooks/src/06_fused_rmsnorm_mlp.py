@@ -18,12 +18,15 @@
 # %% [setup]
 
 # %%
+from typing import NamedTuple
+
 import torch
 
 from course_utils import netron
 from course_utils.bench import Table, can_time, load_results, plot, show_results
 from course_utils.benches import l06_fused_rmsnorm_mlp as bench06
 from course_utils.llama import mlp_block, toy_config, toy_llama
+from course_utils.lessons.l02_first_kernels import copy_2d  # lesson 02's strided copy (its solution)
 from course_utils.roofline import DATASHEETS, reference_ceilings
 import triton
 import triton.language as tl
