@@ -124,7 +124,7 @@ def _dw_tol(dy, x, rstd) -> tuple[float, float]:
 
 def _rmsnorm_backward_cases(gen):
     rows, hidden = size((1823, 781), (37, 781))
-    many = size((4096, 1024), (300, 80))
+    many = size((4096, 1024), (150, 80))
     for dtype in _dtypes():
         shapes = [
             ("one row of 48", (1, 48), 1e-6),
@@ -377,7 +377,7 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
 
 
 def _train_cases(gen):
-    rows, hidden = size((1823, 781), (37, 781))
+    rows, hidden = size((1823, 781), (13, 781))
     for dtype in _dtypes():
         shapes = [("one row of 48", (1, 48)), (f"{rows} rows x hidden {hidden}", (rows, hidden)),
                   ("x (2, 7, 80): (batch, seq, hidden), y and dx keep x's shape", (2, 7, 80))]
@@ -417,7 +417,7 @@ def _attention_cases(gen):
         eps = TF32_EPS if (dtype == torch.float32 and current().gpu) else EPS[dtype]
         shapes = size(
             [((2, 3, 300, 64), False), ((2, 3, 300, 64), True), ((1, 2, 1023, 128), True), ((1, 1, 1, 64), False)],
-            [((1, 2, 37, 16), False), ((1, 2, 37, 16), True), ((1, 1, 64, 32), True), ((1, 1, 1, 16), False)])
+            [((1, 2, 37, 16), False), ((1, 1, 33, 32), True), ((1, 1, 1, 16), False)])
         for (B, H, S, D), causal in shapes:
             q, k, v, do = (randn((B, H, S, D), dtype, gen) for _ in range(4))
             o, lse, dq, dk, dv = _attention64(q, k, v, do, causal)
