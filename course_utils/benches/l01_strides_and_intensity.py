@@ -24,6 +24,7 @@ from ..bench import Table, device_key, results_dir
 from ..lessons.l02_first_kernels import add, relu
 from ..roofline import (
     CORE_ROOF,
+    DATASHEETS,
     add_cost,
     ceilings_from_results,
     matmul_op,
@@ -149,6 +150,11 @@ def facts(table: Table, ceilings) -> None:
                  if r.tflops == tflops and roof in f"{r.group} {r.name}"]
         if roof != CORE_ROOF and sizes and sizes[0]:
             table.fact(f"peak_{roof}_size", sizes[0].group(1))  # the size whose rate is the roof
+    sheet = next((c for name, c in DATASHEETS.items() if name.split()[0].lower() == device_key()), None)
+    if sheet is not None:
+        for roof, tflops in ceilings.matmul_tflops.items():
+            if roof in sheet.matmul_tflops:  # how close the measured roof comes to the datasheet's
+                table.fact(f"peak_{roof}_of_datasheet", f"{tflops / sheet.matmul_tflops[roof]:.0%}")
 
 
 def run(table: Table) -> None:
