@@ -220,7 +220,8 @@ else:
 
 # %%
 for target in (load_results("02") or {}).get("targets", []):
-    print(f"{target['group']}: {target['ours']} at {target['ratio']:.2f} x {target['peer']} ({target['metric']}), "
+    ratio = "not measured" if target.get("ratio") is None else f"{target['ratio']:.2f} x"
+    print(f"{target['group']}: {target['ours']} at {ratio} {target['peer']} ({target['metric']}), "
           f"target {target['minimum']}")
 
 # %% [markdown]
