@@ -316,12 +316,22 @@ print(f"linear_gelu matches on {tuple(rows.shape)} @ {tuple(w_lin.shape)}.T")
 # rmsnorm(x) @ W.T = ((x * norm_weight) @ W.T) / rms(x)        row by row
 # ```
 #
-# A gate/up kernel already streams every `(BLOCK_M, BLOCK_K)` tile of `x` through its K loop. So it
-# can (1) add `sum(x**2)` of the tile's rows to a per-row fp32 accumulator, (2) multiply the tile by
-# `norm_weight[k]` as it loads it, and (3) in the epilogue, when the sums are complete, scale the
-# accumulator's rows by `1 / sqrt(sum / H + eps)`, **before** the SiLU (the scale commutes with the
-# matmul, not with the SiLU). The normalized `n` never exists in memory, and the RMSNorm costs no
-# launch and no pass of its own. The identity in float64:
+# So the RMSNorm can be done without writing `n`, in two pieces. `norm_weight` is constant along the
+# rows: it can go into the weight, `(x * norm_weight) @ W.T = x @ (norm_weight[:, None] * W.T)`, once,
+# when the weights are packed. `1 / rms(x)` is one number per row: it scales the accumulator's rows in
+# the epilogue, **before** the SiLU (the scale commutes with the matmul, not with the SiLU). Where
+# does the kernel get `sum(x**2)` of its rows? Two ways:
+#
+# - **inside the K loop** (the paper's way): every `(BLOCK_M, BLOCK_K)` tile of `x` already passes
+#   through the loop, so add `sum(x**2)` of its rows to a per-row fp32 accumulator on the way. The
+#   tile must then come out of shared memory into registers and be squared and summed on the CUDA
+#   cores, in every K step of every program that shares those rows;
+# - **in a second pass, in the epilogue** (the course's kernel): keep the K loop a plain matmul, and
+#   after it read the same `BLOCK_M` rows of `x` once more (they are in L2 by then) to add up their
+#   squares. The extra read is `BLOCK_M x K` elements per program, small next to the weight tiles.
+#
+# Either way the normalized `n` never exists in memory, and the RMSNorm costs no launch of its own.
+# The identity in float64:
 
 # %%
 x64 = torch.randn(5, 48, dtype=torch.float64)
@@ -331,29 +341,30 @@ lhs, rhs = rmsnorm_ref(x64, w_norm64, 1e-6) @ w64.T, ((x64 * w_norm64) @ w64.T) 
 print("max |rmsnorm(x) @ W.T - ((x * w) @ W.T) / rms| =", (lhs - rhs).abs().max().item())
 
 # %% [markdown]
-# **What the rounding changes.** In fp16 or bf16 the dot's inputs are 16-bit, so a kernel that
-# applies the norm weight on the fly rounds the *un-normalized* `x * norm_weight` to the weights'
-# dtype before the `tl.dot`, and divides by `rms(x)` afterwards, in fp32. Hugging Face normalizes
-# first, in fp32, rounds `n = x / rms` to 16 bits, then multiplies by the weight in 16 bits (a second
-# rounding) before its matmul. Both round to the same *relative* precision (a float's relative step
-# does not depend on its size), so on ordinary activations the two agree to rounding, as the cell
-# below shows against float64. The difference is range: in fp16, `x * norm_weight` overflows 65504
-# where `x / rms * norm_weight` (values near 1) cannot, so an fp16 activation near the top of the range
-# with a norm weight above 1 gives inf in the fused kernel and a finite value in Hugging Face's. In
-# bf16 (range up to 3.4e38) that cannot happen.
+# **What the rounding changes.** In fp16 or bf16 the dot's inputs are 16-bit. Hugging Face
+# normalizes first, in fp32, rounds `n = x / rms` to 16 bits, multiplies by the norm weight in 16 bits
+# (a second rounding), then runs its matmul. The course's fused kernel feeds `x` to the dot as it is
+# (it is already a 16-bit input: no rounding), against a packed weight that holds `norm_weight * W`
+# rounded to 16 bits **once**, when the model is loaded, and divides by `rms(x)` afterwards, in fp32.
+# (A kernel that multiplied each `x` tile by the norm weight inside the loop would instead round the
+# un-normalized `x * norm_weight`, which in fp16 can overflow 65504 where the normalized value
+# cannot.) A 16-bit float's relative step does not depend on its size, so the orders differ by
+# rounding only; the cell below measures them against float64.
 
 # %%
 torch.manual_seed(0)
 xr, nwr, wr = torch.randn(64, 1024) * 4, torch.rand(1024) + 0.5, torch.randn(256, 1024) / 32
 rms_r = (xr.double().pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
-exact = ((xr.double() / rms_r) * nwr.double()) @ wr.double().T
 for half in (torch.float16, torch.bfloat16):
-    hf_way = (nwr.to(half) * (xr / rms_r.float()).to(half)).double() @ wr.to(half).double().T  # normalize, round
-    fused_way = ((xr * nwr).to(half).double() @ wr.to(half).double().T) / rms_r  # round x * w, scale after
-    err = [((got - exact).norm() / exact.norm()).item() for got in (hf_way, fused_way)]
-    print(f"{str(half)[6:]:>9}: relative error against float64, HF order {err[0]:.2e}, fused order {err[1]:.2e}")
-print("fp16 x = 60000, norm weight 1.5:", (torch.tensor(60000.0, dtype=torch.float16) * 1.5).item(),
-      "(fused order) vs", (torch.tensor(60000.0) / 60000.0 * 1.5).half().item(), "(HF order, rms = 60000)")
+    xh = xr.to(half)  # the activation arrives in 16 bits
+    exact = ((xh.double() / rms_r) * nwr.double()) @ wr.double().T
+    hf_way = (nwr.to(half) * (xh.float() / rms_r.float()).to(half)).double() @ wr.to(half).double().T
+    folded = (xh.double() @ (wr * nwr).to(half).double().T) / rms_r  # W * norm_weight rounded once
+    in_loop = ((xh.float() * nwr).to(half).double() @ wr.to(half).double().T) / rms_r  # x * norm_weight rounded
+    err = [((got - exact).norm() / exact.norm()).item() for got in (hf_way, folded, in_loop)]
+    print(f"{str(half)[6:]:>9}: relative error against float64: HF order {err[0]:.2e}, folded weight "
+          f"{err[1]:.2e}, x * norm_weight in the loop {err[2]:.2e}")
+print("fp16 x = 60000 times a norm weight of 1.5:", (torch.tensor(60000.0, dtype=torch.float16) * 1.5).item())
 
 # %% [markdown]
 # **The worked sibling: LayerNorm + one linear layer, fused.** The same trick works for LayerNorm, with
@@ -365,8 +376,9 @@ print("fp16 x = 60000, norm weight 1.5:", (torch.tensor(60000.0, dtype=torch.flo
 # ```
 #
 # `W @ gamma` and `W @ beta` are `(N,)` vectors that depend on the weights only: computed once, like
-# any packing of weights. The K loop accumulates `(x * gamma) @ W.T` and, per row, `sum(x)` and
-# `sum(x**2)`; the epilogue turns the sums into `mu` and `rstd` and applies the formula. (The
+# any packing of weights. This sibling takes the statistics the paper's way, inside the K loop: it
+# accumulates `(x * gamma) @ W.T` and, per row, `sum(x)` and `sum(x**2)`; the epilogue turns the sums
+# into `mu` and `rstd` and applies the formula. (The
 # variance as `E[x^2] - mu^2` loses precision when `|mu|` is large against the spread; activations
 # after a residual add are close to zero-mean, and a production kernel would use a shifted sum.)
 
@@ -449,25 +461,26 @@ print(acc_demo, "\ngate columns:\n", g_demo, "\nup columns:\n", u_demo)
 # %% [markdown]
 # **Packing, once.** Weights do not change between calls at inference, so the new layout is paid for
 # once, as inference engines do (vLLM, for one, loads `gate_proj` and `up_proj` into one merged
-# `gate_up_proj` weight). `pack_mlp_weights` needs no new kernel: lesson 02's `copy_2d` reads and
-# writes with any strides, and `w_gu[:, 0::2]` is an `(H, I)` view of the even columns. It also
-# stores `W_down.T` as an `(I, H)` row-major matrix for the down projection (lesson 03's `matmul`).
+# `gate_up_proj` weight). `pack_mlp_weights` copies with lesson 02's `copy_2d`, which reads and writes
+# with any strides (`w_gu[:, 0::2]` is an `(H, I)` view of the even columns), folds the norm weight
+# into the rows of `w_gu` with a small scaling kernel, and stores `W_down.T` as an `(I, H)` row-major
+# matrix for the down projection.
 
-# %% [inline] course_utils.lessons.l06_fused_rmsnorm_mlp: PackedMLP pack_mlp_weights
+# %% [inline] course_utils.lessons.l06_fused_rmsnorm_mlp: PackedMLP scale_rows_kernel pack_mlp_weights
 
 # %%
 packed = pack_mlp_weights(norm.weight, *weights)
 w_gate, w_up, w_down = weights
 print("w_gu", tuple(packed.w_gu.shape), packed.w_gu.stride(), "| w_down_t", tuple(packed.w_down_t.shape),
       packed.w_down_t.stride())
-print("even columns == W_gate.T:", torch.equal(packed.w_gu[:, 0::2], w_gate.T),
-      "| odd columns == W_up.T:", torch.equal(packed.w_gu[:, 1::2], w_up.T),
+nw_col = norm.weight[:, None]  # (H, 1): row k of w_gu is scaled by norm_weight[k]
+print("even columns == norm_weight * W_gate.T:", torch.allclose(packed.w_gu[:, 0::2], nw_col * w_gate.T),
+      "| odd columns == norm_weight * W_up.T:", torch.allclose(packed.w_gu[:, 1::2], nw_col * w_up.T),
       "| w_down_t == W_down.T:", torch.equal(packed.w_down_t, w_down.T))
 
 # %% [markdown]
-# Now the whole block: the RMS statistics and the norm weight in the K loop of the merged gate/up
-# matmul, the split and the scaling by `1 / rms` in the epilogue, and lesson 03's `matmul` for the
-# down projection: exercise
+# Now the whole block: the merged gate/up matmul on the packed weight, the row sums of `x**2`, the
+# split and the scaling by `1 / rms` in the epilogue, and the down projection: exercise
 # [06.rmsnorm_mlp](../exercises/06_fused_rmsnorm_mlp.ipynb#06.rmsnorm_mlp:-the-block-in-two-kernels).
 #
 # ## Into the Hugging Face model
@@ -578,22 +591,30 @@ speedups(results)
 #   A gap that size between two dtypes of the same kernels is noise or CPU-bound launching, not the
 #   GPU; to compare decode sizes fairly, time them inside a CUDA graph (lesson 04) and against the
 #   memory floor printed above.
-# - **The block at (4, 2048, 1024)** is compute-bound, and the measurements contradict the simple
-#   story that fusing more is faster. Our fused block took {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}}
-#   ({{tflops:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}} for the whole block), {{ratio:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)|HF block torch.compile}}
-#   the speed of `torch.compile`'s {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|HF block torch.compile}}. The
+# - **The block at (4, 2048, 1024)** is compute-bound. Our fused block took
+#   {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}} ({{tflops:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}}
+#   for the whole block), {{ratio:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)|HF block torch.compile}}
+#   the speed of `torch.compile`'s {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|HF block torch.compile}}; the
 #   **unfused** path, three launches of the exercises' kernels (`rmsnorm`, the two-accumulator
-#   `gate_up_silu` on `nn.Linear` weights, lesson 03's `matmul`), was faster than our fused block:
-#   {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton unfused (ours): 3 kernels}}
-#   ({{tflops:RMSNorm+MLP fp16 (4, 2048, 1024)|triton unfused (ours): 3 kernels}}). So neither the two
-#   accumulators nor the weight layout is what costs here: the work the fused kernel adds **inside its
-#   K loop** is. Each K step converts the `x` tile to fp32, squares and sums it, multiplies it by the
-#   norm weight and rounds it back to 16 bits before the `tl.dot`: CUDA-core work on the critical path
-#   of every step, repeated by every program that shares those rows (each row's statistics are
-#   recomputed once per column tile). The separate `rmsnorm` does it once per row and reads and writes
-#   16 MB; at this size that is cheaper. Fusing the norm into the matmul pays where the block is
-#   memory- or launch-bound, as at the decode sizes; at prefill sizes the matmul's own speed decides.
-#
+#   `gate_up_silu` on `nn.Linear` weights, lesson 03's `matmul`), took
+#   {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton unfused (ours): 3 kernels}}. The cell below says which
+#   of the two was faster in that run. At this size the matmul's own speed decides: fusing the norm
+#   saves writing and reading the normalized `x` (16 MB), little next to hundreds of GFLOP of matrix
+#   work, and any work added to the matmul's K loop (the paper's in-loop `sum(x**2)`: each tile
+#   converted, squared and summed on the CUDA cores in every K step, repeated by every program that
+#   shares those rows) can cost more than it saves. That is why the course's kernel keeps its K loop a
+#   plain matmul. Fusing the norm pays where the block is memory- or launch-bound, as at decode sizes.
+
+# %%
+for group in [g for g in dict.fromkeys(r["group"] for r in (results or {}).get("rows", [])) if "2048" in g]:
+    ms = {r["name"]: r["ms"] for r in results["rows"] if r["group"] == group}
+    fused, unfused = ms.get("triton (ours)"), ms.get("triton unfused (ours): 3 kernels")
+    if fused and unfused:
+        faster = "fused" if fused < unfused else "unfused (3 kernels)"
+        print(f"{group}: fused {fused:.3f} ms, unfused {unfused:.3f} ms -> {faster} was faster "
+              f"({max(fused, unfused) / min(fused, unfused):.2f} x)")
+
+# %% [markdown]
 # The committed `results/06_fused_rmsnorm_mlp.<device>.json` also holds the sweep rows of every tile
 # configuration and how long the packing took. If you have not yet, open
 # [exercises/06_fused_rmsnorm_mlp.ipynb](../exercises/06_fused_rmsnorm_mlp.ipynb) and write the three
