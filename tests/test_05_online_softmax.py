@@ -473,3 +473,56 @@ def test_every_attention_configuration_of_the_bench_is_correct(causal):
         out = torch.full_like(q, float("nan"))
         attention(q, k, v, out, causal, bm, bn, warps, stages)
         torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+
+
+# --- named mistakes: fp16 arithmetic, attention's scaling, masking and rescaling ---------------------
+
+@triton.jit
+def softmax_fp16_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_om, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=float("-inf"))  # stays in x's dtype
+    z = x - tl.max(x, axis=0)  # rounded to fp16
+    p = tl.exp(z.to(tl.float32)).to(x.dtype)  # tl.exp takes fp32 only; the result back to fp16
+    tl.store(out_ptr + row * stride_om + cols, (p / tl.sum(p, axis=0)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def test_softmax_in_fp16_arithmetic_fails_the_fp16_case():
+    def softmax_fp16(x, out):
+        if x.dtype != torch.float16 or x.shape[1] > 1024 or x.stride(1) != 1:
+            softmax(x, out)  # the course's kernel everywhere else: only the fp16 case is on trial
+            return
+        softmax_fp16_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), out.stride(0),
+                                           BLOCK_N=triton.next_power_of_2(x.shape[1]))
+
+    failure("05.softmax", softmax_fp16, "fp16 storage, fp32 arithmetic", "elements differ beyond")
+
+
+def _attention_case(causal: bool, S: int = 45, D: int = 16):
+    from course_utils.checks.l05_online_softmax import _attention_expected
+    from course_utils.grading.harness import Case, Out
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn((1, 2, S, D), generator=g) * 3 for _ in range(3))
+    return Case("t", (q, k, v, Out("out", (1, 2, S, D), torch.float32), causal),
+                {"out": _attention_expected(q, k, v, causal)}, 2e-5, 2e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_mistakes_are_named_by_their_values(causal):
+    from course_utils.checks import l05_online_softmax as c05
+
+    case = _attention_case(causal)
+    q, k, v = case.args[:3]
+    D = q.shape[-1]
+    explain = c05._attention_explain
+    exp_for_exp2 = c05._attention_scaled(q, k, v, causal, 1 / (math.log(2) * math.sqrt(D)))
+    assert "exp() of scores scaled for exp2" in explain({"out": exp_for_exp2}, case)
+    no_rescale = c05._attention_no_rescale(q, k, v, causal, 16)
+    assert not torch.allclose(no_rescale, case.expected["out"], atol=1e-3), "the case must show the mistake"
+    assert "accumulator that is not rescaled gives (tiles of 16 keys)" in explain({"out": no_rescale}, case)
+    assert explain({"out": case.expected["out"] + 1.0}, case) == ""
+    if not causal:
+        unmasked = c05._attention_scaled(q, k, v, False, 1 / math.sqrt(D), pad_keys=-45 % 32)
+        assert "keys past S left in the softmax" in explain({"out": unmasked}, case)

@@ -15,6 +15,7 @@ from course_utils.grading import CheckFailed, check  # noqa: E402
 from course_utils.lessons import l06_fused_rmsnorm_mlp as l06  # noqa: E402
 from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402
 from course_utils.llama import mlp_block, toy_config, toy_llama  # noqa: E402
+from helpers import failure  # noqa: E402
 
 SEED = 1234
 
@@ -502,16 +503,19 @@ def test_bench_sweep_tiles_fit_in_shared_memory():
         assert (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * 2 * down.num_stages <= SHARED_MEMORY
 
 
-def test_bench_sweeps_the_prefill_tiles_asked_for():
+def test_bench_sweeps_the_lessons_default_tiles(monkeypatch):
+    """The prefill sweep includes the tile the lesson uses by default on a GPU, and times no tile twice."""
     from course_utils.benches import l06_fused_rmsnorm_mlp as bench
+    from course_utils.mode import Mode
+
+    monkeypatch.setattr(l06, "current", lambda: Mode("gpu", "cuda", "a CUDA GPU"))
+
+    def key(c):
+        return (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_warps"], c["num_stages"])
 
     large = bench.GATE_UP_SWEEP["large"]
-    tiles = {(c["BLOCK_M"], 2 * c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in large}
-    assert {(128, 256, 8, 3), (128, 256, 8, 4), (128, 128, 8, 4), (256, 128, 8, 3)} <= tiles  # (M, 2N) tiles
-    down = bench.DOWN_SWEEP["large"][0]
-    kw = down.kwargs
-    assert (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]) == (128, 256, 64)
-    assert (down.num_warps, down.num_stages) == (8, 3)
+    assert len({key(c) for c in large}) == len(large)
+    assert key(l06.mlp_config(4096)) in {key(c) for c in large}
 
 
 @pytest.mark.parametrize("rows, cols", [(1, 48), (37, 80), (16384, 4096), (65536, 1024), (8, 16384)])
@@ -522,3 +526,31 @@ def test_rmsnorm_config_holds_whole_rows(rows, cols):
     assert cfg["num_warps"] in (4, 8, 16)
     if cols <= 1024 and rows >= 64:
         assert cfg["BLOCK_M"] >= 4  # short rows: several per program
+
+
+# --- fusion: the unfused answers the exercises' text rules out ----------------------------------------
+
+def test_gate_up_silu_as_two_matmuls_and_a_silu_mul_is_not_fused():
+    from course_utils.lessons.l04_fusion import silu_mul
+
+    def unfused(x, w_gate, w_up, out):
+        g = torch.empty_like(out)
+        u = torch.empty_like(out)
+        matmul(x, w_gate.t(), g)
+        matmul(x, w_up.t(), u)
+        silu_mul(g, u, out)
+
+    failure("06.gate_up_silu", unfused, "launched 3 kernels on the activations", "temporary at `g = torch.empty_like(out)`",
+            "rows x intermediate", "one kernel computes both")
+
+
+def test_rmsnorm_mlp_writing_the_normalized_rows_is_not_fused():
+    def unfused(x, norm_weight, w_gate, w_up, w_down, eps, out):
+        n = torch.empty_like(out)
+        l06.rmsnorm(x, norm_weight, eps, n)
+        h = torch.empty((x.shape[0], w_gate.shape[0]), dtype=x.dtype, device=x.device)
+        l06.gate_up_silu(n, w_gate, w_up, h)
+        matmul(h, w_down.t(), out)
+
+    failure("06.rmsnorm_mlp", unfused, "launched 3 kernels on the activations",
+            "the normalized activations", "rmsnorm(x) never goes to memory")

@@ -548,3 +548,26 @@ def test_quantize_two_pass_path_for_long_rows():
     q_ref, s_ref = fp8.quantize_rowwise_ref(x)
     torch.testing.assert_close(scale, s_ref, rtol=1e-6, atol=0)
     assert bool(((out.float() - q_ref.float()).abs() <= q_ref.float().abs() / 8 + 2.0**-9).all())
+
+
+# --- 07.decode_e4m3: bit arithmetic on torch integers is fine, torch's own float8 is not -------------
+
+def test_decode_with_torch_integer_bit_arithmetic_passes():
+    def decode_torch_ints(bits):
+        b = torch.tensor(bits, dtype=torch.int32)
+        sign, exponent, mantissa = int((b >> 7) & 1), int((b >> 3) & 0xF), int(b & 0x7)
+        if exponent == 0xF and mantissa == 0x7:
+            return math.nan
+        value = mantissa / 8 * 2.0**-6 if exponent == 0 else (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+        return -value if sign else value
+
+    check("07.decode_e4m3", decode_torch_ints, seed=0, quiet=True)
+
+
+def test_decode_with_torchs_float8_is_refused_by_name():
+    def decode_by_torch(bits):
+        return float(torch.tensor([bits], dtype=torch.uint8).view(torch.float8_e4m3fn).float())
+
+    with pytest.raises(CheckFailed, match="decodes with torch's own float8 type") as info:
+        check("07.decode_e4m3", decode_by_torch, seed=0, quiet=True)
+    assert "int() / float()) are all allowed" in str(info.value)
