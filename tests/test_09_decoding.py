@@ -2,6 +2,10 @@
 gives Hugging Face's greedy tokens."""
 from __future__ import annotations
 
+import importlib.util
+import inspect
+import textwrap
+
 import pytest
 import torch
 import triton
@@ -90,78 +94,58 @@ def test_append_that_also_clears_the_cache_fails():
     assert "also changed position(s)" in failure("09.kv_append", wrong)
 
 
-# --- 09.decode_attention ----------------------------------------------------------------------
+# --- 09.decode_attention and 09.w4a16_gemv: the solution's kernels with one mistake each ---------
 
-def _attention_with(*, mapping=None, masked=True, rescale=True):
-    """The solution's algorithm in torch with one mistake, behind a stand-in launch (the harness wants one)."""
+def _patched(kernel, tmp_path, *replacements):
+    """A copy of one of the solution's kernels with `replacements` (old, new) applied to its source."""
+    source = textwrap.dedent(inspect.getsource(kernel.fn))
+    for old, new in replacements:
+        assert old in source, old
+        source = source.replace(old, new)
+    name = f"variant_{abs(hash(replacements))}"
+    path = tmp_path / f"{name}.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, kernel.fn.__name__)
+
+
+@interpreter_only
+def test_attention_with_the_wrong_group_mapping_is_named(tmp_path, monkeypatch):
+    wrong = _patched(l09.decode_attention_split_kernel, tmp_path,
+                     ("heads = kvh * GROUP + offs_g", "heads = kvh + H_kv * offs_g"))  # h % H_kv
+    monkeypatch.setattr(l09, "decode_attention_split_kernel", wrong)
+    assert "h % H_kv" in failure("09.decode_attention", l09.decode_attention)
+
+
+@interpreter_only
+def test_attention_over_unmasked_keys_is_named():
     def decode_attention(q, cache_k, cache_v, lengths, out):
-        B, H_q, D = q.shape
-        H_kv = cache_k.shape[1]
-        group = H_q // H_kv
-        result = torch.empty(B, H_q, D, dtype=torch.float64)
-        for b in range(B):
-            n = int(lengths[b]) if masked else cache_k.shape[2]
-            for h in range(H_q):
-                g = h % H_kv if mapping == "mod" else h // group
-                k, v = cache_k[b, g, :n].double(), cache_v[b, g, :n].double()
-                s = k @ q[b, h].double() / D**0.5
-                if rescale:
-                    result[b, h] = torch.softmax(s, 0) @ v
-                else:
-                    num, den = 0, 0
-                    for i in range(0, n, 32):
-                        p = torch.exp(s[i:i + 32] - s[i:i + 32].max())
-                        num, den = num + p @ v[i:i + 32], den + p.sum()
-                    result[b, h] = num / den
-        _copy_kernel[(out.numel(),)](result.to(out.dtype).to(out.device).contiguous(), out)
-    return decode_attention
+        l09.decode_attention(q, cache_k, cache_v, torch.full_like(lengths, cache_k.shape[2]), out)
 
-
-@triton.jit
-def _copy_kernel(src_ptr, dst_ptr):
-    i = tl.program_id(0)
-    tl.store(dst_ptr + i, tl.load(src_ptr + i))
-
-
-def _explained(candidate) -> str:
-    return failure("09.decode_attention", candidate)
+    assert "all S_max keys" in failure("09.decode_attention", decode_attention)
 
 
 @interpreter_only
-@pytest.mark.parametrize("mistake, words", [
-    (dict(mapping="mod"), "h % H_kv"),
-    (dict(masked=False), "all S_max keys"),
-    (dict(rescale=False), "without rescaling"),
-])
-def test_attention_mistakes_are_named(mistake, words):
-    assert words in _explained(_attention_with(**mistake))
-
-
-# --- 09.w4a16_gemv ----------------------------------------------------------------------------
-
-def _w4_variant(**mistake):
-    def w4a16_gemv(x, w_packed, scales, group_size, out):
-        if x.shape[1] % group_size:
-            raise ValueError("K is not a multiple of group_size")
-        N = w_packed.shape[0]
-        lo, hi = (w_packed >> 4, w_packed & 0xF) if mistake.get("swap") else (w_packed & 0xF, w_packed >> 4)
-        q = torch.stack([lo, hi], dim=2).reshape(N, -1).double() - (0 if mistake.get("zero") else 8)
-        s = scales.double()
-        if mistake.get("per_row"):
-            s = s[:, :1].expand_as(s)
-        result = x.double() @ (q * s.repeat_interleave(group_size, dim=1)).T
-        _copy_kernel[(out.numel(),)](result.to(out.dtype).contiguous(), out)
-    return w4a16_gemv
+def test_attention_merged_without_rescaling_is_named(tmp_path, monkeypatch):
+    wrong = _patched(l09.decode_attention_merge_kernel, tmp_path,
+                     ("w = tl.exp(m - m_all)", "w = tl.where(m > float(\"-inf\"), 1.0, 0.0)"))
+    monkeypatch.setattr(l09, "decode_attention_merge_kernel", wrong)
+    assert "without rescaling" in failure("09.decode_attention", l09.decode_attention)
 
 
 @interpreter_only
-@pytest.mark.parametrize("mistake, words", [
-    (dict(swap=True), "nibbles swapped"),
-    (dict(zero=True), "zero point forgotten"),
-    (dict(per_row=True), "one scale per row"),
+@pytest.mark.parametrize("replacements, words", [
+    ((("(packed & 0xF).to(tl.int32)", "(packed >> 4).to(tl.int32) + 0"),
+      ("(packed >> 4).to(tl.int32) - 8  # weight k = 2j + 1: high nibble", "(packed & 0xF).to(tl.int32) - 8")), "nibbles swapped"),
+    ((("(packed & 0xF).to(tl.int32) - 8", "(packed & 0xF).to(tl.int32)"),
+      ("(packed >> 4).to(tl.int32) - 8", "(packed >> 4).to(tl.int32)")), "zero point forgotten"),
+    ((("g * stride_sg", "0 * stride_sg"),), "one scale per row"),
 ])
-def test_w4a16_mistakes_are_named(mistake, words):
-    assert words in failure("09.w4a16_gemv", _w4_variant(**mistake))
+def test_w4a16_mistakes_are_named(tmp_path, monkeypatch, replacements, words):
+    monkeypatch.setattr(l09, "w4a16_gemv_kernel", _patched(l09.w4a16_gemv_kernel, tmp_path, *replacements))
+    assert words in failure("09.w4a16_gemv", l09.w4a16_gemv)
 
 
 @interpreter_only
@@ -179,8 +163,8 @@ def test_w4a16_must_refuse_a_k_that_is_no_multiple_of_the_group():
 def test_static_cache_decoding_gives_hf_greedy_tokens():
     model = toy_llama(small=True)
     prompt = torch.randint(0, model.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(3))
-    ours = l09.StaticCacheLlama(model, 2, 16).generate(prompt, 4)
-    theirs = model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+    ours = l09.StaticCacheLlama(model, 2, 8).generate(prompt, 3)
+    theirs = model.generate(prompt, max_new_tokens=3, min_new_tokens=3, do_sample=False, pad_token_id=0)
     assert torch.equal(ours, theirs)
 
 
