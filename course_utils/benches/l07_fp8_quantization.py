@@ -206,6 +206,33 @@ GEMV_CONFIGS = (  # BLOCK_N, BLOCK_K, warps, stages
 def _gemv(table: Table) -> None:
     for N, K in GEMV_SHAPES:
         _gemv_shape(table, N, K)
+    _gemv_sass(table)
+
+
+def _gemv_sass(table: Table) -> None:
+    """What the compiled GEMV does per weight: count its int8 -> fp32 conversions (I2F) in the SASS."""
+    import triton
+
+    from ..lessons.l07_fp8_quantization import w8a16_gemv_kernel
+
+    N, K = GEMV_SHAPES[0]
+    x = torch.randn(1, K, device=DEVICE, dtype=torch.bfloat16)
+    w_int8 = torch.randint(-127, 128, (N, K), device=DEVICE, dtype=torch.int8)
+    scale = torch.rand(N, device=DEVICE)
+    out = torch.empty(1, N, device=DEVICE, dtype=torch.bfloat16)
+    try:
+        kernel = w8a16_gemv_kernel[(triton.cdiv(N, 8), 1)](x, w_int8, scale, out, N, K, x.stride(0), w_int8.stride(0),
+                                                          out.stride(0), BLOCK_N=8, BLOCK_K=1024, num_warps=4,
+                                                          num_stages=3)
+        sass = kernel.asm["sass"]
+    except Exception as exc:  # noqa: BLE001 - no disassembler on this machine: no fact
+        table.notes.append(f"W8A16 GEMV SASS not read: {type(exc).__name__}: {str(exc)[:120]}")
+        return
+    lines = sass.splitlines()
+    count = {op: sum(op in line for line in lines) for op in ("I2F", "FFMA", "LDG.E.128")}
+    table.fact("gemv_sass", f"the 8 x 1024 GEMV kernel's SASS has {count['I2F']} I2F (int8 -> float conversions, "
+                            f"quarter-rate on Hopper) beside {count['FFMA']} FFMA and {count['LDG.E.128']} 16-byte "
+                            "loads (LDG.E.128) per loop body")
 
 
 def _gemv_shape(table: Table, N: int, K: int) -> None:
