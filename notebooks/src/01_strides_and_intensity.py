@@ -346,8 +346,9 @@ for name, cost in ops.items():
 # tensor cores' in bf16, their TF32 rate for fp32 matmuls, and the CUDA cores' plain fp32, the one
 # elementwise work, reductions and softmax live under. Datasheet peaks are not reachable in practice,
 # so `course_utils` *measures* the ceilings: `B` from a 1 GiB device-to-device copy (read + write
-# bytes counted) and the matmul roofs from `torch.matmul` in bf16 and in fp32 on TF32 tensor cores,
-# the best rate over the sizes timed. On a GPU `roofline.device_ceilings()` measures them once (a few
+# bytes counted), the matmul roofs from `torch.matmul` in bf16 and in fp32 on TF32 tensor cores (the
+# best rate over the sizes timed), and the CUDA-core roof from a Triton kernel that does nothing but
+# fp32 multiply-adds on data it has already loaded (the best of a few block shapes). On a GPU `roofline.device_ceilings()` measures them once (a few
 # seconds) and caches them per device name in `~/.cache/course_utils/`; in interpreter mode it returns
 # the committed GPU measurements.
 
@@ -364,12 +365,13 @@ for sheet in roofline.DATASHEETS.values():
 # are the honest targets: lesson 02 compares its kernels with the copy, lesson 03 with
 # `torch.matmul`.
 #
-# The ridge points differ by roof (printed above and below). A matmul on the tensor cores needs
-# on the order of a hundred FLOPs per byte or more before the arithmetic, rather than the memory,
-# becomes its limit. Work that cannot use the tensor cores meets a much lower flat roof, the CUDA
-# cores' fp32 rate, and so a much lower ridge, around twenty FLOPs per byte or less. Elementwise
-# operations and softmax, at a fraction of a FLOP per byte, sit far left of even that ridge:
-# memory-bound under every roof. (Lesson 04 uses this roof to
+# The ridge points differ by roof. On the committed run ({{measured}}), a bf16 matmul reached
+# {{fact:peak_bf16_tflops}} (best at {{fact:peak_bf16_size}}), so it needs {{fact:ridge_bf16}} before
+# the arithmetic, rather than the memory, becomes its limit. Work that cannot use the tensor cores meets
+# a much lower flat roof, the CUDA cores' fp32 rate, measured at {{fact:peak_fp32_tflops}} (the
+# datasheet says more: the next cell compares), and so a much lower ridge: {{fact:ridge_fp32}}.
+# Elementwise operations and softmax, at a fraction of a FLOP per byte, sit far left of even that
+# ridge: memory-bound under every roof. (Lesson 04 uses this roof to
 # explain why `sin` applied four times can become compute-bound.)
 
 # %%

@@ -204,19 +204,23 @@ else:
 # Measured on {{measured}}. The vector add moves 3 bytes for every 2 the copy moves, so compare the
 # **GB/s** bars, not the times. Our add moved {{gbps:vector add fp32 2^28|triton (ours)}} against
 # the copy's {{gbps:vector add fp32 2^28|copy ceiling (x -> out)}}, that is
-# {{ratio:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}} the copy's rate: a little
-# *faster* than the copy. We did not measure why. One plausible reason is the mix of traffic: the
-# copy's bytes are half reads and half writes, the add's two thirds reads, and DRAM loses time each
-# time it turns the bus around between reading and writing; treat that as a hypothesis, not a result.
-# `torch.add` lands on the same bar ({{gbps:vector add fp32 2^28|torch x + y}}): at 1 GiB per tensor
-# both are limited by HBM alone, and the block size barely matters once each program moves a few KB
+# {{ratio:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}} the copy's rate: in the runs
+# so far, at or a little above the copy. Why an add can move bytes faster than a copy was not
+# measured. One plausible reason is the mix of traffic: the copy's bytes are half reads and half
+# writes, the add's two thirds reads, and DRAM loses time each time it turns the bus around between
+# reading and writing; treat that as a hypothesis, not a result. PyTorch lands on the same bar
+# (`torch.add` {{gbps:vector add fp32 2^28|torch x + y}}; against the fastest PyTorch version,
+# `{{peer:vector add fp32 2^28|triton (ours)}}`, ours runs at
+# {{ratio:vector add fp32 2^28|triton (ours)|fastest}} its speed): at 1 GiB per tensor all of them are
+# limited by HBM alone, and the block size barely matters once each program moves a few KB
 # ({{gbps:vector add fp32 2^28|triton (ours) BLOCK=4096}} with BLOCK=4096, against
 # {{gbps:vector add fp32 2^28|triton (ours) BLOCK=1024}} with 1024). ReLU, with the copy's exact
 # traffic, runs at {{ratio:relu fp32 2^28|triton (ours)|copy ceiling (x -> out)}} the copy's rate.
 #
-# The targets: a kernel like these must reach at least 0.92 x the copy's GB/s. The copy is the fastest
-# anything moves bytes on this GPU, and a memory-bound kernel has no other cost to hide behind, so a
-# kernel far below the copy is wasting the one resource that decides its time. The committed run:
+# The targets: a kernel like these must reach at least 0.92 x the copy's GB/s. The copy is the
+# simplest memory-bound kernel there is, the measure of what HBM delivers on this GPU, and a
+# memory-bound kernel has no other cost to hide behind: one far below the copy is wasting the one
+# resource that decides its time. The committed run:
 
 # %%
 for target in (load_results("02") or {}).get("targets", []):
