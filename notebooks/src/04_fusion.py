@@ -30,7 +30,7 @@ import triton.language as tl
 from course_utils import benches, size
 from course_utils.bench import can_time, do_bench, load_results, plot, show_results
 from course_utils.benches.l04_fusion import COMPILE_NOTE, LAUNCH_GROUP, PROFILE_NOTE, describe_trace, sin_instruction
-from course_utils.roofline import DATASHEETS
+from course_utils.roofline import DATASHEETS, reference_ceilings
 
 results = load_results("04")  # what the last GPU run measured (results/04_fusion.<device>.json), or None
 notes = results["notes"] if results else []
@@ -199,19 +199,22 @@ else:
 # The roofline of lesson 01 has one slanted roof (bandwidth) and one flat roof per kind of
 # arithmetic. A sine is not a matmul, so the tensor cores (the flat roofs of hundreds of TFLOP/s)
 # cannot run it: it runs on the CUDA cores, whose fp32 roof is far lower. NVIDIA's datasheet gives
-# the H100 SXM and the H200 SXM the same fp32 CUDA-core peak; with the measured copy bandwidth that
-# puts the ridge point near 16 FLOP per byte, not in the hundreds.
+# the H100 SXM and the H200 SXM the same fp32 CUDA-core peak, and lesson 01 measured a lower one with
+# an FMA-bound kernel; with the measured copy bandwidth either puts the ridge point around 10 to 16
+# FLOP per byte, not in the hundreds.
 #
 # An accurate `sinf` (which `tl.sin` compiles to here: see the PTX section below) is an argument
 # reduction and a polynomial, tens of fp32 instructions. The cell takes the measured time of the
-# fused kernel and asks how many FLOPs per sine the CUDA-core roof allows in that time: if that
+# fused kernel and asks how many FLOPs per sine the measured CUDA-core roof allows in that time: if that
 # number is a plausible cost of a sine, arithmetic, not memory, is the limit.
 
 # %%
-peak_fp32 = DATASHEETS["H200 SXM"].matmul_tflops["fp32"] * 1e12  # CUDA-core fp32, datasheet (H100 SXM: same)
+datasheet_fp32 = DATASHEETS["H200 SXM"].matmul_tflops["fp32"] * 1e12  # CUDA-core fp32, datasheet (H100 SXM: same)
+roofs = reference_ceilings()  # lesson 01's GPU run: its fp32 roof is an FMA-bound kernel on the CUDA cores
+peak_fp32 = roofs.peak("fp32")
 ridge = peak_fp32 / bandwidth
-print(f"CUDA-core fp32 roof {peak_fp32 / 1e12:.0f} TFLOP/s (datasheet), bandwidth {bandwidth / 1e9:,.0f} GB/s "
-      f"-> ridge {ridge:.1f} FLOP/byte")
+print(f"CUDA-core fp32 roof: {datasheet_fp32 / 1e12:.0f} TFLOP/s (datasheet) -> ridge {datasheet_fp32 / bandwidth:.1f} "
+      f"FLOP/byte; {peak_fp32 / 1e12:.0f} TFLOP/s (measured on {roofs.device}) -> ridge {ridge:.1f} FLOP/byte")
 fused_ms = committed_ms("sin^4 fp32 2^26", "triton (ours)")
 if fused_ms:
     flops_per_sine = peak_fp32 * fused_ms * 1e-3 / n_gpu / 4  # if the CUDA cores ran flat out
