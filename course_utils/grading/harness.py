@@ -195,7 +195,9 @@ class Exercise:
         object.__setattr__(self, "hint", types.MappingProxyType(dict(hints)))
 
     def hint_for(self, kind: str) -> str:
-        return self.hint.get(kind) or DEFAULT_HINTS.get(kind, "")
+        if kind in self.hint:
+            return self.hint[kind]
+        return DEFAULT_HINTS.get(kind, "") if self.kernel else ""  # the defaults speak of kernels
 
     @property
     def func_name(self) -> str:
