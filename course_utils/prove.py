@@ -7,6 +7,7 @@ One lesson fits in well under 10 minutes, so the command can be run lesson by le
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -21,6 +22,11 @@ def execute(path: Path, timeout: int = 600) -> tuple[bool, float, str]:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    # The kernel runs in a scratch folder: it finds this checkout's course_utils through PYTHONPATH, also
+    # where the package is not pip-installed (a GPU machine that received the checkout as files).
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(course_root()) not in entries:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), *entries]))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / path.name
