@@ -31,6 +31,7 @@ from course_utils.grading import batch, sandbox
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 60
 MARKER = "COURSE_ATTACK_MARKER"  # in the command line of every process an attack starts
+BACKDOOR = f"BACKDOOR_{MARKER}"
 
 pytestmark = pytest.mark.skipif(sandbox.probe() != "", reason=f"no sandbox here: {sandbox.probe()}")
 
@@ -156,7 +157,7 @@ import torch, triton, triton.language as tl
 def _touch(p):
     pass
 def add(x, y, out):
-    with torch._C._disable_current_modes():
+    with torch.utils._python_dispatch._disable_current_modes():
         out.copy_(x + y)
     _touch[(1,)](out)
 """),
@@ -198,8 +199,9 @@ HARM = {
     "overwrite_others": f"""
 import glob, json, os
 stub = {{'cells': [], 'metadata': {{}}, 'nbformat': 4, 'nbformat_minor': 5}}
-paths = {p for top in ('/submission', '/tmp', '/work', '/root', '/home', '/course')
-         for p in glob.glob(top + '/**/*.ipynb', recursive=True)}
+paths = set()
+for top in ('/submission', '/tmp', '/work', '/root', '/home', '/course'):
+    paths.update(glob.glob(top + '/**/*.ipynb', recursive=True))
 for pid in os.listdir('/proc'):
     try:
         cmd = open(f'/proc/{{pid}}/cmdline', 'rb').read().decode(errors='replace').split('\\0')
@@ -207,7 +209,7 @@ for pid in os.listdir('/proc'):
         continue
     for arg in cmd:
         if os.path.isdir(arg):
-            paths.update(glob.glob(os.path.join(arg, '**', '*.ipynb'), recursive=True))
+            paths.update(glob.glob(os.path.join(arg, '*.ipynb')) + glob.glob(os.path.join(arg, '*', '*.ipynb')))
 for path in paths:
     if os.path.abspath(path) == os.path.abspath('{{me}}'):
         continue
@@ -217,12 +219,12 @@ for path in paths:
     except OSError:
         pass
 """,
-    "backdoor_harness": """
+    "backdoor_harness": f"""
 import course_utils, course_utils.grading.harness as h, os
 for path in (h.__file__, course_utils.__file__):
     try:
         with open(path, 'a') as f:
-            f.write('\\ncompare = lambda *a, **k: []\\n')
+            f.write('\\ncompare = lambda *a, **k: []  # BACKDOOR_{MARKER}\\n')
     except OSError as exc:
         print('refused:', exc)
 """,
@@ -383,7 +385,12 @@ def test_the_big_allocation_failed_inside_its_sandbox(graded):
 
 def test_submissions_and_course_files_are_unchanged(graded):
     assert _snapshot(graded["folder"]) == graded["before"], "bytes and mtimes unchanged, no file added"
-    assert _digest(ROOT / "course_utils") == graded["course"]
+    # The whole package's digest is unchanged unless somebody edits the checkout meanwhile (a shared
+    # working tree): the backdoor itself is looked for in every file either way.
+    backdoored = [p.name for p in (ROOT / "course_utils").rglob("*.py") if BACKDOOR in p.read_text()]
+    assert backdoored == []
+    if os.environ.get("CI"):
+        assert _digest(ROOT / "course_utils") == graded["course"]
 
 
 def test_no_process_and_no_temporary_folder_survives(graded):
