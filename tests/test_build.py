@@ -76,17 +76,28 @@ def test_hygiene_catches_outputs_and_paths(tmp_path):
     assert "outputs" in problems and "execution count" in problems and "machine path" in problems
 
 
-def test_build_check_command_fails_on_drift(tmp_path, monkeypatch):
-    target = ROOT / "exercises" / "02_first_kernels.ipynb"
-    original = target.read_text()
-    try:
-        target.write_text(original.replace("YOUR CODE HERE", "solved by hand"))
-        result = subprocess.run([sys.executable, "-m", "course_utils", "build", "--check"],
-                                capture_output=True, text=True, cwd=ROOT)
-        assert result.returncode == 1
-        assert "02_first_kernels.ipynb differs from its source" in result.stderr
-    finally:
-        target.write_text(original)
+def test_build_check_command_fails_on_drift(tmp_path):
+    """`build --check` on a copy of the checkout whose exercise notebook was edited by hand: the committed
+    notebooks are never touched, even when the test is interrupted."""
+    import os
+    import shutil
+
+    copy = tmp_path / "checkout"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    for folder in ("course_utils", "notebooks", "exercises", "solutions", "results"):
+        shutil.copytree(ROOT / folder, copy / folder, ignore=ignore)
+    for name in ("README.md", "pyproject.toml"):
+        shutil.copy2(ROOT / name, copy / name)
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    command = [sys.executable, "-m", "course_utils", "build", "--check"]
+    before = subprocess.run(command, capture_output=True, text=True, cwd=copy, env=env)
+    assert "02_first_kernels.ipynb" not in before.stderr, before.stderr  # the copy's notebook: no drift yet
+    target = copy / "exercises" / "02_first_kernels.ipynb"
+    assert "YOUR CODE HERE" in target.read_text()
+    target.write_text(target.read_text().replace("YOUR CODE HERE", "solved by hand"))
+    result = subprocess.run(command, capture_output=True, text=True, cwd=copy, env=env)
+    assert result.returncode == 1
+    assert "02_first_kernels.ipynb differs from its source" in result.stderr
 
 
 def test_environment_yml_names_the_pyproject_packages():
