@@ -23,6 +23,7 @@ from ..lessons.l08_backward_passes import (
     SiluMulFunction,
     attention_backward,
     causal_lm_loss,
+    cross_entropy,
     swap_in_training_kernels,
 )
 from ..llama import toy_llama
@@ -102,7 +103,8 @@ def bench_rmsnorm(table: Table, rows: int = 16384, cols: int = 4096) -> None:
     liger = (lambda a, b: fn.apply(a, b, EPS)) if fn else None
     peers = _peers(table, group, _rmsnorm_eager, (x, w), lambda y: dy, n_bytes, liger)
     ours = _fwd_bwd(lambda a, b: RMSNormFunction.apply(a, b, EPS), (x, w), lambda y: dy)
-    _close(ours(), _fwd_bwd(_rmsnorm_eager, (x, w), lambda y: dy)())
+    x32, w32 = (t.detach().float().requires_grad_() for t in (x, w))  # dw sums 16384 rows: an fp32 reference
+    _close(ours(), _fwd_bwd(_rmsnorm_eager, (x32, w32), lambda y: dy.float())())
     table.time(group, OURS, ours, n_bytes=n_bytes)
     table.target(group, OURS, peers, 1.0)
 
@@ -157,7 +159,7 @@ def bench_cross_entropy(table: Table, rows: int = 8192, vocab: int = 32000) -> N
     impls = [(OURS, lambda t: CrossEntropyFunction.apply(t, targets))]
     if fn is not None:
         def liger(t):
-            out = fn.apply(t, targets)
+            out = fn.apply(t, targets, None)  # weight=None: no class weights
             return out[0] if isinstance(out, tuple) else out
         impls.append(("Liger-Kernel", liger))
     for name, f in impls:  # both write dlogits into the logits: checked and timed on their own copy
@@ -170,12 +172,29 @@ def bench_cross_entropy(table: Table, rows: int = 8192, vocab: int = 32000) -> N
             continue
         xc = logits0.clone().requires_grad_()
         step = _fwd_bwd(f, (xc,), lambda y: None)
+        if name == OURS:
+            _sweep_cross_entropy(table, group, logits0, targets, want, n_bytes)
         table.time(group, name, step, n_bytes=n_bytes)
         table.fact(f"peak MiB {group} {name}", f"{_peak_mib(step):.0f}")
         if name != OURS:
             names.append(name)
     table.target(group, OURS, names, 1.0)
     _memory_target(table, group, f"peak MiB {group} ", OURS, "torch eager", 1.0)
+
+
+CE_SWEEP = [(4096, 8), (16384, 16), (32768, 32)]  # (BLOCK_N, warps); the default is ce_config's
+
+
+def _sweep_cross_entropy(table: Table, group: str, logits0, targets, want, n_bytes) -> None:
+    """Other block sizes of the kernel alone (forward computes the gradient too), as sweep rows."""
+    for block_n, warps in CE_SWEEP:
+        x = logits0.clone()
+        loss = torch.empty(x.shape[0], device=DEVICE, dtype=torch.float32)
+        cross_entropy(x, targets, loss, x, BLOCK_N=block_n, num_warps=warps)
+        _close((x,), want)
+        table.time(group, f"{OURS} kernel only BLOCK_N={block_n} w{warps}",
+                   lambda b=block_n, w=warps: cross_entropy(x, targets, loss, x, BLOCK_N=b, num_warps=w),
+                   n_bytes=n_bytes)
 
 
 def _memory_target(table: Table, group: str, prefix: str, ours: str, peer: str, at_most: float) -> None:
@@ -204,6 +223,9 @@ def _lse(q, k, causal: bool) -> torch.Tensor:
     return out
 
 
+ATTENTION_SWEEP = [(32, 64, 4, 3), (64, 64, 4, 3), (64, 64, 8, 2), (128, 64, 8, 2), (64, 32, 4, 4)]
+
+
 def bench_attention_backward(table: Table, shape=(4, 16, 4096, 128)) -> None:
     B, H, S, D = shape
     for causal in (False, True):
@@ -220,7 +242,19 @@ def bench_attention_backward(table: Table, shape=(4, 16, 4096, 128)) -> None:
         dq, dk, dv = (torch.empty_like(q) for _ in range(3))
         attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal)
         _close((dq, dk, dv), want, 5e-2)
-        table.time(group, OURS, lambda: attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal), flops=flops)
+        table.time(group, f"{OURS} default 64x64 w4 s2",
+                   lambda: attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal), flops=flops)
+        for bm, bn, warps, stages in ATTENTION_SWEEP:
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+            try:
+                attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal, **cfg)
+                _close((dq, dk, dv), want, 5e-2)
+            except Exception as exc:  # noqa: BLE001 - a tile that does not fit is a note
+                table.notes.append(f"{group}: tile {cfg} failed: {str(exc).splitlines()[0][:120]}")
+                continue
+            table.time(group, f"{OURS} {bm}x{bn} w{warps} s{stages}",
+                       lambda c=cfg: attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal, **c), flops=flops)
+        table.add_best(group, OURS, flops=flops)
         table.target(group, OURS, "SDPA backward", 0.7, 0.85)
         del o, want
 
