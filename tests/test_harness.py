@@ -421,15 +421,103 @@ def test_speed_line_says_rate_fraction_and_the_courses_solution():
     ceilings = Ceilings("H100", copy_gbps=3000.0, matmul_tflops={"fp32": 60.0, "bf16": 800.0})
     memory = Speed(lambda: (), lambda args: None, "m:f", "n = 2^26, fp32")
     cost = Cost(2**26, 12 * 2**26)  # vector add: 805 MB moved
-    line, point = format_speed(memory, cost, cost.n_bytes / 2400e9, cost.n_bytes / 2700e9, ceilings)
+    line, point, solution = format_speed(memory, cost, cost.n_bytes / 2400e9, cost.n_bytes / 2700e9, ceilings)
     assert line == ("speed on n = 2^26, fp32: 2,400 GB/s, 80% of this GPU's measured 3,000 GB/s copy "
                     "bandwidth (memory-bound); the course's solution: 2,700 GB/s (90%)")
-    assert point.intensity == cost.intensity
+    assert point.intensity == cost.intensity and point.fraction(ceilings) == pytest.approx(0.8)
+    assert solution.fraction(ceilings) == pytest.approx(0.9) and solution.tflops > point.tflops
     compute = Speed(lambda: (), lambda args: None, "m:f", "4096^3 bf16", roof="bf16")
     cost = Cost(2 * 4096**3, 3 * 4096**2 * 2)
-    line, _ = format_speed(compute, cost, cost.flops / 600e12, None, ceilings)
+    line, point, solution = format_speed(compute, cost, cost.flops / 600e12, None, ceilings)
     assert line == ("speed on 4096^3 bf16: 600.0 TFLOP/s, 75% of this GPU's measured 800 TFLOP/s bf16 matmul "
                     "rate (compute-bound)")
+    assert solution is None and point.roof == "bf16"
+
+
+def test_speed_line_uses_a_stand_in_roof_the_gpu_lacks():
+    """fp8 work on a GPU whose ceilings hold no fp8 roof: twice the bf16 rate, said so; bf16 work on a
+    GPU without bf16 (its inputs are fp16): the fp16 rate; never the CUDA cores' roof."""
+    from course_utils.grading.harness import Speed, format_speed
+    from course_utils.roofline import Ceilings, Cost
+
+    h100 = Ceilings("H100", copy_gbps=3000.0, matmul_tflops={"fp32": 60.0, "bf16": 700.0, "tf32": 350.0})
+    fp8 = Speed(lambda: (), lambda args: None, "m:f", "4096^3 e4m3", roof="fp8")
+    cost = Cost(2 * 4096**3, 4 * 4096**2)
+    line, point, _ = format_speed(fp8, cost, cost.flops / 700e12, None, h100)
+    assert "50% of this GPU's measured 1,400 TFLOP/s fp8 matmul rate (2 x the measured bf16 rate)" in line
+    assert "compute-bound" in line and "fp8" not in h100.matmul_tflops  # the caller's ceilings unchanged
+    t4 = Ceilings("T4", copy_gbps=250.0, matmul_tflops={"fp32": 8.0, "fp16": 40.0})
+    bf16 = Speed(lambda: (), lambda args: None, "m:f", "4096^3, fp16", roof="bf16")
+    cost = Cost(2 * 4096**3, 3 * 4096**2 * 2)
+    line, _, _ = format_speed(bf16, cost, cost.flops / 20e12, None, t4)
+    assert "50% of this GPU's measured 40 TFLOP/s fp16 matmul rate (compute-bound)" in line
+
+
+def test_each_exercise_is_timed_as_memory_or_compute_bound_as_it_is(monkeypatch):
+    """On the committed H200 ceilings, each exercise's speed cost lands on the right side of its roof's
+    ridge: matmuls, fused MLPs and attention compute-bound, the rest memory-bound (no tensor is made)."""
+    import importlib
+
+    from course_utils.grading import exercises
+    from course_utils.grading.harness import _roof
+    from course_utils.roofline import reference_ceilings
+
+    def randn(shape, dtype=torch.float32, *args, **kwargs):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    def uniform(shape, low, high, dtype=torch.float32, *args, **kwargs):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    for name in ("l02_first_kernels", "l03_matmul", "l04_fusion", "l05_online_softmax", "l06_fused_rmsnorm_mlp",
+                 "l07_fp8_quantization"):
+        module = importlib.import_module(f"course_utils.checks.{name}")
+        for fake in (randn, uniform):
+            if hasattr(module, fake.__name__):
+                monkeypatch.setattr(module, fake.__name__, fake)
+    compute = {"03.matmul", "03.linear_relu", "05.attention", "06.gate_up_silu", "06.rmsnorm_mlp",
+               "07.fp8_matmul"}
+    timed = [ex for ex in exercises() if ex.speed is not None and ex.id[:2] <= "07"]
+    assert {ex.id for ex in timed} >= compute | {"02.vector_add", "02.relu", "02.copy_2d", "04.sin4",
+                                                 "04.silu_mul", "05.softmax", "06.rmsnorm", "07.quantize_rowwise"}
+    for ex in timed:
+        ceilings, roof, _ = _roof(ex.speed, reference_ceilings())
+        cost = ex.speed.cost(ex.speed.args())
+        assert cost.flops > 0 and cost.n_bytes > 0, ex.id
+        bound = ceilings.bound(cost.intensity, roof or min(ceilings.matmul_tflops, key=ceilings.matmul_tflops.get))
+        assert bound == ("compute" if ex.id in compute else "memory"), (ex.id, cost.intensity)
+
+
+def test_speed_line_times_candidate_and_solution_and_progress_places_both(monkeypatch, scratch_exercises):
+    """speed_line with a mocked timer and ceilings: the line, both points recorded; progress's roofline
+    plots the student's point and the course's beside it."""
+    from course_utils.grading import harness
+    from course_utils.grading import progress as progress_module
+    from course_utils.grading.harness import Speed
+    from course_utils.roofline import Ceilings, Cost
+
+    n = 1 << 10
+    solution = "course_utils.lessons.l02_first_kernels:add"
+    speed = Speed(lambda: (torch.ones(n), torch.ones(n), Out("out", (n,), torch.float32)),
+                  lambda args: Cost(n, 12 * n), solution, "n = 1024, fp32")
+    scratch_exercises(Exercise("99.timed_add", "add", "add(x, y, out)", _double_cases, speed=speed))
+    ceilings = Ceilings("fake", copy_gbps=1000.0, matmul_tflops={"fp32": 50.0, "bf16": 500.0})
+    monkeypatch.setattr("course_utils.roofline.device_ceilings", lambda: ceilings)
+
+    def student(x, y, out):
+        out.copy_(x + y)
+
+    monkeypatch.setattr(harness, "_seconds", lambda fn, args: 12 * n / (500e9 if fn is student else 800e9))
+    line = harness.speed_line(REGISTRY["99.timed_add"], student)
+    assert line == ("speed on n = 1024, fp32: 500 GB/s, 50% of this GPU's measured 1,000 GB/s copy bandwidth "
+                    "(memory-bound); the course's solution: 800 GB/s (80%)")
+    assert harness.MEASURED["99.timed_add"].label == "99.timed_add"
+    assert harness.SOLUTION_MEASURED["99.timed_add"].label == "99.timed_add (course)"
+    placed = []
+    monkeypatch.setattr("course_utils.roofline.plot_roofline", lambda c, points, **kw: placed.extend(points))
+    monkeypatch.setattr(progress_module, "REGISTRY", {"99.timed_add": REGISTRY["99.timed_add"]})
+    points = progress_module._roofline("99", Progress({"99.timed_add": "pass"}), {"add": student})
+    assert [p.label for p in placed] == [p.label for p in points] == ["99.timed_add", "99.timed_add (course)"]
+    assert placed[0].tflops == pytest.approx(n / (12 * n / 500e9) / 1e12)
 
 
 def test_speed_line_never_fails_a_check():
@@ -442,3 +530,4 @@ def test_speed_line_never_fails_a_check():
     ex = Exercise("99.speed", "x", "double(x, out)", _double_cases,
                   speed=Speed(broken, lambda args: None, "m:f", "size"))
     assert harness.speed_line(ex, lambda x, out: None) == "speed: not measured (RuntimeError: no GPU here)"
+    assert "99.speed" not in harness.MEASURED

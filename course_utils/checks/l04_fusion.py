@@ -4,8 +4,17 @@ from __future__ import annotations
 import torch
 
 from ..grading import Case, Exercise, Out, register
+from ..grading.harness import Speed
 from ..grading.inputs import EPS, f64, randn, tolerance, uniform
 from ..mode import current, size
+from ..roofline import elementwise_cost
+
+SPEED_N = 1 << 26  # 2^26 elements: 256 MiB of fp32, far beyond any cache
+SPEED_ROWS, SPEED_INTER = 4096, 11008  # silu_mul's speed size: a 4096-token prefill of Llama-7B's MLP
+
+
+def _half() -> torch.dtype:
+    return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float16
 
 # --- 04.bytes_moved ---------------------------------------------------------------------------
 
@@ -89,6 +98,10 @@ def _sin4_cases(gen):
 
 register(Exercise(
     "04.sin4", "sin(sin(sin(sin(x)))) in one kernel", "sin4(x, out)", _sin4_cases, max_launches=1,
+    # memory-bound: 8 bytes per fp32 element (read x, write out); each sin counted as one FLOP
+    speed=Speed(lambda: (randn(SPEED_N), Out("out", (SPEED_N,), torch.float32)),
+                lambda args: elementwise_cost(SPEED_N, 4, flops_per_element=4.0),
+                "course_utils.lessons.l04_fusion:sin4", "n = 2^26, fp32"),
     hint="one kernel, one program per BLOCK elements with mask = offsets < n; load x once, convert with "
          ".to(tl.float32) (tl.sin accepts only fp32/fp64), apply tl.sin four times, store once; "
          "launch over x.numel() so any contiguous shape works"))
@@ -133,6 +146,11 @@ def _silu_mul_cases(gen):
 
 register(Exercise(
     "04.silu_mul", "silu(g) * u in one kernel", "silu_mul(g, u, out)", _silu_mul_cases, max_launches=1,
+    # memory-bound: read g and u, write out, 2 bytes each; ~5 FLOPs per element
+    speed=Speed(lambda: (randn((SPEED_ROWS, SPEED_INTER), _half()), randn((SPEED_ROWS, SPEED_INTER), _half()),
+                         Out("out", (SPEED_ROWS, SPEED_INTER), _half())),
+                lambda args: elementwise_cost(SPEED_ROWS * SPEED_INTER, 2, n_inputs=2, flops_per_element=5.0),
+                "course_utils.lessons.l04_fusion:silu_mul", f"{SPEED_ROWS} x {SPEED_INTER}, bf16"),
     hint="mask = offsets < n; load g and u and convert both with .to(tl.float32); compute "
          "g * sigmoid(g) * u in fp32 with sigmoid = 1 / (1 + exp(-g)) (tl.sigmoid), never "
          "exp(g) / (1 + exp(g)), which is inf / inf = NaN for large g; round only once, in tl.store"))

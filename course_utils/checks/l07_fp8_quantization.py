@@ -7,12 +7,32 @@ import torch
 
 from ..fp8 import E4M3_MAX, fp8_matmul_ref, install_fp8_fix, quantize_rowwise_ref
 from ..grading import Case, Exercise, Out, register
+from ..grading.harness import Speed
 from ..grading.inputs import EPS, f64, randn, transposed, uniform
 from ..mode import current, size
+from ..roofline import Cost, matmul_cost
 
 install_fp8_fix()  # checks of fp8 kernels in the interpreter need its float -> fp8 cast to be right
 
 E4M3 = torch.float8_e4m3fn
+SOLUTIONS = "course_utils.lessons.l07_fp8_quantization"
+SPEED_ROWS, SPEED_COLS = 8192, 8192  # quantize_rowwise's speed size
+SPEED_MM = 4096  # fp8_matmul's: 4096^3
+
+
+def _half() -> torch.dtype:
+    return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _quantize_speed_args():
+    return (randn((SPEED_ROWS, SPEED_COLS), _half()), Out("out", (SPEED_ROWS, SPEED_COLS), E4M3),
+            Out("scale_out", (SPEED_ROWS,), torch.float32))
+
+
+def _fp8_matmul_speed_args():
+    n = SPEED_MM
+    return (randn((n, n)).to(E4M3), uniform((n,), 1e-3, 1e-2), randn((n, n)).to(E4M3), uniform((n,), 1e-3, 1e-2),
+            Out("out", (n, n), torch.bfloat16))
 
 
 # --- 07.decode_e4m3 ---------------------------------------------------------------------------
@@ -275,12 +295,22 @@ register(Exercise(
 register(Exercise(
     "07.quantize_rowwise", "row-wise e4m3 quantization", "quantize_rowwise(x, out, scale_out)",
     _quantize_cases,
+    # memory-bound: read x (2 bytes per element), write out (1 byte) and one fp32 scale per row; ~3 FLOPs
+    # per element (|x| for the max, the scaling, the clamp)
+    speed=Speed(_quantize_speed_args,
+                lambda args: Cost(3.0 * SPEED_ROWS * SPEED_COLS, 3 * SPEED_ROWS * SPEED_COLS + 4 * SPEED_ROWS),
+                f"{SOLUTIONS}:quantize_rowwise", f"{SPEED_ROWS} x {SPEED_COLS}, bf16 -> e4m3"),
     hint="per row: amax = max |x| in fp32; scale_out = amax / 448 (not amax / 127, not 448 / amax); "
          "out = clamp(x * (448 / amax), -448, 448) cast to e4m3; an all-zero row gets scale 1 (no 0/0); "
          "address x with both of its strides"))
 register(Exercise(
     "07.fp8_matmul", "FP8 matmul with per-row scales", "fp8_matmul(a, a_scale, b, b_scale, out)",
     _matmul_cases,
+    # compute-bound on the fp8 tensor cores: 1-byte operands, a bf16 output
+    speed=Speed(_fp8_matmul_speed_args,
+                lambda args: Cost(matmul_cost(SPEED_MM, SPEED_MM, SPEED_MM, 1).flops,
+                                  2 * SPEED_MM * SPEED_MM + 2 * SPEED_MM * SPEED_MM),
+                f"{SOLUTIONS}:fp8_matmul", f"{SPEED_MM} x {SPEED_MM} x {SPEED_MM}, e4m3 -> bf16", roof="fp8"),
     hint="b is (N, K): load its tile as (BLOCK_N, BLOCK_K) with b.stride(0), b.stride(1) and use "
          "tl.dot(a, tl.trans(b)); mask the K tail; multiply the fp32 accumulator by a_scale[rows, None] "
          "and b_scale[None, cols] after the K loop"))

@@ -871,6 +871,10 @@ def run_cases(ex: Exercise, seed: int, run_case: Callable[[Case], list[str]]) ->
 # timing is said in the line.
 
 MEASURED: dict[str, Any] = {}  # exercise id -> roofline.Point of the student's last timed kernel
+SOLUTION_MEASURED: dict[str, Any] = {}  # exercise id -> roofline.Point of the course's solution, same size
+# Roofs a GPU may lack, and the roof that stands in: bf16 work runs as fp16 before Ampere (the check's
+# inputs are fp16 there), TF32 as fp32; fp8 tensor cores (Ada, Hopper) run at twice the bf16 rate.
+ROOF_STAND_INS = {"bf16": ("fp16", 1.0), "tf32": ("fp32", 1.0), "fp8": ("bf16", 2.0)}
 
 
 def _materialize(args: tuple, device: str) -> tuple:
@@ -890,28 +894,76 @@ def _solution(path: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def format_speed(speed: Speed, cost, seconds: float, solution_seconds: float | None, ceilings) -> tuple[str, Any]:
-    """The speed line, and the candidate's roofline.Point. Memory-bound work is told in GB/s against
-    the measured copy bandwidth, compute-bound work in TFLOP/s against its flat roof."""
+def with_stand_in_roofs(ceilings, roofs) -> Any:
+    """The ceilings with a stand-in for each roof in `roofs` this GPU lacks (ROOF_STAND_INS): a copy,
+    or the same ceilings when nothing is missing or no stand-in was measured."""
+    rates = dict(ceilings.matmul_tflops)
+    for roof in roofs:
+        stand_in, factor = ROOF_STAND_INS.get(roof, (None, 1.0))
+        if roof is not None and roof not in rates and stand_in in ceilings.matmul_tflops:
+            rates[roof] = ceilings.matmul_tflops[stand_in] * factor
+    return ceilings if rates == ceilings.matmul_tflops else dataclasses.replace(ceilings, matmul_tflops=rates)
+
+
+def _roof(speed: Speed, ceilings) -> tuple[Any, str | None, str]:
+    """(ceilings, roof, how the roof is named) for a speed line: the exercise's tensor-core roof, or its
+    stand-in on a GPU without it (with_stand_in_roofs); roof None (work without tensor cores, or no
+    stand-in): the lowest roof, the CUDA cores' fp32 rate, named by format_speed."""
+    roof = speed.roof
+    if roof is None or roof in ceilings.matmul_tflops:
+        return ceilings, roof, f"{roof} matmul rate" if roof else ""
+    derived = with_stand_in_roofs(ceilings, [roof])
+    if roof not in derived.matmul_tflops:
+        return ceilings, None, ""
+    stand_in, factor = ROOF_STAND_INS[roof]
+    if factor == 1.0:
+        return derived, roof, f"{stand_in} matmul rate"
+    return derived, roof, f"{roof} matmul rate ({factor:g} x the measured {stand_in} rate)"
+
+
+def format_speed(speed: Speed, cost, seconds: float, solution_seconds: float | None,
+                 ceilings) -> tuple[str, Any, Any]:
+    """The speed line, and the roofline.Points of the candidate and of the course's solution (None when
+    it was not timed). Memory-bound work (intensity left of its roof's ridge point) is told in GB/s, as a
+    fraction of the measured copy bandwidth; compute-bound work in TFLOP/s, as a fraction of its flat roof
+    (the tensor cores' rate of its precision, or the CUDA cores' fp32 rate for work without tensor cores)."""
     from ..roofline import Point
 
-    point = Point("", cost.intensity, cost.flops / seconds / 1e12, speed.roof)
-    roof = point.roof_of(ceilings)
-    memory = ceilings.bound(cost.intensity, roof) == "memory"
+    from ..roofline import CORE_ROOF
+
+    ceilings, roof, roof_text = _roof(speed, ceilings)
+
+    def point(s: float) -> Point:
+        return Point("", cost.intensity, cost.flops / s / 1e12, roof)
+
+    candidate = point(seconds)
+    roof_name = candidate.roof_of(ceilings)
+    memory = ceilings.bound(cost.intensity, roof_name) == "memory"
+    roof_text = roof_text or (f"{CORE_ROOF} CUDA-core rate" if roof_name == CORE_ROOF else f"{roof_name} rate")
 
     def rate(s: float) -> str:
         return f"{cost.n_bytes / s / 1e9:,.0f} GB/s" if memory else f"{cost.flops / s / 1e12:,.1f} TFLOP/s"
 
     def share(s: float) -> str:
-        return f"{Point('', cost.intensity, cost.flops / s / 1e12, speed.roof).fraction(ceilings):.0%}"
+        return f"{point(s).fraction(ceilings):.0%}"
 
     ceiling = (f"{ceilings.copy_gbps:,.0f} GB/s copy bandwidth" if memory
-               else f"{ceilings.peak(roof) / 1e12:,.0f} TFLOP/s {roof} matmul rate")
+               else f"{ceilings.peak(roof_name) / 1e12:,.0f} TFLOP/s {roof_text}")
     line = (f"speed on {speed.label}: {rate(seconds)}, {share(seconds)} of this GPU's measured {ceiling} "
             f"({'memory' if memory else 'compute'}-bound)")
+    solution = None
     if solution_seconds is not None:
         line += f"; the course's solution: {rate(solution_seconds)} ({share(solution_seconds)})"
-    return line, point
+        solution = point(solution_seconds)
+    return line, candidate, solution
+
+
+def _label(speed: Speed, args: tuple) -> Speed:
+    """The label with the half-precision dtype the inputs really have (fp16 on a GPU without bf16)."""
+    dtypes = {a.dtype for a in args if isinstance(a, torch.Tensor)}
+    if "bf16" in speed.label and torch.bfloat16 not in dtypes and torch.float16 in dtypes:
+        return dataclasses.replace(speed, label=speed.label.replace("bf16", "fp16"))
+    return speed
 
 
 def speed_line(ex: Exercise, candidate: Callable) -> str:
@@ -927,9 +979,15 @@ def speed_line(ex: Exercise, candidate: Callable) -> str:
                 solution_seconds = _seconds(_solution(ex.speed.solution), args)
             except Exception:  # the course's kernel could not run here: show the candidate alone
                 solution_seconds = None
-            line, point = format_speed(ex.speed, cost, seconds, solution_seconds, device_ceilings())
+            line, point, solution = format_speed(_label(ex.speed, args), cost, seconds, solution_seconds,
+                                                 device_ceilings())
     except Exception as exc:  # timing is a bonus: say why it is missing, never fail the check
         return f"speed: not measured ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
     point.label = ex.id
     MEASURED[ex.id] = point
+    if solution is not None:
+        solution.label = f"{ex.id} (course)"
+        SOLUTION_MEASURED[ex.id] = solution
+    else:
+        SOLUTION_MEASURED.pop(ex.id, None)
     return line

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..mode import current
 from . import exercises
-from .harness import MEASURED, REGISTRY, CheckFailed, check, speed_line
+from .harness import MEASURED, REGISTRY, SOLUTION_MEASURED, CheckFailed, check, speed_line, with_stand_in_roofs
 
 REASON_WIDTH = 100  # a failure is summarized by the first line of its reason, cut to this width
 NOT_RUN = "not run yet: run the cells above"
@@ -89,24 +89,31 @@ def _show(status: Progress, lesson: str) -> None:
     print(summary)
 
 
-def _roofline(lesson: str, status: Progress, namespace: dict) -> None:
-    """On a GPU: time each passing kernel and place it on the device's roofline (a figure)."""
+def _roofline(lesson: str, status: Progress, namespace: dict) -> list:
+    """On a GPU: time each passing kernel beside the course's solution and place both on the device's
+    measured roofline (a figure); returns the points placed."""
     points = []
     for key, value in status.items():
         ex = REGISTRY[key]
         if value == "pass" and ex.speed is not None:
-            print(speed_line(ex, namespace[ex.func_name]))
+            MEASURED.pop(key, None)
+            print(f"{key}: {speed_line(ex, namespace[ex.func_name])}")
             if key in MEASURED:
                 points.append(MEASURED[key])
+                if key in SOLUTION_MEASURED:
+                    points.append(SOLUTION_MEASURED[key])
     if not points:
-        return
+        return points
     from ..roofline import device_ceilings, plot_roofline
 
-    plot_roofline(device_ceilings(), points, title=f"lesson {lesson}: your kernels on this GPU's roofline")
+    ceilings = with_stand_in_roofs(device_ceilings(), {p.roof for p in points})
+    plot_roofline(ceilings, points,
+                  title=f"lesson {lesson}: your kernels and the course's solutions on this GPU's roofline")
     if _in_notebook():
         import matplotlib.pyplot as plt
 
         plt.show()
+    return points
 
 
 def progress(lesson: str, namespace: dict) -> Progress:
