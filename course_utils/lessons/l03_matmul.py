@@ -11,8 +11,9 @@
 # | 03.linear_relu | `linear_relu(x, w, bias, out)`: `matmul`'s epilogue | nn.Linear layout, one kernel |
 #
 # In interpreter mode (no GPU) the kernels run on the CPU through Triton's interpreter: same code,
-# smaller sizes. fp32 dots are exact there; on a GPU they use TF32 tensor cores unless asked
-# otherwise, and the checks' tolerances allow both.
+# smaller sizes. fp32 dots are exact there. On a GPU `tl.dot` rounds fp32 inputs to TF32 by default;
+# `matmul` follows PyTorch's setting instead (`dot_precision` below: IEEE fp32 unless
+# `torch.set_float32_matmul_precision("high")`), and the checks' tolerances allow both.
 #
 # The lesson: [03 · Matmul](../notebooks/03_matmul.ipynb).
 

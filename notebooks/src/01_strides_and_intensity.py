@@ -151,6 +151,19 @@ layout("t.T.contiguous()", t.T.contiguous(), t)
 layout("t.contiguous()", t.contiguous(), t)  # already contiguous: t itself
 
 # %% [markdown]
+# **Describable is not the same as returned as a view.** Two kinds of operation copy although one
+# (offset, strides) could describe their result. Indexing with a list or a tensor of indices
+# ("advanced indexing") always copies, even when the indices are evenly spaced: PyTorch does not
+# look at their values to find a stride. And PyTorch allows no negative strides, so reversing a
+# dimension (`flip`), which a stride of -1 would describe, copies too. Compare each with the slice
+# that picks the same elements:
+
+# %%
+layout("t[:, 1::2] (a slice)", t[:, 1::2], t)  # columns 1, 3, 5: stride 2, a view
+layout("t[:, [1, 3, 5]] (a list)", t[:, [1, 3, 5]], t)  # the same elements: a copy
+layout("t.flip(0)", t.flip(0), t)  # would need stride -6: a copy
+
+# %% [markdown]
 # ### Views built by hand with as_strided
 #
 # `as_strided(size, stride, storage_offset)` builds any view you can describe with strides. Two worked

@@ -185,8 +185,10 @@ print("the skipped columns of `wide` are untouched:", bool(wide[:, 1::2].isnan()
 # %% [markdown]
 # ## How fast? GB/s against the copy ceiling
 #
-# A copy `out.copy_(x)` reads and writes every byte once and does nothing else: no useful
-# memory-bound kernel moves bytes faster. So we report our kernels in GB/s next to it. From here on
+# A copy `out.copy_(x)` reads and writes every byte once and does nothing else: the simplest
+# memory-bound kernel there is, and so the yardstick of what HBM delivers on this GPU. A good
+# memory-bound kernel comes close to it (an add can even pass it a little: the plot section
+# discusses why). So we report our kernels in GB/s next to the copy. From here on
 # the lesson uses the exercises' kernels, imported from `course_utils.lessons.l02_first_kernels`
 # (their solution is in `solutions/02_first_kernels.ipynb`: write yours first). The benchmark is
 # `course_utils/benches/l02_first_kernels.py`, also `python -m course_utils bench 02`.
@@ -204,9 +206,8 @@ else:
 # Measured on {{measured}}. The vector add moves 3 bytes for every 2 the copy moves, so compare the
 # **GB/s** bars, not the times. Our add moved {{gbps:vector add fp32 2^28|triton (ours)}} against
 # the copy's {{gbps:vector add fp32 2^28|copy ceiling (x -> out)}}, that is
-# {{ratio:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}} the copy's rate: in the runs
-# so far, at or a little above the copy. Why an add can move bytes faster than a copy was not
-# measured. One plausible reason is the mix of traffic: the copy's bytes are half reads and half
+# {{ratio:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}} the copy's rate. When an add
+# reaches or passes the copy's GB/s, why was not measured here. One plausible reason is the mix of traffic: the copy's bytes are half reads and half
 # writes, the add's two thirds reads, and DRAM loses time each time it turns the bus around between
 # reading and writing; treat that as a hypothesis, not a result. PyTorch lands on the same bar
 # (`torch.add` {{gbps:vector add fp32 2^28|torch x + y}}; against the fastest PyTorch version,

@@ -44,7 +44,8 @@ def committed(prefix: str) -> None:
         print(f"no committed GPU results for '{prefix}' yet (python -m course_utils bench 03 on a GPU)")
     for r in rows:
         tflops = f"{r['tflops']:7.1f} TFLOP/s" if r.get("tflops") else ""
-        print(f"  {r['group']:<30} {r['name']:<44} {r['ms']:9.4f} ms {tflops}")
+        gbps = f"{r['gbps']:7.0f} GB/s" if r.get("gbps") else ""
+        print(f"  {r['group']:<30} {r['name']:<44} {r['ms']:9.4f} ms {tflops} {gbps}")
     for note in mine:
         print("  note:", note)
 
@@ -408,7 +409,8 @@ for shape in [(64, 256, 128), (1024, 1024, 1024), (8192, 8192, 8192)]:
               f"e.g. {bench.config_name(kept[0])}")
 
 # %% [markdown]
-# **The cost.** The first call with a new key (`M, N, K`, the dot precision and the dtypes) times
+# **The cost.** The first call with a new key (`M, N, K`, the strides along K of `a` and `b`, that
+# is their layout, the dot precision and the dtypes) times
 # every surviving config: for each it runs `triton.testing.do_bench`, which repeats the kernel for
 # about a tenth of a second (after a warm-up) and reports the median time, and it keeps the config
 # with the lowest median. Each config is compiled first unless it was compiled already for this
@@ -508,7 +510,7 @@ print(f"datasheet peaks ({H100.device}): TF32 {H100.peak('tf32') / H100.peak('fp
 
 # %% [markdown]
 # TF32 costs three to four decimal digits against fp32 (a relative error of a few 1e-4 instead of
-# about 1e-7), the same as fp16 inputs (both keep 10 mantissa bits), for several times the peak
+# under 1e-6), the same as fp16 inputs (both keep 10 mantissa bits), for several times the peak
 # (the last line above); bf16 loses another factor of 8 (7 bits) in exchange for fp32's range. On a
 # GPU the conversion to TF32 may truncate instead of rounding (it depends on the hardware path),
 # which costs a little more: compare the committed GPU errors with the emulated ones. Whether that
@@ -590,7 +592,8 @@ if rows:
 # fast as its arithmetic.
 #
 # The targets, and why: our fp16 and bf16 matmul must reach 0.9 of cuBLAS at 4096^3 and 8192^3
-# (cuBLAS is the fastest matmul on the machine; a Triton kernel of this size should come close);
+# (cuBLAS is NVIDIA's own hand-tuned library, the matmul every framework calls; a Triton kernel at
+# these sizes should come close);
 # fp32 with TF32 on both sides must reach 0.85; `linear_relu` must match the faster of eager and
 # `torch.compile`d `relu(addmm)`, since fusing should only save. In the committed run:
 # - fp16: {{ratio:matmul fp16 4096^3|triton (ours)|torch.matmul (cuBLAS)}} at 4096^3 and
@@ -600,7 +603,9 @@ if rows:
 # - **TF32 is the hard case**: ours reached {{ratio:matmul fp32 tf32 4096^3|triton (ours)|torch.matmul (cuBLAS)}}
 #   cuBLAS at 4096^3 ({{tflops:matmul fp32 tf32 4096^3|triton (ours)}} against
 #   {{tflops:matmul fp32 tf32 4096^3|torch.matmul (cuBLAS)}}), to compare with its target of 0.85;
-#   by the operand-layout rule below it is the one case where `matmul` does extra work.
+#   by the operand-layout rule below it is the one case where `matmul` does extra work, a transposing
+#   copy of `b`. The cell after these notes computes that copy's share of our time; it explains only
+#   part of the gap to cuBLAS, and the rest was not analysed.
 # - `linear_relu` fp16 at 4096^3: ours {{tflops:linear_relu fp16 (4096,4096,4096)|triton (ours)}}, eager
 #   `relu(addmm)` {{tflops:linear_relu fp16 (4096,4096,4096)|torch eager relu(addmm)}}, `torch.compile`
 #   {{tflops:linear_relu fp16 (4096,4096,4096)|torch.compile relu(addmm)}}; at 1024^3, where the saved
@@ -614,9 +619,10 @@ if rows:
 # Two things the napkin maths does not show:
 # - **Operand layout.** Hopper's tensor-core instruction (`wgmma`) takes its B operand (and
 #   optionally A) from shared memory. In fp16 and bf16 it accepts either orientation of those tiles;
-#   in **tf32 and fp8** it requires both operands K-major (lesson 07 meets the same rule). So for
+#   in **tf32 and fp8** it requires both operands K-major (PTX ISA, `wgmma.mma_async`: the transpose
+#   options exist for `.f16`/`.bf16` only; lesson 07 meets the same rule). So for
 #   fp32 inputs with a row-major `b`, `matmul` first transposes `b` with lesson 02's `copy_2d` (8KN
-#   bytes, a few percent of the time): without it Triton falls back to the older `mma` instruction,
+#   bytes: the next cell computes its share of the time): without it Triton falls back to the older `mma` instruction,
 #   several times slower on the H200 in the measurement behind that choice (made while writing the
 #   kernel; it is not among the committed results). In fp16 the layout is a question of speed only:
 #   `linear_relu` reads the K-major `w.t()`, the plain fp16 matmul a row-major `b` (compare their
@@ -633,6 +639,14 @@ for t in targets:
 for note in notes:
     if "naive" in note or "picked" in note:
         print("note:", note)
+tf32_ms = next((r.get("ms") for r in (results or {}).get("rows", [])
+                if r["group"] == "matmul fp32 tf32 4096^3" and r["name"] == "triton (ours)"), None)
+n = 4096
+transpose_bytes = 8 * n * n  # copy_2d of b: read and write K x N fp32
+transpose_floor_ms = transpose_bytes / roofline.reference_ceilings().bandwidth * 1e3
+print(f"TF32 at {n}^3: the transposing copy of b moves {transpose_bytes / 2**20:.0f} MiB, "
+      f">= {transpose_floor_ms:.3f} ms at the measured copy bandwidth"
+      + (f", {transpose_floor_ms / tf32_ms:.0%} of our committed {tf32_ms:.3f} ms" if tf32_ms else ""))
 
 # %% [markdown]
 # ## Exercises

@@ -190,7 +190,7 @@ else:
 # %% [markdown]
 # In the committed run ({{measured}}), the fused kernel took {{ms:sin^4 fp32 2^26|triton (ours)}}
 # against eager's {{ms:sin^4 fp32 2^26|torch eager (4 kernels)}}: {{ratio:sin^4 fp32 2^26|triton (ours)|torch eager (4 kernels)}}
-# faster, although it moves a quarter of the bytes. And a plain copy of the same bytes took
+# faster: not four times faster, although it moves a quarter of the bytes. And a plain copy of the same bytes took
 # {{ms:sin^4 fp32 2^26|copy ceiling (x -> out)}}: the fused kernel is far from the memory floor. The
 # next section says why.
 #

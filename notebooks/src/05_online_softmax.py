@@ -402,9 +402,10 @@ else:
 # | 16384 x 1024 | {{peer:softmax fp32 16384x1024|triton (ours)}} | {{ratio:softmax fp32 16384x1024|triton (ours)|fastest}} | {{ratio:softmax fp32 16384x1024|triton (ours)|torch.softmax}} | {{ratio:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} |
 #
 # The short rows of 16384 x 1024 make the hardest case: the whole job lasts
-# {{us:softmax fp32 16384x1024|triton (ours)}}, so the last partial wave of programs and the
-# cross-warp reductions weigh more, and rows per program and warps matter (the bench's sweep rows
-# show which settings win).
+# {{us:softmax fp32 16384x1024|triton (ours)}}. Likely reasons, not profiled here: at that length the
+# last partial wave of programs and the cross-warp reductions weigh more, so the rows per program and
+# the warps matter. The bench sweeps both when run with `COURSE_BENCH_SWEEP=1`; its notes say whether
+# the committed run did.
 #
 # ## Attention, the three-kernel version
 #
@@ -515,8 +516,10 @@ print(f"scores_lse matches logsumexp(q @ k^T / sqrt(D)) on {(Bs, Hs, Ss, Ds)}")
 # The full forward pass adds the `V` tile, the fp32 accumulator `acc` and its rescaling by `alpha`,
 # the causal mask, and the final `acc / l`. Details of the FlashAttention-2 forward pass worth
 # copying:
-# - `exp2` instead of `exp`, with the scale premultiplied by `log2(e)`: `exp(x) = 2^(x log2 e)`, and
-#   `exp2` is one hardware instruction.
+# - `exp2` instead of `exp`, with the scale premultiplied by `log2(e)`: `exp(x) = 2^(x log2 e)`. On
+#   NVIDIA GPUs Triton compiles an fp32 `tl.exp` to a multiply by `log2(e)` followed by the hardware's
+#   `ex2.approx.f32` (`ExpOpConversionApprox` in Triton's NVIDIA backend); folding `log2(e)` into the
+#   scale, which multiplies every score anyway, saves that multiply per score.
 # - The key loop is split in two: tiles that need no mask (every key `< S`; when causal, every key
 #   before the query tile) and the tiles that do (the partial last tile; the causal diagonal). No
 #   `where` in the hot loop, and the causal kernel skips the tiles above the diagonal: half the work.

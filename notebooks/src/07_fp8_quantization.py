@@ -181,8 +181,8 @@ plt.show()
 # - **Triton on a GPU** lowers `x.to(tl.float8e4nv)` to the PTX instruction `cvt.rn.satfinite`:
 #   round to nearest even, and *saturate*: anything beyond +-448 (inf included) becomes +-448
 #   (+-57344 for e5m2);
-# - **recent torch** (the change landed for 2.12) saturates e4m3fn the same way; **torch 2.11 and
-#   older** (and ml_dtypes) give NaN above 464, the midpoint between 448 and the missing 480; torch's
+# - **recent torch** saturates e4m3fn the same way (pytorch/pytorch pull requests #177870 and
+#   #178817, 2026); **torch 2.11 and older** (and ml_dtypes) give NaN above 464, the midpoint between 448 and the missing 480; torch's
 #   e5m2 overflows to inf.
 #
 # So clamp to +-448 before casting and all of them agree. This is what your torch does:
@@ -527,10 +527,11 @@ for K, r in zip(Ks, rows_out):
 # output, against float64 on the same e4m3 inputs) with and without promotion; on a CPU it prints
 # what the committed GPU run measured. The interpreter accumulates in fp32, so on a CPU both are flat.
 #
-# Two metrics, two numbers: DeepSeek's figure is the error of the *worst element*
-# (`max |C - C64| / max |C64|`-style), ours is a *norm* over the whole output,
-# `||C - C64|| / ||C64||`, which averages the worst elements away. Compare each only with its own
-# kind; the worst-element error of the same kernel is several times its norm error.
+# Two metrics, two numbers: DeepSeek's figure is a *maximum* relative error (the worst of the
+# outputs), ours is a *norm* over the whole output, `||C - C64|| / ||C64||`, which averages the worst
+# elements away. Compare each only with its own kind: the worst of many random errors lies several
+# times above their root mean square, so the same kernel's worst-element error is larger than its
+# norm error (not measured here).
 
 # %%
 if mode.gpu:
@@ -684,10 +685,9 @@ else:
 #   `use_fast_accum` mode reached {{tflops:fp8 matmul 8192^3 (bf16 out)|torch._scaled_mm rowwise fast_accum}}.
 #   The same kernel with b in the textbook (K, N) layout, and with promoted accumulation, are rows of
 #   the sweep: the cell below prints them. Only b's strides differ in the first: the FP8 tiles now
-#   have to be transposed before Hopper's tensor cores can read them. (A (K, N)-layout FP8 kernel
-#   quoted elsewhere at a different speed is a different kernel on a different setup; this lesson's
-#   own figure is the one measured here.) Promotion adds the partial sums after every BLOCK_K step
-#   instead of overlapping them with the next one.
+#   have to be transposed before Hopper's tensor cores can read them. Promotion adds the partial
+#   sums into the fp32 accumulator after every BLOCK_K step, so each step must wait for its dot to
+#   finish instead of overlapping it with the next one (our reading of the slowdown, not profiled).
 # - **W8A16**: {{ratio:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16|torch.matmul bf16 (cuBLAS)}}
 #   (up projection) and {{ratio:W8A16 GEMV 1x14336 @ (4096x14336).T|triton (ours) W8A16|torch.matmul bf16 (cuBLAS)}}
 #   (down projection) the speed of cuBLAS's bf16 GEMV: {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16}}
