@@ -8,6 +8,8 @@ with `table.target(...)`. A bench that fails keeps what it measured, with the er
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
 import pkgutil
 import time
 import traceback
@@ -26,7 +28,7 @@ def run(lesson: str, write: bool = True) -> Table:
     start = time.perf_counter()
     try:
         module = importlib.import_module(f"{__name__}.{lesson_record(lesson).module}")
-        module.run(table)
+        module.run(table, **_quick_arguments(module.run))
     except Exception as exc:  # noqa: BLE001 - one lesson's failure is reported, the others still run
         where = traceback.extract_tb(exc.__traceback__)[-1]
         table.error = f"{type(exc).__name__}: {str(exc).strip()[:300]} ({where.filename.split('/')[-1]}:{where.lineno})"
@@ -39,6 +41,14 @@ def run(lesson: str, write: bool = True) -> Table:
     if write:
         print(f"wrote {save(table)}")
     return table
+
+
+def _quick_arguments(run_fn) -> dict:
+    """COURSE_BENCH_QUICK=1: the targets without the configuration sweeps (a second GPU, a short lease)."""
+    if os.environ.get("COURSE_BENCH_QUICK") != "1":
+        return {}
+    params = inspect.signature(run_fn).parameters
+    return {key: value for key, value in (("quick", True), ("sweep", False)) if key in params}
 
 
 def run_all(lessons: list[str]) -> bool:
