@@ -306,3 +306,20 @@ def test_trace_summary_reports_busy_time_and_span_per_call(tmp_path):
     assert summary["span_us_per_call"] == pytest.approx((32 + 14) / 2)  # within a call, not across calls
     text = l04_fusion.describe_trace("eager", summary)
     assert "busy 8.0 us of a 23.0 us span" in text and "idle" not in text
+
+
+def test_quick_benches_skip_the_sweeps(monkeypatch):
+    from course_utils import benches
+
+    def run_with_quick(table, quick: bool = False): ...
+
+    def run_with_sweep(table, sweep: bool = True): ...
+
+    def run_plain(table): ...
+
+    monkeypatch.delenv("COURSE_BENCH_QUICK", raising=False)
+    assert benches._quick_arguments(run_with_quick) == {}
+    monkeypatch.setenv("COURSE_BENCH_QUICK", "1")
+    assert benches._quick_arguments(run_with_quick) == {"quick": True}
+    assert benches._quick_arguments(run_with_sweep) == {"sweep": False}
+    assert benches._quick_arguments(run_plain) == {}
