@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from ..bench import Table
+from ..bench import Table, sweeping
 from ..checks.l03_matmul import dot_tolerance
 
 SIZES = (512, 1024, 2048, 4096, 8192)  # the TFLOP/s-vs-size sweep, N^3
@@ -162,6 +162,16 @@ def _time_configs(table: Table, group: str, dtype: torch.dtype, run, check, flop
         table.time(group, name, lambda c=config: run(c), flops=flops)
 
 
+def _note_tma(table: Table, group: str) -> None:
+    """Which path ours took: the TMA kernel (Hopper, K-major b) and its tile, or the pointer kernel."""
+    from ..lessons.l03_matmul import matmul_tma_kernel
+
+    best = getattr(matmul_tma_kernel, "best_config", None)
+    path = f"the TMA kernel, autotune picked {config_name(best)}" if best else "the pointer kernel"
+    table.notes.append(f"{group}: ours ran {path}")
+    matmul_tma_kernel.best_config = None  # the next group's note tells its own
+
+
 def _fastest_config(table: Table, group: str):
     rows = [r for r in table.rows if r.group == group and r.name.startswith(OURS + " ") and "x" in r.name]
     if not rows:
@@ -200,7 +210,7 @@ def _sweep(table: Table, every_config: bool = True) -> None:
                     table.notes.append(f"{group}: naive kernel at {cublas.ms / row.ms:.4f} x torch.matmul")
             if n in TARGET_SIZES:
                 table.target(group, OURS, CUBLAS, 0.90, 0.95)
-            if n in TARGET_SIZES and every_config:
+            if n in TARGET_SIZES and every_config and (label == "fp16" or sweeping()):  # fp16: launch order
                 _time_configs(table, group, dtype, lambda c: matmul(a, b, out, config=c),
                               lambda: _assert_close(out, ref, n, group), flops)
 
@@ -234,7 +244,8 @@ def _fp32(table: Table, every_config: bool = True) -> None:
                 table.time(group, packed, lambda: matmul(a, b_kmajor.t(), out), flops=flops)
                 table.target(group, packed, CUBLAS, 0.85)
                 table.target(group, OURS, CUBLAS, None)
-            if label == "tf32" and every_config:
+                _note_tma(table, group)
+            if label == "tf32" and every_config and sweeping():
                 _time_configs(table, group, torch.float32, lambda c: matmul(a, b, out, config=c),
                               lambda: _assert_close(out, ref, n, group), flops)
             else:
@@ -373,7 +384,9 @@ def _linear_relu(table: Table, every_config: bool = True) -> None:
             table.target(group, OURS, [EAGER, COMPILED], 1.0, 1.05)  # against the faster of the two
         if table.find(group, OURS + " [graph]"):
             table.target(group, OURS + " [graph]", [EAGER + " [graph]", COMPILED + " [graph]"], 1.0, 1.05)
-        if (M, N, K) in LINEAR_TARGETS and every_config:
+        if (M, N, K) in LINEAR_TARGETS:
+            _note_tma(table, group)
+        if (M, N, K) in LINEAR_TARGETS and every_config and sweeping():
             _time_configs(table, group, torch.float16,
                           lambda c: matmul(x, w.t(), out, bias=bias, relu=True, config=c),
                           lambda: _assert_close(out, ref, K, group), flops)

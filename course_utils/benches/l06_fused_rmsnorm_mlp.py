@@ -39,6 +39,7 @@ RMSNORM_DTYPE = torch.bfloat16
 RMSNORM_SIZES = [(16384, 4096), (65536, 1024)]
 RMSNORM_SWEEP = [(1, 4), (1, 16), (2, 8), (4, 4), (8, 8), (16, 16)]  # (rows per program, warps)
 BLOCK_SHAPES = [(1, 16, 1024), (4, 2048, 1024)]  # (batch, seq, hidden): the paper's input, a prefill
+WIDE_SHAPE = (1, 16, 4096)  # the paper's Llama-7B width: hidden 4096, intermediate 11008, fp16 only
 
 
 def _short(dtype: torch.dtype) -> str:
@@ -58,7 +59,9 @@ def _down(bm, bn, bk, warps, stages, group_m=1) -> triton.Config:
 # 2 * BLOCK_N wide, so (128, 128) is a 128 x 256 tile. Configs equal to mlp_config's are skipped.
 GATE_UP_SWEEP = {
     "small": [_tile(16, 16, 256, 4, 4), _tile(16, 32, 256, 4, 3), _tile(16, 64, 128, 4, 4),
-              _tile(16, 64, 64, 4, 6)],
+              _tile(16, 64, 64, 4, 6),
+              # fewer bytes of shared memory per program: more programs resident per SM, a shorter tail
+              _tile(16, 32, 128, 4, 2), _tile(16, 16, 128, 4, 3), _tile(16, 64, 64, 4, 3)],
     "large": [_tile(128, 128, 64, 8, 3, 8), _tile(128, 128, 64, 8, 4, 8), _tile(128, 64, 64, 8, 4, 8),
               _tile(256, 64, 64, 8, 3, 8)],
 }
@@ -192,6 +195,25 @@ def bench_block(table: Table, sweep: bool = True, dtypes=(torch.float16, torch.b
                                    f"{ms:.3f} ms")
             for shape in BLOCK_SHAPES:
                 _bench_block_at(table, block, compiled, packed, shape, sweep)
+    _bench_wide(table, sweep)
+
+
+def _bench_wide(table: Table, sweep: bool, dtype: torch.dtype = torch.float16) -> None:
+    """The block at the paper's hidden 4096 (intermediate 11008): Hugging Face's own RMSNorm and MLP modules."""
+    from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+
+    from ..llama import RMSNormMLP, toy_config
+
+    config = toy_config()
+    config.hidden_size = WIDE_SHAPE[2]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        block = RMSNormMLP(LlamaRMSNorm(config.hidden_size, eps=EPS), LlamaMLP(config)).eval()
+    block = block.to(device=DEVICE, dtype=dtype)
+    with torch.no_grad():
+        block.norm.weight.uniform_(0.5, 1.5)
+        packed = pack_mlp_weights(*_weights(block))
+        _bench_block_at(table, block, torch.compile(block, dynamic=False), packed, WIDE_SHAPE, sweep)
 
 
 def _check_packing(packed, weights) -> None:

@@ -11,7 +11,8 @@ import torch
 
 from ..bench import Table
 from ..fp8 import E4M3_MAX, fp8_matmul_ref, quantize_rowwise_ref
-from ..lessons.l07_fp8_quantization import fp8_matmul, quantize_int8_ref, quantize_rowwise, w8a16_gemv
+from ..lessons.l07_fp8_quantization import (fp8_matmul, fp8_tma_ready, quantize_int8_ref, quantize_rowwise,
+                                            w8a16_gemv)
 
 E4M3 = torch.float8_e4m3fn
 DEVICE = "cuda"
@@ -142,8 +143,13 @@ def _matmul(table: Table) -> None:
     best = _best(table, group, "triton (ours) ")
     if best is None:
         return
-    table.add_best(group, flops=flops)
     best_cfg = next(c for c in MATMUL_CONFIGS if config_name(c) == best.name)
+    if fp8_tma_ready(a, b, out):  # fp8_matmul's default on Hopper: the persistent TMA kernel
+        name = "triton (ours) persistent TMA warp-specialized 128x256x128 w8 s3"
+        default = lambda: fp8_matmul(a, sa, b, sb, out)  # noqa: E731
+        if _try(table, name, lambda: (default(), verify(out))):
+            table.time(group, name, default, flops=flops)
+    table.add_best(group, flops=flops)
 
     # The same kernel and config, accumulating in fp32 every BLOCK_K instead of in the tensor cores'
     # narrower fp8 accumulator (DeepSeek-V3's "promotion"); and with b in the textbook (K, N) layout.
@@ -200,6 +206,10 @@ GEMV_CONFIGS = (  # BLOCK_N, BLOCK_K, warps, stages
     (4, 2048, 4, 3),
     (2, 4096, 4, 2),
     (8, 2048, 8, 3),
+    (32, 1024, 8, 4),  # more rows and deeper pipelines: more bytes in flight per SM
+    (64, 512, 8, 4),
+    (16, 2048, 8, 3),
+    (8, 4096, 8, 2),
 )
 
 

@@ -298,6 +298,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
         b_kmajor = torch.empty((N, K), device=b.device, dtype=b.dtype)
         copy_2d(b.t(), b_kmajor)
         b = b_kmajor.t()  # (K, N) again, strides (1, K)
+    if config is None and precision != "ieee" and tma_ready(a, b, out):
+        matmul_tma(a, b, out, bias, relu, precision)  # Hopper: the same loop, tiles fetched by TMA
+        return
     kernel = matmul_kernel if config is None else matmul_kernel.fn  # .fn: the kernel under the autotuner
     meta = {} if config is None else config.all_kwargs()
 
@@ -308,6 +311,89 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
                  M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
                  HAS_BIAS=bias is not None, RELU=relu, INPUT_PRECISION=precision, **meta)
     # END SOLUTION
+
+
+# %% [markdown]
+# ### Optional, Hopper only: the same loop with TMA descriptors
+#
+# Not needed for the check. On Hopper (sm_90) a copy engine beside each SM, the Tensor Memory
+# Accelerator, fetches a whole tile from a **descriptor**: `tl.make_tensor_descriptor(ptr, shape, strides,
+# block_shape)` describes a 2-D tensor once, and `desc.load([row, col])` brings the `block_shape` tile at
+# that corner into shared memory, filling zeros past the edges (no masks, no `% M`), without the
+# threads computing a single address. Its rules: the last stride is 1, every other stride and the base
+# are multiples of 16 bytes. So `matmul` takes this path only for large problems on Hopper with a
+# row-major `a` and a K-major `b` (an `nn.Linear` weight `w.t()`, or the tf32 copy above), both aligned:
+# `b` is described as the `(N, K)` matrix it is in memory, and the dot reads its tile as `b_tile.T`.
+# The lesson's benchmark times both paths at 4096^3 (tf32, and linear_relu in fp16). The descriptors are
+# built on the GPU, in a scratch buffer that the kernel gets through `triton.set_allocator` (set by
+# `matmul_tma` when it launches, not at import); triton >= 3.4.
+
+# %%
+def tma_configs(interpret: bool | None = None) -> list[triton.Config]:
+    """Candidates of the TMA kernel: 128 x 256 tiles and deeper pipelines (TMA needs no address registers)."""
+    if current().interpret if interpret is None else interpret:
+        return matmul_configs(interpret=True)
+    tiles = ((128, 256, 3), (128, 256, 4), (256, 128, 3), (128, 128, 5))  # BLOCK_M, BLOCK_N, stages
+    return [_config(bm, bn, 128 // size, warps=8, stages=stages) for size in (2, 4) for bm, bn, stages in tiles]
+
+
+def tma_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
+    """Does matmul_tma_kernel take a @ b: Hopper, triton >= 3.4, a large problem, a row-major, b K-major,
+    row starts 16-byte aligned?"""
+    M, K = a.shape
+    N = b.shape[1]
+    size = a.element_size()
+    return (hopper() and hasattr(tl, "make_tensor_descriptor") and 2 * M * N * K >= SMALL_PROBLEM_FLOPS
+            and a.dtype == b.dtype and a.stride(1) == 1 and b.stride(0) == 1
+            and all(stride * size % 16 == 0 for stride in (a.stride(0), b.stride(1)))
+            and all(t.data_ptr() % 16 == 0 for t in (a, b)))
+
+
+@triton.autotune(configs=tma_configs(), key=["M", "N", "K", "INPUT_PRECISION"],
+                 prune_configs_by={"early_config_prune": select_configs})
+@triton.jit
+def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K) row-major, b (N, K) row-major: b.T is (K, N)
+                      M, N, K, stride_am, stride_bn, stride_cm, stride_cn,
+                      HAS_BIAS: tl.constexpr, RELU: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr):
+    # BEGIN SOLUTION
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])  # row-major a
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])  # b.T as it lies in memory
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K), zeros past M and K
+        b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])  # (BLOCK_N, BLOCK_K), zeros past N and K
+        acc = tl.dot(a, b.T, acc, input_precision=INPUT_PRECISION)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols % N).to(tl.float32)[None, :]
+    if RELU:
+        acc = tl.maximum(acc, 0.0)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=mask)
+    # END SOLUTION
+
+
+def matmul_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None, relu: bool,
+               precision: str) -> None:
+    """matmul on matmul_tma_kernel, for operands that tma_ready accepts."""
+    M, K = a.shape
+    N = b.shape[1]
+    # The kernel writes its descriptors (128 bytes each) to a scratch buffer it asks this allocator for.
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
+
+    def grid(meta):
+        return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+
+    matmul_tma_kernel[grid](a, b, out, out if bias is None else bias, M, N, K, a.stride(0), b.stride(1),
+                            out.stride(0), out.stride(1), HAS_BIAS=bias is not None, RELU=relu,
+                            INPUT_PRECISION=precision)
 
 
 # %% [check] 03.matmul
