@@ -18,6 +18,8 @@
 # %% [setup]
 
 # %%
+import functools
+
 from course_utils import check, progress  # noqa: F401
 
 import torch  # noqa: E402
@@ -123,14 +125,14 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # `tl.dot`), runs lesson 05's online softmax over its keys and writes a partial `(m, l, acc)` per query
 # head; a second kernel merges the partials of each head with lesson 05's rule (rescale each by
 # `exp(m_i - m)`; an empty split has `(-inf, 0, 0)`). Two kernel launches; temporaries for the partials
-# are fine. Compute in fp32; q and the caches are fp16 or bf16 (fp32 in the interpreter too).
+# are fine (when one split holds every key, the first kernel can write `out` itself and skip the merge).
+# Compute in fp32; q and the caches are fp16 or bf16 (fp32 in the interpreter too).
 
 # %%
 @triton.jit
-def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, len_ptr, m_ptr, l_ptr, acc_ptr, H_kv, split_len,
-                                  qk_scale, stride_qb, stride_qh, stride_qd,
-                                  stride_kb, stride_kh, stride_ks, stride_kd,
-                                  stride_vb, stride_vh, stride_vs, stride_vd,
+def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, len_ptr, part_ptr, out_ptr, H_kv, split_len, qk_scale,
+                                  stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_ks, stride_kd,
+                                  stride_vb, stride_vh, stride_vs, stride_vd, stride_ob, stride_oh, stride_od,
                                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
                                   D: tl.constexpr, NUM_SPLITS: tl.constexpr):
     # BEGIN SOLUTION
@@ -172,16 +174,20 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, len_ptr, m_ptr, l_ptr, ac
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
 
-    # Partials (B, H_q, NUM_SPLITS[, D]) in fp32; an empty split leaves (-inf, 0, 0).
-    row = (b * H_kv * GROUP + heads) * NUM_SPLITS + split  # (BLOCK_G,)
-    tl.store(m_ptr + row, m_i, mask=g_mask)
-    tl.store(l_ptr + row, l_i, mask=g_mask)
-    tl.store(acc_ptr + row[:, None] * D + offs_d[None, :], acc, mask=g_mask[:, None])
+    if NUM_SPLITS == 1:  # this program saw every key: normalize and write the output, no merge
+        o = acc / l_i[:, None]
+        o_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :] * stride_od
+        tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=g_mask[:, None])
+    else:  # one fp32 partial row per (sequence, query head, split): acc (D values), then m, then l
+        row = ((b * H_kv * GROUP + heads) * NUM_SPLITS + split) * (D + 2)  # (BLOCK_G,); empty: (0, -inf, 0)
+        tl.store(part_ptr + row[:, None] + offs_d[None, :], acc, mask=g_mask[:, None])
+        tl.store(part_ptr + row + D, m_i, mask=g_mask)
+        tl.store(part_ptr + row + D + 1, l_i, mask=g_mask)
     # END SOLUTION
 
 
 @triton.jit
-def decode_attention_merge_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, H_q, stride_ob, stride_oh, stride_od,
+def decode_attention_merge_kernel(part_ptr, out_ptr, H_q, stride_ob, stride_oh, stride_od,
                                   D: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
     # BEGIN SOLUTION
     row = tl.program_id(0)  # one (sequence, query head)
@@ -190,10 +196,10 @@ def decode_attention_merge_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, H_q, stride_ob
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
     s_mask = offs_s < NUM_SPLITS
-    m = tl.load(m_ptr + row * NUM_SPLITS + offs_s, mask=s_mask, other=float("-inf"))  # (BLOCK_S,)
-    l = tl.load(l_ptr + row * NUM_SPLITS + offs_s, mask=s_mask, other=0.0)
-    acc = tl.load(acc_ptr + (row * NUM_SPLITS + offs_s)[:, None] * D + offs_d[None, :],
-                  mask=s_mask[:, None], other=0.0)  # (BLOCK_S, D)
+    parts = part_ptr + (row * NUM_SPLITS + offs_s) * (D + 2)  # (BLOCK_S,) the partial rows of this head
+    m = tl.load(parts + D, mask=s_mask, other=float("-inf"))  # (BLOCK_S,)
+    l = tl.load(parts + D + 1, mask=s_mask, other=0.0)
+    acc = tl.load(parts[:, None] + offs_d[None, :], mask=s_mask[:, None], other=0.0)  # (BLOCK_S, D)
     m_all = tl.max(m, axis=0)  # finite: split 0 holds key 0
     w = tl.exp(m - m_all)  # lesson 05's rule: each partial moved to the common max; empty -> 0
     total = tl.sum(l * w, axis=0)
@@ -202,9 +208,15 @@ def decode_attention_merge_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, H_q, stride_ob
     # END SOLUTION
 
 
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    """The GPU's SM count, asked once per device (the query costs microseconds, a launch's budget)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, lengths: torch.Tensor,
                      out: torch.Tensor, num_splits: int | None = None, BLOCK_N: int | None = None,
-                     num_warps: int = 4, num_stages: int = 2) -> None:
+                     num_warps: int = 4, num_stages: int = 3) -> None:
     """out (B, H_q, D) = softmax(q K^T / sqrt(D)) V over the first lengths[b] keys of each sequence (GQA)."""
     # BEGIN SOLUTION
     B, H_q, D = q.shape
@@ -212,22 +224,22 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
     group = H_q // H_kv
     if BLOCK_N is None:
         BLOCK_N = 64 if q.is_cuda else 32
-    if num_splits is None:  # enough programs to fill the GPU: about 4 per SM; one split per tile at most
-        programs = 4 * torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 8
-        num_splits = max(1, min(triton.cdiv(programs, B * H_kv), triton.cdiv(S_max, BLOCK_N)))
+    if num_splits is None:  # about 2 programs per SM fill the GPU; one split per tile at most
+        programs = 2 * _sm_count(q.device) if q.is_cuda else 8
+        num_splits = max(1, min(programs // (B * H_kv), triton.cdiv(S_max, BLOCK_N)))
     split_len = triton.cdiv(triton.cdiv(S_max, num_splits), BLOCK_N) * BLOCK_N  # whole tiles per split
     num_splits = triton.cdiv(S_max, split_len)
-    m = torch.empty((B, H_q, num_splits), device=q.device, dtype=torch.float32)
-    l = torch.empty_like(m)
-    acc = torch.empty((B, H_q, num_splits, D), device=q.device, dtype=torch.float32)
+    # One fp32 buffer for all partials (one allocation); a single split writes `out` directly.
+    part = out if num_splits == 1 else torch.empty(B * H_q * num_splits * (D + 2), device=q.device,
+                                                   dtype=torch.float32)
     decode_attention_split_kernel[(B * H_kv, num_splits)](
-        q, cache_k, cache_v, lengths, m, l, acc, H_kv, split_len, D**-0.5,
-        *q.stride(), *cache_k.stride(), *cache_v.stride(),
+        q, cache_k, cache_v, lengths, part, out, H_kv, split_len, D**-0.5,
+        *q.stride(), *cache_k.stride(), *cache_v.stride(), *out.stride(),
         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_N=BLOCK_N, D=D,
         NUM_SPLITS=num_splits, num_warps=num_warps, num_stages=num_stages)
-    decode_attention_merge_kernel[(B * H_q,)](
-        m, l, acc, out, H_q, *out.stride(), D=D, NUM_SPLITS=num_splits,
-        BLOCK_S=triton.next_power_of_2(num_splits))
+    if num_splits > 1:
+        decode_attention_merge_kernel[(B * H_q,)](part, out, H_q, *out.stride(), D=D, NUM_SPLITS=num_splits,
+                                                  BLOCK_S=triton.next_power_of_2(num_splits))
     # END SOLUTION
 
 
@@ -252,57 +264,66 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
 # Dequantize in registers: load the packed bytes, split the nibbles with `& 0xF` and `>> 4`, subtract 8,
 # and multiply by x. The scale is constant along a group: sum a group's products first and multiply the
 # sum by its scale once per (row, group), not once per weight. Bytes read: N K / 2 for the weights, a
-# quarter of bf16's: that is the whole point.
+# quarter of bf16's: that is the whole point. (The solution goes further for speed: it reads the bytes
+# as int32 words, 8 weights per load, and turns a nibble into a float with bit operations instead of a
+# conversion instruction; the straightforward way above passes the check.)
 
 # %%
 @triton.jit
 def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
                       stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg, stride_om, stride_on,
-                      GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                      GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_G: tl.constexpr):
     # BEGIN SOLUTION
+    # w_ptr is the packed weights read as int32 words, (N, K // 8): word i of row n holds weights
+    # 8i .. 8i + 7, weight 8i + j in bits 4j .. 4j + 3 (little-endian bytes, low nibble first).
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
+    WORDS: tl.constexpr = GROUP // 8  # int32 words per row and group
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of x
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) output columns = weight rows
+    offs_g = tl.arange(0, BLOCK_G)  # BLOCK_G groups per step
+    offs_w = tl.arange(0, WORDS)
+    m_mask = offs_m < M
     n_in = offs_n % N  # wrapped: loads stay in bounds, the store is masked
-    offs_k = tl.arange(0, GROUP // 2)  # the packed bytes of one group: GROUP // 2 per row
-    w_ptrs = w_ptr + n_in[:, None].to(tl.int64) * stride_wn + offs_k[None, :] * stride_wk
-    if BLOCK_M == 1:  # one token: products on the CUDA cores, summed along k at the end
-        acc = tl.zeros((BLOCK_N, GROUP // 2), dtype=tl.float32)
-    else:  # a batch: (BLOCK_M, GROUP/2) @ (GROUP/2, BLOCK_N) on the tensor cores
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        m_mask = offs_m < M
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for g in range(0, K // GROUP):
-        packed = tl.load(w_ptrs + g * (GROUP // 2) * stride_wk)  # (BLOCK_N, GROUP/2) uint8: 2 weights each
-        w_even = (packed & 0xF).to(tl.int32) - 8  # weight k = 2j: low nibble, zero point 8
-        w_odd = (packed >> 4).to(tl.int32) - 8  # weight k = 2j + 1: high nibble
-        scale = tl.load(s_ptr + n_in * stride_sn + g * stride_sg).to(tl.float32)  # (BLOCK_N,)
-        k_even = g * GROUP + 2 * offs_k
-        if BLOCK_M == 1:
-            x_even = tl.load(x_ptr + pid_m * stride_xm + k_even * stride_xk).to(tl.float32)  # (GROUP/2,)
-            x_odd = tl.load(x_ptr + pid_m * stride_xm + (k_even + 1) * stride_xk).to(tl.float32)
-            part = w_even.to(tl.float32) * x_even[None, :] + w_odd.to(tl.float32) * x_odd[None, :]
-            acc += part * scale[:, None]  # the group's scale, once per weight pair
-        else:
-            x_rows = x_ptr + offs_m[:, None] * stride_xm
-            x_even = tl.load(x_rows + k_even[None, :] * stride_xk, mask=m_mask[:, None], other=0.0)
-            x_odd = tl.load(x_rows + (k_even + 1)[None, :] * stride_xk, mask=m_mask[:, None], other=0.0)
-            part = tl.dot(x_even, tl.trans(w_even.to(x_even.dtype)))  # (q - 8) is exact in fp16/bf16
-            part = tl.dot(x_odd, tl.trans(w_odd.to(x_odd.dtype)), part)  # (BLOCK_M, BLOCK_N) fp32
-            acc += part * scale[None, :]  # once per (row, group): the group's sum times its scale
-    if BLOCK_M == 1:
-        y = tl.sum(acc, axis=1)  # (BLOCK_N,)
-        tl.store(out_ptr + pid_m * stride_om + offs_n * stride_on, y.to(out_ptr.dtype.element_ty),
-                 mask=offs_n < N)
-    else:
-        out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & (offs_n[None, :] < N))
+    n_groups = K // GROUP
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for g0 in range(0, n_groups, BLOCK_G):
+        groups = g0 + offs_g
+        g_mask = groups < n_groups
+        word = groups[:, None] * WORDS + offs_w[None, :]  # (BLOCK_G, WORDS) word index in the row
+        w_ptrs = w_ptr + n_in[:, None, None].to(tl.int64) * stride_wn + word[None, :, :] * stride_wk
+        words = tl.load(w_ptrs, mask=g_mask[None, :, None], other=0)  # (BLOCK_N, BLOCK_G, WORDS): 8 weights each
+        scale = tl.load(s_ptr + n_in[:, None] * stride_sn + groups[None, :] * stride_sg, mask=g_mask[None, :],
+                        other=0.0).to(tl.float32)  # (BLOCK_N, BLOCK_G)
+        high = words >> 16  # weights 8i + 4 .. 8i + 7 moved down to bits 0 .. 15
+        x_rows = x_ptr + offs_m[:, None, None] * stride_xm + (word * 8)[None, :, :] * stride_xk
+        x_mask = m_mask[:, None, None] & g_mask[None, :, None]
+        part = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_G, WORDS), dtype=tl.float32)
+        for j in tl.static_range(8):
+            shift = 4 * (j % 4)
+            if j < 4:
+                half_word = words
+            else:
+                half_word = high
+            # The nibble q dropped into the mantissa of 1.0: the float32 1 + q * 2^(shift - 23), exactly.
+            # Subtracting 1 + 8 * 2^(shift - 23) leaves (q - 8) * 2^(shift - 23): the zero point, exactly,
+            # with one AND-OR and one add per weight (no int -> float conversion instruction).
+            bits = (half_word & (0xF << shift)) | 0x3F800000
+            w_j = bits.to(tl.float32, bitcast=True) - (1.0 + 8.0 / (1 << (23 - shift)))
+            x_j = tl.load(x_rows + j * stride_xk, mask=x_mask, other=0.0).to(tl.float32)
+            x_j = x_j * (1 << (23 - shift))  # undo the 2^(shift - 23): once per x, shared by BLOCK_N rows
+            part += w_j[None, :, :, :] * x_j[:, None, :, :]  # (BLOCK_M, BLOCK_N, BLOCK_G, WORDS)
+        group_sums = tl.sum(part, axis=3)  # sum over the group of x * (q - 8)
+        acc += tl.sum(group_sums * scale[None, :, :], axis=2)  # times the group's scale, once per group
+    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & (offs_n[None, :] < N))
     # END SOLUTION
 
 
 def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, group_size: int,
-               out: torch.Tensor, BLOCK_N: int | None = None, BLOCK_M: int | None = None,
-               num_warps: int = 4, num_stages: int = 3) -> None:
+               out: torch.Tensor, BLOCK_N: int | None = None, BLOCK_G: int | None = None,
+               BLOCK_M: int | None = None, num_warps: int = 4, num_stages: int = 2) -> None:
     """out (M, N) = x (M, K) @ W.T, W[n, k] = (nibble k of w_packed[n] - 8) * scales[n, k // group_size]."""
     # BEGIN SOLUTION
     M, K = x.shape
@@ -310,14 +331,16 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
     if K % group_size:
         raise ValueError(f"K = {K} is not a multiple of group_size = {group_size}: the weights cannot "
                          "have been packed with one scale per group")
-    if BLOCK_M is None:
-        BLOCK_M = 1 if M == 1 else 16  # tl.dot needs 16 rows; a single token is faster without it
-    if BLOCK_N is None:
-        BLOCK_N = 16 if BLOCK_M == 1 else 32
+    if w_packed.stride(1) != 1 or w_packed.stride(0) % 4 or w_packed.storage_offset() % 4:
+        w_packed = w_packed.contiguous()  # the int32 view below needs 4-byte-aligned rows of bytes
+    words = w_packed.view(torch.int32)  # (N, K // 8): 8 nibbles per load instead of 2
+    BLOCK_M = BLOCK_M or min(triton.next_power_of_2(M), 4)  # each dequantized weight serves BLOCK_M rows
+    BLOCK_N = BLOCK_N or 16
+    BLOCK_G = BLOCK_G or max(1, 2048 // group_size)  # 2048 weights (1 KiB) per row and step: bytes in flight
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
-    w4a16_gemv_kernel[grid](x, w_packed, scales, out, M, N, K, *x.stride(), *w_packed.stride(),
-                            *scales.stride(), *out.stride(), GROUP=group_size, BLOCK_M=BLOCK_M,
-                            BLOCK_N=BLOCK_N, num_warps=num_warps, num_stages=num_stages)
+    w4a16_gemv_kernel[grid](x, words, scales, out, M, N, K, *x.stride(), *words.stride(), *scales.stride(),
+                            *out.stride(), GROUP=group_size, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_G=BLOCK_G,
+                            num_warps=num_warps, num_stages=num_stages)
     # END SOLUTION
 
 
@@ -405,7 +428,7 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, accumulat
     if not accumulate:
         out.zero_()
     if split_k is None:  # about 2 programs per SM
-        programs = 2 * torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+        programs = 2 * _sm_count(x.device) if x.is_cuda else 4
         split_k = max(1, min(programs // triton.cdiv(N, BLOCK_N), triton.cdiv(K, BLOCK_K)))
     k_per_split = triton.cdiv(triton.cdiv(K, split_k), BLOCK_K) * BLOCK_K
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(K, k_per_split))

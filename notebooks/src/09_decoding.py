@@ -21,6 +21,7 @@
 # %% [setup]
 
 # %%
+import functools
 import math
 
 import matplotlib.pyplot as plt
@@ -286,7 +287,7 @@ print(f"merged: m = {m:.6f}, l = {l:.6f}; in one pass: {scores.max().item():.6f}
 # atomic adds (sums in another order each run: fine for decoding, not for a bitwise-reproducible run).
 # The decode loop below uses it for every projection:
 
-# %% [inline] course_utils.lessons.l09_decoding: skinny_linear_kernel skinny_linear
+# %% [inline] course_utils.lessons.l09_decoding: _sm_count skinny_linear_kernel skinny_linear
 
 # %%
 x = torch.randn(3, 1000, device=dev)
