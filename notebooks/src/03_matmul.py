@@ -626,7 +626,10 @@ if rows:
 #   several times slower on the H200 in the measurement behind that choice (made while writing the
 #   kernel; it is not among the committed results). In fp16 the layout is a question of speed only:
 #   `linear_relu` reads the K-major `w.t()`, the plain fp16 matmul a row-major `b` (compare their
-#   rows above; the autotuner keys on the strides, so each layout gets its own tile).
+#   rows above; the autotuner keys on the strides, so each layout gets its own tile). On Hopper a
+#   large problem with a K-major `b` (the TF32 copy, `linear_relu`'s `w.t()`) runs the same loop with
+#   tiles fetched by TMA descriptors (the optional section of the exercise notebook); the notes
+#   printed below say which path each benchmark row ran.
 # - **Autotuning has noise.** For each candidate the tuner keeps a `do_bench` median; two
 #   configurations within a few percent of each other can still swap places from run to run, which
 #   is why the sweep rows (every config timed on its own) are in the results too.

@@ -314,7 +314,7 @@ print(f"quantize 8192 x 8192 bf16 -> e4m3: {q_bytes / 2**20:.0f} MiB moved; floo
 # before any program can scale its block: here `torch.amax` does that pass, and one Triton kernel
 # then scales, clamps and casts with the scale it loads from memory (a pointer, so that nothing
 # returns to the CPU between the two). Clamp before the cast: Triton saturates on a GPU, but torch
-# before 2.12 and other tools turn values beyond 464 into NaN.
+# 2.11 and older (and ml_dtypes) turn values beyond 464 into NaN.
 
 # %%
 @triton.jit
