@@ -159,7 +159,9 @@ def cos_exp(x: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) -> None:
 small = torch.randn(size(1 << 20, 3000), device=mode.device)  # 3000: no multiple of the block
 small_out = torch.empty_like(small)
 cos_exp(small, small_out)
-torch.testing.assert_close(small_out, cos_exp_ref(small), atol=2e-5, rtol=1e-5)
+# On a GPU tl.exp is the hardware's approximate exp2 (a few 1e-7 relative error), and cos of an
+# argument up to exp(5.5) = 245 turns that into an absolute error up to about 1e-4: hence the wider atol.
+torch.testing.assert_close(small_out, cos_exp_ref(small), atol=5e-4 if mode.gpu else 2e-5, rtol=1e-5)
 print(f"cos_exp matches cos_exp_ref on {small.numel():,} elements, {triton.cdiv(small.numel(), 1024)} programs")
 
 # %% [markdown]

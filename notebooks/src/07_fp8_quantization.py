@@ -694,7 +694,8 @@ else:
 #   against {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.matmul bf16 (cuBLAS)}} on the up projection.
 #   Half the bytes would allow 2 x; our kernel moved its bytes at
 #   {{gbps:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16}}, short of the copy bandwidth, so it
-#   is not yet at the memory's limit (more bytes in flight per SM would be the next step).
+#   is not yet at the memory's limit (what holds it back was not profiled here; more bytes in flight
+#   per SM is the usual next step).
 #   `torch.compile` of "dequantize, then matmul" was slower than the plain bf16 GEMV:
 #   {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.compile int8 dequant + matmul}}.
 
