@@ -217,8 +217,13 @@ def _bench_wide(table: Table, sweep: bool, dtype: torch.dtype = torch.float16) -
 
 
 def _check_packing(packed, weights) -> None:
-    _, wg, wu, wd = weights
-    assert torch.equal(packed.w_gu[:, 0::2], wg.t()) and torch.equal(packed.w_gu[:, 1::2], wu.t())
+    nw, wg, wu, wd = weights
+    folded = nw.float()[:, None]  # norm_weight folded into the rows of w_gu, rounded once
+
+    def fold(w):
+        return (w.t().float() * folded).to(w.dtype)
+
+    assert torch.equal(packed.w_gu[:, 0::2], fold(wg)) and torch.equal(packed.w_gu[:, 1::2], fold(wu))
     assert torch.equal(packed.w_down_t, wd.t()) and packed.w_down_t.is_contiguous()
 
 

@@ -337,13 +337,16 @@ def tma_configs(interpret: bool | None = None) -> list[triton.Config]:
     return [_config(bm, bn, 128 // size, warps=8, stages=stages) for size in (2, 4) for bm, bn, stages in tiles]
 
 
+TMA_PROBLEM_FLOPS = 2**36  # 2MNK from about 3250^3 on: below, the pointer kernel's smaller tiles won on an H200
+
+
 def tma_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
     """Does matmul_tma_kernel take a @ b: Hopper, triton >= 3.4, a large problem, a row-major, b K-major,
     row starts 16-byte aligned?"""
     M, K = a.shape
     N = b.shape[1]
     size = a.element_size()
-    return (hopper() and hasattr(tl, "make_tensor_descriptor") and 2 * M * N * K >= SMALL_PROBLEM_FLOPS
+    return (hopper() and hasattr(tl, "make_tensor_descriptor") and 2 * M * N * K >= TMA_PROBLEM_FLOPS
             and a.dtype == b.dtype and a.stride(1) == 1 and b.stride(0) == 1
             and all(stride * size % 16 == 0 for stride in (a.stride(0), b.stride(1)))
             and all(t.data_ptr() % 16 == 0 for t in (a, b)))

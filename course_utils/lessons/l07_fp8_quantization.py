@@ -74,7 +74,7 @@ def decode_e4m3(bits: int) -> float:
 # An all-zero row has amax 0: `0 / 0` is NaN, so give such a row scale 1 (out is then zeros).
 # `out` is a contiguous float8_e4m3fn tensor: `.to(out_ptr.dtype.element_ty)` (that is
 # `tl.float8e4nv`) rounds to nearest even. Clamp before the cast: Triton saturates on a GPU, but
-# torch before 2.12 and other tools turn values beyond 464 into NaN.
+# torch 2.11 and older (and other tools, such as ml_dtypes) turn values beyond 464 into NaN.
 #
 # Traffic for bf16 input: read 2 bytes, write 1 byte per element (+ 4 bytes per row). One program per
 # row keeps the row in registers, so x is read once: the target is the copy bandwidth.
@@ -259,14 +259,15 @@ def fp8_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
 # - **warp specialization** (`tl.range(..., warp_specialize=True)`): the compiler gives the loads to one
 #   group of warps and the dots to others, which hand tiles over through shared memory.
 #
-# `fp8_matmul` takes this path on Hopper (triton >= 3.4) when a, b and out are row-major with 16-byte
-# aligned rows and no explicit tile or promotion is asked for; the benchmark times both kernels.
+# `fp8_matmul` takes this path on Hopper (triton >= 3.4) when a, b and a 16-bit out are row-major with
+# 16-byte aligned rows and no explicit tile or promotion is asked for; the benchmark times both kernels.
 
 # %%
 def fp8_tma_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
     """Does fp8_matmul_persistent_kernel take them: Hopper, triton >= 3.4, rows contiguous and aligned?"""
     tensors = (a, b, out)
     return (out.is_cuda and torch.cuda.get_device_capability(out.device)[0] == 9
+            and out.element_size() == 2  # a 128 x 256 fp32 output tile would not fit beside the stages
             and hasattr(tl, "make_tensor_descriptor")
             and all(t.stride(1) == 1 and t.stride(0) * t.element_size() % 16 == 0 for t in tensors)
             and all(t.data_ptr() % 16 == 0 for t in tensors))
