@@ -296,6 +296,16 @@ def _check_addresses(ptrs: np.ndarray, mask: np.ndarray, itemsize: int, what: st
     )
 
 
+def _undefined(dtype: np.dtype):
+    """What a masked-off lane of a load without other= reads in the checker: NaN for floats, a large
+    garbage value for integers (not 0, which would pass for the neutral element of a sum)."""
+    if dtype.kind == "f":
+        return np.nan
+    if dtype.kind == "b":
+        return True
+    return np.array(0x5A5A5A5A5A5A5A5A, dtype=np.uint64).astype(dtype)
+
+
 def _patch_interpreter():
     """Wrap the interpreter's masked load/store and its launcher; returns an undo function."""
     try:
@@ -314,8 +324,13 @@ def _patch_interpreter():
         return orig_store(self, ptrs, value, mask, *args, **kwargs)
 
     def load(self, ptrs, mask, other, *args, **kwargs):
-        itemsize = np.dtype(interp._get_np_dtype(ptrs.get_element_ty())).itemsize
-        _check_addresses(ptrs.data, mask.data, itemsize, "tl.load")
+        dtype_np = np.dtype(interp._get_np_dtype(ptrs.get_element_ty()))
+        _check_addresses(ptrs.data, mask.data, dtype_np.itemsize, "tl.load")
+        if other is None and not bool(np.all(mask.data)):
+            # Triton leaves masked lanes without other= undefined (on a GPU: whatever the register held);
+            # the interpreter would give 0, which hides a missing other= feeding a sum, max or dot.
+            other = interp.TensorHandle(np.full(np.shape(ptrs.data), _undefined(dtype_np), dtype=dtype_np),
+                                        ptrs.get_element_ty())
         return orig_load(self, ptrs, mask, other, *args, **kwargs)
 
     def call(self, *args, **kwargs):
