@@ -19,3 +19,27 @@ def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> Check
     for text in expected:
         assert text in message, f"{text!r} not in:\n{message}"
     return info.value
+
+
+def mutant(module: str, name: str, *edits: tuple[str, str]):
+    """`name` from a copy of course_utils.lessons.<module> with each (old, new) text edit applied: the
+    course's solution with one mistake a student makes. The copy is a module of its own (not the
+    course's), written to a temporary file so that @triton.jit can read its source."""
+    import importlib
+    import inspect
+    import sys
+    import tempfile
+    import types
+    from pathlib import Path
+
+    source = inspect.getsource(importlib.import_module(f"course_utils.lessons.{module}"))
+    for old, new in edits:
+        assert old in source, f"{old!r} is not in course_utils/lessons/{module}.py"
+        source = source.replace(old, new)
+    path = Path(tempfile.mkdtemp(prefix="mutant_")) / f"mutant_{module}.py"
+    path.write_text(source)
+    copy = types.ModuleType(f"mutant_{module}_{len(sys.modules)}")
+    copy.__file__ = str(path)
+    sys.modules[copy.__name__] = copy
+    exec(compile(source, str(path), "exec"), vars(copy))  # noqa: S102 - the course's own source, edited
+    return getattr(copy, name)

@@ -14,7 +14,7 @@ from course_utils.lessons.l03_matmul import (SMALL_PROBLEM_FLOPS, dot_precision,
                                              linear_relu, matmul, matmul_configs, matmul_kernel, matmul_naive,
                                              matmul_naive_kernel, select_configs)
 from course_utils.mode import current
-from helpers import failure, interpreter_only
+from helpers import failure, interpreter_only, mutant
 
 # On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
 # test with it: missing-mask answers are tested in the interpreter, which checks each address first.
@@ -466,3 +466,23 @@ def test_linear_relu_as_matmul_then_a_relu_launch_is_not_fused():
 def test_linear_relu_without_the_relu_is_named():
     failure("03.linear_relu", lambda x, w, bias, out: matmul(x, w.t(), out, bias=bias),
             "that is x @ w.T + bias without the ReLU")
+
+
+# --- wrong answers made from the solution by one edit (helpers.mutant) ---------------------------
+
+def test_matmul_masked_load_without_other_is_caught():
+    """A K-tail load masked but without other=: the interpreter would read 0 there and pass; Triton
+    leaves those lanes undefined (garbage on a GPU), so the checker reads NaN and says so."""
+    wrong = mutant("l03_matmul", "matmul", ("b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)",
+                                            "b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left)"))
+    error = failure("03.matmul", wrong, "NaN where a number was expected", "reads undefined values")
+    assert error.problems[0].kind == "nan"
+
+
+def test_matmul_k_loop_that_skips_the_partial_block_is_named():
+    wrong = mutant("l03_matmul", "matmul", ("for k in range(0, tl.cdiv(K, BLOCK_K)):",
+                                            "for k in range(0, K // BLOCK_K):"))
+    failure("03.matmul", wrong, "every output is 0: did the K loop run?")
+    naive = mutant("l03_matmul", "matmul_naive", ("for k0 in range(0, K, BLOCK_K):",
+                                                  "for k0 in range(0, K - 1, BLOCK_K):"))
+    failure("03.matmul_naive", naive, "the K loop run?")

@@ -28,7 +28,7 @@ from course_utils.lessons.l05_online_softmax import (
     softmax_ref,
 )
 from course_utils.llama import toy_config, toy_llama
-from helpers import failure
+from helpers import failure, mutant
 
 NEG_INF = float("-inf")
 
@@ -526,3 +526,23 @@ def test_attention_mistakes_are_named_by_their_values(causal):
     if not causal:
         unmasked = c05._attention_scaled(q, k, v, False, 1 / math.sqrt(D), pad_keys=-45 % 32)
         assert "keys past S left in the softmax" in explain({"out": unmasked}, case)
+
+
+# --- wrong answers made from the solution by one edit (helpers.mutant) ---------------------------
+
+def test_softmax_padding_loaded_as_zero_is_named():
+    wrong = mutant("l05_online_softmax", "softmax",
+                   ('mask=col_mask[None, :], other=float("-inf")).to(tl.float32)',
+                    'mask=col_mask[None, :], other=0.0).to(tl.float32)'))
+    failure("05.softmax", wrong, "padded with zeros to a block of", "load them with other=-inf")
+
+
+def test_softmax_exp2_without_log2e_is_named():
+    wrong = mutant("l05_online_softmax", "softmax", ("p = tl.exp(x - m[:, None])", "p = tl.exp2(x - m[:, None])"))
+    failure("05.softmax", wrong, "a softmax in base 2", "log2(e)")
+
+
+def test_softmax_online_sum_without_rescale_fails_on_long_rows():
+    wrong = mutant("l05_online_softmax", "softmax", ("d = d * tl.exp(m - m_ref) + tl.exp(x - m_ref)",
+                                                     "d = d + tl.exp(x - m_ref)"))
+    failure("05.softmax", wrong, "longer than one block", "rescale the running sum by exp(m_old - m_new)")

@@ -15,7 +15,7 @@ from course_utils.grading import CheckFailed, check  # noqa: E402
 from course_utils.lessons import l06_fused_rmsnorm_mlp as l06  # noqa: E402
 from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402
 from course_utils.llama import mlp_block, toy_config, toy_llama  # noqa: E402
-from helpers import failure  # noqa: E402
+from helpers import failure, mutant  # noqa: E402
 
 SEED = 1234
 
@@ -228,18 +228,6 @@ def _buggy_mlp(bug: str):
 def test_mlp_mistakes_are_named(bug, says):
     message = fails("06.rmsnorm_mlp", _buggy_mlp(bug))
     assert says in message, message
-
-
-def test_unfused_block_from_earlier_kernels_passes():
-    """rmsnorm, then gate_up_silu, then lesson 03's matmul: three launches, also a correct answer."""
-    def rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out):
-        n = torch.empty_like(x)
-        h = torch.empty((x.shape[0], w_gate.shape[0]), dtype=x.dtype)
-        l06.rmsnorm(x, norm_weight, eps, n)
-        l06.gate_up_silu(n, w_gate, w_up, h)
-        matmul(h, w_down.t(), out)
-
-    check("06.rmsnorm_mlp", rmsnorm_mlp, seed=SEED, quiet=True)
 
 
 # --- the packed weights and the split epilogue ----------------------------------------------
@@ -554,3 +542,24 @@ def test_rmsnorm_mlp_writing_the_normalized_rows_is_not_fused():
 
     failure("06.rmsnorm_mlp", unfused, "launched 3 kernels on the activations",
             "the normalized activations", "rmsnorm(x) never goes to memory")
+
+
+# --- wrong answers made from the solution by one edit (helpers.mutant) ---------------------------
+
+@pytest.mark.parametrize("edit, named", [
+    (("rstd = tl.rsqrt(mean_sq + eps)", "rstd = 1.0 / (tl.sqrt(mean_sq) + eps)"), "eps belongs inside the square root"),
+    (("rstd = tl.rsqrt(mean_sq + eps)", "rstd = 1.0 / (mean_sq + eps)"), "the square root is missing"),
+    (("mean_sq = tl.sum(x * x, axis=1) / n_cols", "mean_sq = tl.sum(x * x, axis=1) / BLOCK_N"),
+     "divided by the block size 64, not by n_cols = 48"),
+    (("y = x * rstd[:, None] * w[None, :]", "y = x * rstd[:, None]"), "RMSNorm without the weight"),
+])
+def test_rmsnorm_mistakes_are_named(edit, named):
+    failure("06.rmsnorm", mutant("l06_fused_rmsnorm_mlp", "rmsnorm", edit), named)
+
+
+def test_rmsnorm_statistics_in_fp16_are_named():
+    wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm",
+                   ("    x = x.to(tl.float32)  # statistics", "    xf = x.to(tl.float32)  # statistics"),
+                   ("mean_sq = tl.sum(x * x, axis=1) / n_cols",
+                    "mean_sq = tl.sum((x * x).to(tl.float32), axis=1) / n_cols\n    x = xf"))
+    failure("06.rmsnorm", wrong, "x * x overflowed fp16")

@@ -253,7 +253,7 @@ def test_decode_wrong_answers():
     fails("07.decode_e4m3", decode_without_nan, "0x7F", "expected NaN, got 480.0", "no infinity")
     fails("07.decode_e4m3", lambda bits: l07.decode_e4m3(bits) if bits < 128 else -l07.decode_e4m3(bits - 128)
           if bits != 128 else 0.0, "0x80", "sign bit")
-    fails("07.decode_e4m3", decode_with_torch, "aten.view", "do yourself")
+    fails("07.decode_e4m3", decode_with_torch, "decodes with torch's own float8 type", "Decode the bits yourself")
     fails("07.decode_e4m3", lambda bits: torch.tensor(float(bits)), "return a Python float")
 
 
@@ -430,7 +430,7 @@ def test_pack_wrong_answers():
 def test_unpack_wrong_answers():
     fails("07.unpack_int4", lambda p: (p >> 4, p & 0xF), "swapped")
     fails("07.unpack_int4", lambda p: (p & 0xF, (p.view(torch.int8) >> 4).view(torch.uint8)),
-          "hi of byte 0x80 should be 8, got 248")
+          "hi is sign-extended: >> on an int8 copies the sign bit in")
     fails("07.unpack_int4", lambda p: [p & 0xF], "tuple")
 
 
@@ -572,3 +572,20 @@ def test_decode_with_torchs_float8_is_refused_by_name():
     with pytest.raises(CheckFailed, match="decodes with torch's own float8 type") as info:
         check("07.decode_e4m3", decode_by_torch, seed=0, quiet=True)
     assert "int() / float()) are all allowed" in str(info.value)
+
+
+def test_quantize_amax_of_the_values_not_their_magnitudes_is_named():
+    from helpers import mutant
+
+    wrong = mutant("l07_fp8_quantization", "quantize_rowwise",
+                   ("amax = tl.max(tl.abs(x), axis=0)", "amax = tl.max(x, axis=0)"),
+                   ("running = tl.maximum(running, tl.abs(x))", "running = tl.maximum(running, x)"))
+    fails("07.quantize_rowwise", wrong, "that is max(x) / 448", "max |x|")
+
+
+def test_quantize_zero_row_without_a_guard_says_why():
+    from helpers import mutant
+
+    wrong = mutant("l07_fp8_quantization", "quantize_rowwise",
+                   ("safe = tl.where(amax > 0, amax, FP8_MAX)", "safe = amax"))
+    fails("07.quantize_rowwise", wrong, "is all zeros", "give an all-zero row scale 1")

@@ -239,27 +239,40 @@ def _attainable_cases(gen):
 register(Exercise(
     "01.contiguous_strides", "row-major strides", "contiguous_strides(shape)", _strides_cases, kernel=False,
     forbidden_ops=CREATION_OPS,
-    hint="walk the shape from the last dimension to the first: the last stride is 1, and each earlier "
-         "stride is the later stride times the later size"))
+    hint={"wrong": "walk the shape from the last dimension to the first: the last stride is 1, and each "
+                   "earlier stride is the later stride times the later size",
+          "host": "making a tensor of that shape and reading its .stride() asks PyTorch for the answer: compute "
+                  "the strides from the shape alone, with a loop over its sizes"}))
 register(Exercise(
     "01.transpose_view", "a transpose built with as_strided", "transpose_view(t, dim0, dim1)",
     _transpose_cases, kernel=False, forbidden_ops=TRANSPOSE_OPS,
-    hint="take list(t.shape) and list(t.stride()), swap entries dim0 and dim1 in both (after turning "
-         "negative dims into positive ones), and return t.as_strided(size, stride, t.storage_offset())"))
+    hint={"wrong": "take list(t.shape) and list(t.stride()), swap entries dim0 and dim1 in both (after turning "
+                   "negative dims into positive ones: dim % t.dim()), and return t.as_strided(size, stride, "
+                   "t.storage_offset())",
+          "host": "t.T, t.t(), transpose, permute, movedim and swapaxes build the view for you: build it "
+                  "yourself with t.as_strided(size, stride, t.storage_offset())",
+          "input": "a view never changes t: read t.shape and t.stride(), call t.as_strided, and modify nothing "
+                   "in place (no t.as_strided_, no resize_)"}))
 register(Exercise(
     "01.broadcast_view", "a broadcast built with as_strided", "broadcast_view(t, shape)", _broadcast_cases,
     kernel=False, forbidden_ops=EXPAND_OPS,
-    hint="line t's dimensions up with the LAST len(t.shape) entries of shape; new leading dimensions and "
-         "size-1 dimensions that grow get stride 0, the others keep t's stride; keep t.storage_offset()"))
+    hint={"wrong": "line t's dimensions up with the LAST len(t.shape) entries of shape; new leading dimensions "
+                   "and size-1 dimensions that grow get stride 0, the others keep t's stride; keep "
+                   "t.storage_offset()",
+          "host": "expand, expand_as, broadcast_to and broadcast_tensors build the view for you: build it "
+                  "yourself with t.as_strided(shape, strides, t.storage_offset()), stride 0 where it grows",
+          "input": "a view never changes t: read its sizes and strides and call t.as_strided; modify nothing "
+                   "in place"}))
 register(Exercise(
     "01.matmul_intensity", "arithmetic intensity of a matmul", "matmul_intensity(M, N, K, bytes_per_element)",
     _intensity_cases, kernel=False,
-    hint="FLOPs: 2*M*N*K. Bytes: A (M*K), B (K*N) read and C (M*N) written, times bytes_per_element"))
+    hint={"wrong": "FLOPs: 2*M*N*K. Bytes: A (M*K), B (K*N) read and C (M*N) written, times "
+                   "bytes_per_element; return FLOPs / bytes as a float (/, not //)"}))
 register(Exercise(
     "01.attainable_flops", "the roofline", "attainable_flops(intensity, peak_flops, peak_bytes_per_s)",
     _attainable_cases, kernel=False,
-    hint="two roofs: the compute ceiling peak_flops and the memory roof intensity * peak_bytes_per_s; "
-         "an operation gets the lower of the two"))
+    hint={"wrong": "two roofs: the compute ceiling peak_flops and the memory roof intensity * "
+                   "peak_bytes_per_s (FLOP/byte times byte/s = FLOP/s); an operation gets the lower of the two"}))
 
 
 # --- self-check questions -------------------------------------------------------------------------

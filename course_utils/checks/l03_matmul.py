@@ -121,6 +121,31 @@ def long_k_tolerance(dtype: torch.dtype, k: int) -> tuple[float, float]:
     return 32 * 2.0**-24 * k, 2 * EPS[dtype]
 
 
+def _matmul_explain(outs: dict, case: Case) -> str:
+    """What wrong matmul values match: a K loop that drops the last partial block, a @ b.T-like
+    transposes, an accumulator rounded to the inputs' dtype."""
+    a, b = f64(case.args[0]), f64(case.args[1])
+    got = f64(outs["out"])
+    if not bool(torch.isfinite(got).all()):
+        return ""
+    K = a.shape[1]
+
+    def near(want) -> bool:
+        return tuple(want.shape) == tuple(got.shape) and torch.allclose(got, want, atol=case.atol, rtol=case.rtol)
+
+    if bool((got == 0).all()) and bool((a @ b != 0).any()):
+        return ("every output is 0: did the K loop run? (range(0, K // BLOCK_K) or range(0, K - 1, BLOCK_K) "
+                "runs no step when K < BLOCK_K: loop over cdiv(K, BLOCK_K) blocks and mask the last one)")
+    for block in (16, 32, 64, 128, 256, 512):
+        whole = K // block * block
+        if 0 < whole < K and near(a[:, :whole] @ b[:whole]):
+            return (f"that is a @ b without the last partial block of K (the sum stops at k = {whole}; K = {K}, "
+                    f"blocks of {block}): loop over cdiv(K, BLOCK_K) blocks and mask the last one (k < K, other=0)")
+    if K > 1 and near(a[:, :K - 1] @ b[:K - 1]):
+        return "that is a @ b without the last k: the K loop stops one step early"
+    return ""
+
+
 def _mm_case(label: str, a: torch.Tensor, b: torch.Tensor, layout: str = "contiguous",
              tol: tuple[float, float] | None = None) -> Case:
     M, K = a.shape
@@ -129,7 +154,7 @@ def _mm_case(label: str, a: torch.Tensor, b: torch.Tensor, layout: str = "contig
     if layout != "contiguous":
         label += f"; out {layout} (strides {_out_strides(layout, M, N)}): address out with its strides"
     return Case(f"{label}, {_short(dtype)}", (a, b, Out("out", (M, N), dtype, layout)),
-                {"out": f64(a) @ f64(b)}, *(tol or dot_tolerance(dtype, K)))
+                {"out": f64(a) @ f64(b)}, *(tol or dot_tolerance(dtype, K)), explain=_matmul_explain)
 
 
 def _out_strides(layout: str, M: int, N: int) -> tuple[int, int]:
@@ -223,7 +248,12 @@ register(Exercise(
                    "tl.sum(acc) at out[m, n]; use the strides of a, b and out, not their shapes",
           "unwritten": "launch a grid of (M, N) programs, one per output element, and store at "
                        "out[m, n] = out_ptr + m * out.stride(0) + n * out.stride(1)",
-          "out_of_bounds": "mask the K loads with k < K (other=0): K is no multiple of BLOCK_K"}))
+          "out_of_bounds": "mask the K loads with k < K (other=0): K is no multiple of BLOCK_K; address a, b "
+                           "and out with their own strides (a transposed a has strides (1, M))",
+          "nan": "a masked K load without other= reads undefined values (NaN in the checker) into the sum: "
+                 "give both loads other=0.0",
+          "host": "the host function only launches the (M, N) grid: the products and the sum over K happen "
+                  "in the kernel, not in torch"}))
 
 register(Exercise(
     "03.matmul", "tiled matmul with tl.dot", "matmul(a, b, out)", _matmul_cases,
@@ -234,7 +264,11 @@ register(Exercise(
                        "tile; store at out_ptr + offs_m[:, None] * out.stride(0) + offs_n[None, :] * "
                        "out.stride(1) with mask (offs_m < M) & (offs_n < N)",
           "out_of_bounds": "wrap rows % M and columns % N for the loads (or mask them), mask the K tail, "
-                           "mask the store with rows < M and cols < N, and address out with its strides"},
+                           "mask the store with rows < M and cols < N, and address out with its strides",
+          "nan": "a masked load without other= reads undefined values (NaN in the checker) into tl.dot: give "
+                 "the K-tail loads other=0.0",
+          "host": "the host function only allocates, computes the grid and launches; the products and sums "
+                  "belong to tl.dot in your kernel"},
     speed=_matmul_speed("matmul")))
 
 
@@ -301,7 +335,15 @@ register(Exercise(
                    "the columns (the N axis) to the fp32 accumulator and apply max(., 0) before the one "
                    "store",
           "unwritten": "one program per (BLOCK_M, BLOCK_N) tile of out, cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) "
-                       "of them, each storing its whole tile (masked at the edges)"},
+                       "of them, each storing its whole tile (masked at the edges)",
+          "out_of_bounds": "bias has N elements: load bias at the tile's columns, masked with cols < N (or "
+                           "wrapped cols % N); mask the K tail and the store with rows < M and cols < N",
+          "nan": "a masked load without other= reads undefined values (NaN in the checker): give the K-tail "
+                 "loads other=0.0",
+          "launches": "one launch: the matmul kernel adds bias[n] to its fp32 accumulator and applies "
+                      "max(., 0) before its one store; no separate bias or ReLU kernel",
+          "fusion": "no (M, N) temporary: bias and ReLU are applied to the accumulator in registers",
+          "host": "no torch arithmetic on the host (no x @ w.T, no relu): it all happens in the kernel"},
     fusion=Fusion("bias and ReLU are applied to the fp32 accumulator in the matmul kernel's epilogue, "
                   "before its one store of out (one launch, no (M, N) temporary)", _linear_temporary),
     speed=_matmul_speed("linear_relu", linear=True)))

@@ -57,8 +57,8 @@ def _verify_bytes(result, case: Case) -> list[str]:
 register(Exercise(
     "04.bytes_moved", "bytes moved by an elementwise chain, unfused and fused",
     "bytes_moved(n_elements, bytes_per_element, n_ops, fused)", _bytes_cases, kernel=False,
-    hint="one pass over n elements of b bytes is n * b bytes; each eager op makes two passes (read "
-         "and write), a fused chain makes two passes in total"))
+    hint={"wrong": "one pass over n elements of b bytes is n * b bytes; each eager op makes two passes (read "
+                   "and write), a fused chain makes two passes in total; return an int"}))
 
 
 # --- 04.sin4 ----------------------------------------------------------------------------------
@@ -102,9 +102,18 @@ register(Exercise(
     speed=Speed(lambda: (randn(SPEED_N), Out("out", (SPEED_N,), torch.float32)),
                 lambda args: elementwise_cost(SPEED_N, 4, flops_per_element=4.0),
                 "course_utils.lessons.l04_fusion:sin4", "n = 2^26, fp32"),
-    hint="one kernel, one program per BLOCK elements with mask = offsets < n; load x once, convert with "
-         ".to(tl.float32) (tl.sin accepts only fp32/fp64), apply tl.sin four times, store once; "
-         "launch over x.numel() so any contiguous shape works"))
+    hint={"wrong": "load x once, convert with .to(tl.float32) (tl.sin accepts only fp32/fp64), apply tl.sin "
+                   "four times to the values in registers, store once (tl.store rounds to out's dtype)",
+          "unwritten": "a contiguous tensor of any shape is x.numel() consecutive elements: launch "
+                       "cdiv(x.numel(), BLOCK) programs (not x.shape[0]) with mask = offsets < x.numel()",
+          "out_of_bounds": "mask = offsets < n with n = x.numel() on the load and on the store (the last block "
+                           "is partial)",
+          "nan": "a masked load without other= reads undefined values (NaN in the checker); an unmasked "
+                 "lane stores them: mask the store too",
+          "launches": "one kernel: four tl.sin calls on the values in registers; a one-sin kernel launched "
+                      "four times moves four times the bytes",
+          "host": "torch.sin on the host is the eager chain this exercise replaces: all four sins belong in "
+                  "your kernel"}))
 
 
 # --- 04.silu_mul ------------------------------------------------------------------------------
@@ -151,6 +160,13 @@ register(Exercise(
                          Out("out", (SPEED_ROWS, SPEED_INTER), _half())),
                 lambda args: elementwise_cost(SPEED_ROWS * SPEED_INTER, 2, n_inputs=2, flops_per_element=5.0),
                 "course_utils.lessons.l04_fusion:silu_mul", f"{SPEED_ROWS} x {SPEED_INTER}, bf16"),
-    hint="mask = offsets < n; load g and u and convert both with .to(tl.float32); compute "
-         "g * sigmoid(g) * u in fp32 with sigmoid = 1 / (1 + exp(-g)) (tl.sigmoid), never "
-         "exp(g) / (1 + exp(g)), which is inf / inf = NaN for large g; round only once, in tl.store"))
+    hint={"wrong": "load g and u and convert both with .to(tl.float32); compute g * sigmoid(g) * u in fp32 "
+                   "(silu on g, the gate, not on u); round only once, in tl.store",
+          "nan": "sigmoid = 1 / (1 + exp(-g)) (tl.sigmoid), never exp(g) / (1 + exp(g)), which is "
+                 "inf / inf = NaN for large g; and masked loads need a mask on the store too",
+          "unwritten": "launch over out.numel() elements, cdiv(n, BLOCK) programs, not over the rows "
+                       "(shape[0]); mask = offsets < n",
+          "out_of_bounds": "mask = offsets < n (n = numel) on both loads and the store",
+          "launches": "one kernel: silu and the product on the values in registers; F.silu then * is two "
+                      "kernels and a temporary",
+          "host": "F.silu, torch.sigmoid and * on the host are the eager version: compute in your kernel"}))

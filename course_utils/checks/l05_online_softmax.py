@@ -261,6 +261,17 @@ def _softmax_explain(outs: dict, case: Case) -> str:
         return "that is the softmax of each COLUMN (dim 0): normalize along each row (dim 1)"
     if torch.allclose(got, torch.exp(x - x.amax(dim=1, keepdim=True)), atol=atol, rtol=rtol):
         return "that is exp(x - max) without the division by the row's sum"
+    base2 = torch.exp2(x - x.amax(dim=1, keepdim=True))
+    if torch.allclose(got, base2 / base2.sum(dim=1, keepdim=True), atol=atol, rtol=rtol):
+        return ("that is a softmax in base 2, exp2(x - max) / sum: exp2 needs its argument times log2(e) "
+                "(exp(x) = exp2(x * log2(e))), or use tl.exp")
+    n = x.shape[1]
+    for block in sorted({1 << max(n - 1, 0).bit_length(), 1024, 2048, 4096}):
+        if block > n:  # the padding lanes of one block loaded as 0: they count in the max and the sum
+            padded = torch.cat([x, x.new_zeros((x.shape[0], block - n))], dim=1)
+            if torch.allclose(got, torch.softmax(padded, dim=1)[:, :n], atol=atol, rtol=rtol):
+                return (f"that is the softmax of each row padded with zeros to a block of {block}: the masked "
+                        "lanes were loaded as 0 and count in the max and the sum; load them with other=-inf")
     sums = got.sum(dim=1)
     if x.dtype != torch.float32 and torch.allclose(sums, torch.ones_like(sums), atol=0.05):
         return ("the rows are nearly right but each value is off by more than one rounding of "
@@ -297,7 +308,8 @@ def _softmax_cases(gen):
     yield _softmax_case("every other column of a wider tensor: use both strides",
                         randn((m, 2 * n + 1), gen=gen)[:, 1::2])
     yield _softmax_case("a transposed tensor: strides (1, rows)", randn((n, m), gen=gen).t())
-    yield _softmax_case(f"rows of {long_cols}: longer than one block, the running max changes",
+    yield _softmax_case(f"rows of {long_cols}: longer than one block, the running max changes (rescale the "
+                        "running sum by exp(m_old - m_new))",
                         randn((long_rows, long_cols), gen=gen, scale=2))
     yield _softmax_case(f"ascending rows of {long_cols}: the max grows in every block (rescale the sum)",
                         randn((3, long_cols), gen=gen, scale=3).sort(dim=1).values)
@@ -444,15 +456,19 @@ def _attention_cases(gen):
 register(Exercise(
     "05.merge_stats", "merge the softmax statistics of two blocks", "merge_stats(m1, d1, m2, d2)",
     _merge_cases, kernel=False,
-    hint="m = max(m1, m2); d = d1 * exp(m1 - m) + d2 * exp(m2 - m); when m is -inf both blocks are empty: "
-         "return (-inf, d1 + d2) instead of computing exp(-inf - (-inf))"))
+    hint={"wrong": "m = max(m1, m2); d = d1 * exp(m1 - m) + d2 * exp(m2 - m); when m is -inf both blocks are "
+                   "empty: return (-inf, d1 + d2) instead of computing exp(-inf - (-inf)); return a tuple "
+                   "(m, d)"}))
 register(Exercise(
     "05.online_softmax_stats", "(max, sum of exp(x - max)) in one pass over blocks",
     "online_softmax_stats(x, block)", _stats_cases, kernel=False,
     forbidden_ops=("logsumexp", "_softmax", "softmax", "_log_softmax", "log_softmax"),
-    hint="start from (m, d) = (-inf, 0); for each slice x[s:s + block] compute its max and "
-         "sum(exp(slice - its max)) and merge them into (m, d) with merge_stats; a slice of only -inf has "
-         "statistics (-inf, 0)"))
+    hint={"wrong": "start from (m, d) = (-inf, 0); for each slice x[s:s + block] compute its max and "
+                   "sum(exp(slice - its max)) and merge them into (m, d) with merge_stats; a slice of only -inf "
+                   "has statistics (-inf, 0)",
+          "host": "torch.logsumexp and softmax do the whole reduction at once: build it from each block's "
+                  "max and sum, merged with merge_stats",
+          "input": "read x, never write into it (no in-place ops such as sub_ or exp_ on x or its slices)"}))
 def _half() -> torch.dtype:
     return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float16
 
@@ -472,7 +488,13 @@ register(Exercise(
           "nan": "subtract each row's max before exp; a lane whose max is still -inf must subtract 0, not "
                  "-inf; load masked columns with other=-inf",
           "unwritten": "one program per row (or per block of rows) and, for rows longer than one block, a "
-                       "loop over the row's blocks that stores every block"},
+                       "loop over the row's blocks that stores every block",
+          "out_of_bounds": "mask columns >= n_cols on the load (other=-inf) and the store, rows >= n_rows on "
+                           "the store; address x and out with their own strides",
+          "launches": "one kernel: the max, the exponentials, the sum and the division happen on the row in "
+                      "registers (or in an online loop), never in separate launches",
+          "host": "torch.softmax, exp, max or sum on the host compute the answer with PyTorch: all of it "
+                  "belongs in your kernel"},
     speed=Speed(lambda: (randn((4096, 8192)), Out("out", (4096, 8192), torch.float32)),
                 lambda args: softmax_cost(4096, 8192, 4), "course_utils.lessons.l05_online_softmax:softmax",
                 "4096 x 8192, fp32")))
@@ -485,7 +507,12 @@ register(Exercise(
           "nan": "a query row whose keys so far are all masked has m = -inf: subtract 0 instead of m there, "
                  "and start l at 0 and acc at 0",
           "unwritten": "one program per (BLOCK_M queries, batch * head): grid (cdiv(S, BLOCK_M), B * H), "
-                       "each storing its BLOCK_M rows of out (masked past S)"},
+                       "each storing its BLOCK_M rows of out (masked past S)",
+          "out_of_bounds": "mask queries >= S and keys >= S on the loads (other=0) and queries >= S on the "
+                           "store; address q, k, v and out with their four strides each (they may be views)",
+          "launches": "one kernel: QK^T, the online softmax and P @ V all stay in registers; the (S, S) "
+                      "scores are never written",
+          "host": "no torch matmul or softmax on the host: the scores exist only inside your kernel"},
     speed=Speed(lambda: (*(randn((4, 16, 4096, 128), _half()) for _ in range(3)),
                          Out("out", (4, 16, 4096, 128), _half()), False),
                 _attention_cost, "course_utils.lessons.l05_online_softmax:attention",

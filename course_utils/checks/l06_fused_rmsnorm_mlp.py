@@ -72,6 +72,39 @@ def _wider(rows: int, hidden: int, dtype, gen) -> torch.Tensor:
 
 # --- 06.rmsnorm -------------------------------------------------------------------------------
 
+def _rmsnorm_explain(outs: dict, case: Case) -> str:
+    """What wrong RMSNorm values match: eps outside the square root, no square root, the mean over the
+    block or over the rows, no weight, x * x overflowing fp16."""
+    x, weight, eps = f64(case.args[0]), f64(case.args[1]), case.args[2]
+    got = f64(outs["out"])
+    n = x.shape[1]
+    if case.args[0].dtype == torch.float16 and bool(((got == 0) & (case.expected["out"] != 0)).any()) \
+            and float(x.abs().max()) > 256:
+        return ("outputs are 0 where they should not be: x * x overflowed fp16 (inf above |x| = 256) and "
+                "1/sqrt(inf) = 0; convert x with .to(tl.float32) before squaring")
+    if not bool(torch.isfinite(got).all()):
+        return ""
+    ms = x.pow(2).mean(1, keepdim=True)
+    block = 1 << max(n - 1, 0).bit_length()
+    candidates = {
+        "that is x / (sqrt(mean(x**2)) + eps) * weight: eps belongs inside the square root, "
+        "rsqrt(mean(x**2) + eps)": x / (ms.sqrt() + eps) * weight,
+        "that is x / (mean(x**2) + eps) * weight: the square root is missing (rsqrt, not 1/x)":
+            x / (ms + eps) * weight,
+        "that is RMSNorm without the weight: multiply by weight[col] at the end": x * torch.rsqrt(ms + eps),
+        "that is the mean over the COLUMNS (axis 0), one rms per column: reduce each row over the hidden "
+        "axis (axis 1)": x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + eps) * weight,
+    }
+    if block > n:
+        candidates[f"that is sum(x**2) divided by the block size {block}, not by n_cols = {n}: the padded "
+                   "lanes are not part of the mean"] = x * torch.rsqrt(x.pow(2).sum(1, keepdim=True) / block
+                                                                         + eps) * weight
+    for text, want in candidates.items():
+        if torch.allclose(got, want, atol=case.atol, rtol=case.rtol):
+            return text
+    return ""
+
+
 def _rmsnorm_cases(gen):
     rows, hidden = size((1823, 781), (37, 80))
     for dtype in _dtypes():
@@ -99,7 +132,7 @@ def _rmsnorm_cases(gen):
         for label, x, eps in inputs:
             weight = uniform((x.shape[1],), 0.5, 1.5, dtype, gen)
             yield Case(f"{label}, {_name(dtype)}", (x, weight, eps, Out("out", tuple(x.shape), dtype)),
-                       {"out": _rmsnorm64(x, weight, eps)}, *tol)
+                       {"out": _rmsnorm64(x, weight, eps)}, *tol, explain=_rmsnorm_explain)
 
 
 register(Exercise(
@@ -110,7 +143,12 @@ register(Exercise(
           "nan": "a row of zeros has mean 0: rsqrt(0 + eps) is finite, so keep eps inside the square root; "
                  "fp16 x * x overflows to inf above 256: square in fp32",
           "unwritten": "one program per row (or block of rows), each storing its whole row, masked "
-                       "cols < n_cols; BLOCK = triton.next_power_of_2(n_cols)"},
+                       "cols < n_cols; BLOCK = triton.next_power_of_2(n_cols)",
+          "out_of_bounds": "mask cols < n_cols (and rows < n_rows) on the loads of x and weight and on the "
+                           "store; address x and out with their own row strides",
+          "host": "x.pow(2).mean() or torch.rsqrt on the host compute the statistics with PyTorch: they "
+                  "belong in your kernel",
+          "launches": "one launch: the statistics and the normalization of a row happen in the same program"},
     speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), randn((HIDDEN,), _half()), 1e-6,
                          Out("out", (ROWS, HIDDEN), _half())),
                 lambda args: Cost(4.0 * ROWS * HIDDEN, 2 * ROWS * HIDDEN * 2), f"{SOLUTIONS}:rmsnorm",
@@ -166,9 +204,20 @@ register(Exercise(
                 lambda args: Cost(4.0 * ROWS * INTER * HIDDEN, 2 * (ROWS * HIDDEN + 2 * INTER * HIDDEN
                                                                      + ROWS * INTER)),
                 f"{SOLUTIONS}:gate_up_silu", f"{ROWS} tokens x hidden {HIDDEN} -> {INTER}, bf16", roof="bf16"),
-    hint="two fp32 accumulators per output tile, acc_g += x_tile @ w_gate.T tile and acc_u += x_tile @ "
-         "w_up.T tile; the (BLOCK_K, BLOCK_N) tile of w.T is at w_ptr + n * w.stride(0) + k * w.stride(1); "
-         "mask k < K in the loop; epilogue acc_g * sigmoid(acc_g) * acc_u (silu on the GATE)"))
+    hint={"wrong": "two fp32 accumulators per output tile, acc_g += x_tile @ w_gate.T tile and acc_u += x_tile "
+                   "@ w_up.T tile; the (BLOCK_K, BLOCK_N) tile of w.T is at w_ptr + n * w.stride(0) + k * "
+                   "w.stride(1); mask k < K in the loop; epilogue acc_g * sigmoid(acc_g) * acc_u (silu on the "
+                   "GATE)",
+          "unwritten": "one program per (BLOCK_M, BLOCK_N) tile of out: cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) "
+                       "programs, each storing its tile masked with rows < M and cols < N",
+          "out_of_bounds": "mask the K tail of x and both weights (k < K, other=0), and the store with rows < M "
+                           "and cols < N; address x with its row stride",
+          "nan": "a masked load without other= reads undefined values (NaN in the checker) into tl.dot: give "
+                 "the K-tail loads other=0.0",
+          "host": "no torch matmul or silu on the host: both products and the epilogue happen in your kernel",
+          "launches": "one launch: every x tile you load feeds both tl.dot calls (gate and up), and the "
+                      "epilogue applies silu(g) * u to the two accumulators before the one store",
+          "fusion": "keep g and u in fp32 accumulators in registers: no (rows, intermediate) buffer for either"}))
 
 
 # --- 06.rmsnorm_mlp ---------------------------------------------------------------------------
@@ -229,8 +278,20 @@ register(Exercise(
                 lambda args: Cost(6.0 * ROWS * HIDDEN * INTER, 2 * (2 * ROWS * HIDDEN + 3 * HIDDEN * INTER)),
                 f"{SOLUTIONS}:rmsnorm_mlp", f"{ROWS} tokens x hidden {HIDDEN}, intermediate {INTER}, bf16",
                 roof="bf16"),
-    hint="in the K loop load x, add sum(x.to(fp32)**2, axis=1) to a per-row accumulator, multiply the tile "
-         "by norm_weight, then ONE tl.dot with the (BLOCK_K, 2 * BLOCK_N) tile of packed.w_gu (row-major, "
-         "gate and up interleaved column by column); in the epilogue g, u = tl.split(tl.reshape(acc, "
-         "(BLOCK_M, BLOCK_N, 2))), scale both by rsqrt(sum / K + eps) BEFORE silu(g) * u; store h, then "
-         "matmul(h, packed.w_down_t, out) (lesson 03)"))
+    hint={"wrong": "in the K loop load x, add sum(x.to(fp32)**2, axis=1) to a per-row accumulator, multiply "
+                   "the tile by norm_weight, then ONE tl.dot with the (BLOCK_K, 2 * BLOCK_N) tile of "
+                   "packed.w_gu (row-major, gate and up interleaved column by column); in the epilogue g, u = "
+                   "tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2))), scale both by rsqrt(sum / K + eps) "
+                   "BEFORE silu(g) * u; store h, then matmul(h, packed.w_down_t, out) (lesson 03)",
+          "nan": "a zero row has sum(x**2) = 0: rsqrt(0 / K + eps) is finite, keep eps inside; fp16 x * x "
+                 "overflows above 256: square in fp32; give masked K-tail loads other=0.0",
+          "unwritten": "the down projection writes every (row, hidden) element of out: run lesson 03's matmul "
+                       "(or your own) over all of h",
+          "out_of_bounds": "mask the K tail (k < K) of x, norm_weight and the weights, and each store with "
+                           "rows < M and cols < N; address x with its row stride",
+          "host": "no torch matmul, rsqrt or silu on the host: weight packing aside, the arithmetic happens "
+                  "in your kernels",
+          "launches": "two launches on the activations: the gate/up kernel with the norm folded in (sum of "
+                      "x**2 in its K loop, rsqrt in its epilogue), then the down projection; no rmsnorm launch",
+          "fusion": "the normalized x never goes to memory: scale x's tiles by norm_weight as you load them and "
+                    "the accumulators by rsqrt(mean + eps) in the epilogue"}))

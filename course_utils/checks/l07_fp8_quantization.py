@@ -106,6 +106,9 @@ def _quantize_verify(outs, case: Case) -> list[str]:
         why = ""
         if math.isclose(got, float(amax[i]) / 127, rel_tol=1e-4):
             why = ": that is amax / 127, int8's maximum; e4m3's largest finite value is 448"
+        elif math.isclose(got, float(x[i].max()) / E4M3_MAX, rel_tol=1e-4):
+            why = (": that is max(x) / 448, the largest value, not the largest magnitude: amax = max |x| "
+                   "(tl.max(tl.abs(x)))")
         elif math.isclose(got, 1 / exp, rel_tol=1e-4):
             why = (": that is 448 / amax, the inverse; store the dequantization scale amax / 448 "
                    "(x ~ out * scale)")
@@ -120,7 +123,9 @@ def _quantize_verify(outs, case: Case) -> list[str]:
     zero_rows = ~nonzero
     if bool(zero_rows.any()) and bool((q[zero_rows] != 0).any()):
         i = int((zero_rows & (q != 0).any(dim=1)).nonzero()[0, 0])
-        problems.append(f"row {i} is all zeros, but out[{i}] is not")
+        problems.append(f"row {i} is all zeros, but out[{i}] is not (scale_out[{i}] = {float(s[i]):g}): with amax "
+                        "0, x * (448 / amax) is 0 * inf = NaN before the clamp; give an all-zero row scale 1, so "
+                        "that out = 0")
     err = (q * s[:, None] - x).abs()
     bound = 2.0**-4 * x.abs() * (1 + 1e-5) + s[:, None] * 2.0**-10 * 1.01  # half an e4m3 step
     over = err > bound
@@ -260,6 +265,9 @@ def _unpack_verify(result, case: Case) -> list[str]:
         if not torch.equal(got, want):
             if torch.equal(got, want_hi if name == "lo" else want_lo):
                 return ["lo and hi are swapped: lo is bits 0-3 (packed & 0xF), hi is bits 4-7 (packed >> 4)"]
+            if name == "hi" and torch.equal(got, (packed.view(torch.int8) >> 4).view(torch.uint8)):
+                return ["hi is sign-extended: >> on an int8 copies the sign bit in (0xF0 >> 4 is -1, 255 as "
+                        "uint8, not 15); shift the uint8 itself, or mask with & 0xF after the shift"]
             i = int((got != want).flatten().nonzero()[0, 0])
             byte = int(packed.flatten()[i])
             problems.append(f"{name} of byte 0x{byte:02X} should be {int(want.flatten()[i])}, "
@@ -281,8 +289,8 @@ def _unpack_cases(gen):
 
 register(Exercise(
     "07.decode_e4m3", "decode a float8_e4m3fn bit pattern", "decode_e4m3(bits)", _decode_cases,
-    hint="sign = bit 7, exponent = bits 6-3 (bias 7), mantissa = bits 2-0; exponent 0 is subnormal "
-         "(M/8 * 2^-6), S 1111 111 is NaN, there is no infinity",
+    hint={"wrong": "sign = bit 7, exponent = bits 6-3 (bias 7), mantissa = bits 2-0; exponent 0 is subnormal "
+                   "(M/8 * 2^-6), S 1111 111 is NaN, there is no infinity; return a Python float"},
     kernel=False,
     # A decoder built on torch's own fp8 (`.view(torch.float8_e4m3fn)`, `.to(...)`) would only check torch
     # against itself: any torch op that touches a float8 tensor is refused. Bit arithmetic is fine on
@@ -300,9 +308,16 @@ register(Exercise(
     speed=Speed(_quantize_speed_args,
                 lambda args: Cost(3.0 * SPEED_ROWS * SPEED_COLS, 3 * SPEED_ROWS * SPEED_COLS + 4 * SPEED_ROWS),
                 f"{SOLUTIONS}:quantize_rowwise", f"{SPEED_ROWS} x {SPEED_COLS}, bf16 -> e4m3"),
-    hint="per row: amax = max |x| in fp32; scale_out = amax / 448 (not amax / 127, not 448 / amax); "
-         "out = clamp(x * (448 / amax), -448, 448) cast to e4m3; an all-zero row gets scale 1 (no 0/0); "
-         "address x with both of its strides"))
+    hint={"wrong": "per row: amax = max |x| in fp32; scale_out = amax / 448 (not amax / 127, not 448 / amax); "
+                   "out = clamp(x * (448 / amax), -448, 448) cast to e4m3; address x with both of its strides",
+          "nan": "an all-zero row has amax 0: give it scale 1 (tl.where(amax > 0, amax, 448)), so that out = 0 "
+                 "and no 0/0; masked lanes load with other=0.0 (a NaN lane would become the row's amax)",
+          "unwritten": "one program per row; a row longer than your block needs a loop over its blocks (one "
+                       "pass for amax, a second to quantize and store every block); store scale_out[row]",
+          "out_of_bounds": "mask cols < n_cols on every load and store of the row; scale_out has one element "
+                           "per row; address x with x.stride(0) and x.stride(1) (it may be transposed)",
+          "host": "x.abs().amax(), division or .to(float8) on the host quantize with PyTorch: do it in your "
+                  "kernel"}))
 register(Exercise(
     "07.fp8_matmul", "FP8 matmul with per-row scales", "fp8_matmul(a, a_scale, b, b_scale, out)",
     _matmul_cases,
@@ -311,12 +326,22 @@ register(Exercise(
                 lambda args: Cost(matmul_cost(SPEED_MM, SPEED_MM, SPEED_MM, 1).flops,
                                   2 * SPEED_MM * SPEED_MM + 2 * SPEED_MM * SPEED_MM),
                 f"{SOLUTIONS}:fp8_matmul", f"{SPEED_MM} x {SPEED_MM} x {SPEED_MM}, e4m3 -> bf16", roof="fp8"),
-    hint="b is (N, K): load its tile as (BLOCK_N, BLOCK_K) with b.stride(0), b.stride(1) and use "
-         "tl.dot(a, tl.trans(b)); mask the K tail; multiply the fp32 accumulator by a_scale[rows, None] "
-         "and b_scale[None, cols] after the K loop"))
+    hint={"wrong": "b is (N, K): load its tile as (BLOCK_N, BLOCK_K) with b.stride(0), b.stride(1) and use "
+                   "tl.dot(a, tl.trans(b)); mask the K tail; multiply the fp32 accumulator by a_scale[rows, "
+                   "None] and b_scale[None, cols] after the K loop",
+          "nan": "a masked K-tail load without other= reads undefined values (NaN in the checker) into "
+                 "tl.dot: give it other=0.0",
+          "unwritten": "cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs, each storing its (BLOCK_M, BLOCK_N) tile "
+                       "masked with rows < M and cols < N",
+          "out_of_bounds": "mask the K tail of a and b (k < K) and the scales' loads (rows < M, cols < N), and "
+                           "the store; address b with its own strides (it may be a transposed view)",
+          "host": "no torch matmul or dequantization on the host: the scales are applied to the fp32 "
+                  "accumulator in your kernel"}))
 register(Exercise(
     "07.pack_int4", "pack two nibbles per byte", "pack_int4(lo, hi)", _pack_cases,
-    hint="byte = lo | (hi << 4) in uint8", kernel=False))
+    hint={"wrong": "byte = lo | (hi << 4) in uint8 (lo in bits 0-3, hi in bits 4-7)",
+          "input": "build a new tensor: lo and hi are read-only (no <<= or |= on them)"}, kernel=False))
 register(Exercise(
     "07.unpack_int4", "unpack two nibbles per byte", "unpack_int4(packed)", _unpack_cases,
-    hint="lo = packed & 0xF, hi = packed >> 4, both uint8", kernel=False))
+    hint={"wrong": "lo = packed & 0xF, hi = packed >> 4, both uint8 (>> on a uint8 shifts zeros in)",
+          "input": "return new tensors: packed is read-only (no &= or >>= on it)"}, kernel=False))
