@@ -336,7 +336,7 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
     words = w_packed.view(torch.int32)  # (N, K // 8): 8 nibbles per load instead of 2
     BLOCK_M = BLOCK_M or min(triton.next_power_of_2(M), 4)  # each dequantized weight serves BLOCK_M rows
     BLOCK_N = BLOCK_N or 16
-    BLOCK_G = BLOCK_G or max(1, 2048 // group_size)  # 2048 weights (1 KiB) per row and step: bytes in flight
+    BLOCK_G = BLOCK_G or max(1, 1024 // group_size)  # 1024 weights per row and step (the H200's best sweep row)
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     w4a16_gemv_kernel[grid](x, words, scales, out, M, N, K, *x.stride(), *words.stride(), *scales.stride(),
                             *out.stride(), GROUP=group_size, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_G=BLOCK_G,

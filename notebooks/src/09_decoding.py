@@ -132,6 +132,18 @@ else:
     plt.show()
 
 # %% [markdown]
+# Measured on {{measured}}: our decode loop made {{fact:tokens_per_s triton (ours) static cache + CUDA graph batch 1}}
+# tokens/s at batch 1 and {{fact:tokens_per_s triton (ours) static cache + CUDA graph batch 16}} at batch 16, against a floor of
+# {{fact:floor tokens_per_s batch 1}} and {{fact:floor tokens_per_s batch 16}}: the larger batch made many more tokens from the
+# same weight reads. The toy model's 1024-wide layer is small work per kernel, so the step is far above
+# its floor: some thirty short kernels, each paying its ramp-up. Hugging Face `generate` made
+# {{fact:tokens_per_s HF generate (dynamic cache) batch 1}} tokens/s (dynamic cache) and
+# {{fact:tokens_per_s HF generate static cache + torch.compile batch 1}} (static cache, its decode step compiled by `generate`
+# itself with CUDA graphs) at batch 1; ours ran {{ratio:toy Llama decode bf16 batch 1, 512 new tokens|triton (ours) static cache + CUDA graph|HF generate static cache + torch.compile}}
+# the speed of the compiled peer at batch 1 and {{ratio:toy Llama decode bf16 batch 16, 512 new tokens|triton (ours) static cache + CUDA graph|HF generate static cache + torch.compile}}
+# at batch 16.
+
+# %% [markdown]
 # ## The KV cache as a preallocated tensor
 #
 # Attention of a new token needs the keys and values of every earlier token. Recomputing them would
@@ -267,6 +279,17 @@ for b in range(B):
 #     m = max_i m_i        l = sum_i exp(m_i - m) l_i        out = sum_i exp(m_i - m) acc_i / l
 #
 # A split past the sequence's length holds nothing: `(-inf, 0, 0)`, and `exp(-inf - m) = 0` drops it.
+# When one split holds every key (a short context, or enough sequences and heads to fill the GPU),
+# the first kernel normalizes and writes the output itself: one launch instead of two.
+#
+# Measured ({{measured}}) at B = 8, 32 query heads on 8 K/V heads, D = 128: at a context of 8192 our
+# kernel read the K/V bytes at {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 8192|triton (ours) vs copy|copy ceiling (K/V bytes)}} the copy bandwidth and ran
+# {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 8192|triton (ours)|fastest}} the speed of the faster of SDPA (`enable_gqa`) and torch.compile. At a context of
+# 1024 the GPU's work is short: replayed from a CUDA graph ours ran {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]|fastest}} the
+# fastest peer's speed ({{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]}}), but launched plainly {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours)|fastest}}
+# ({{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours)}}): each Triton launch costs tens of microseconds of Python on the host, more than
+# the GPU needs for the whole attention. That is the launch overhead a CUDA graph removes (lesson 04).
+#
 # Lesson 05's `merge_stats` does the `(m, l)` half on numbers:
 
 # %%
@@ -317,7 +340,15 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # The kernel never writes the dequantized matrix: it loads packed bytes, splits them with `& 0xF` and
 # `>> 4` in registers, multiplies by x, and applies a group's scale once to the group's sum. That is
 # exercise [09.w4a16_gemv](../exercises/09_decoding.ipynb). Its sibling in full is lesson 07's int8 GEMV,
-# one scale per row, applied once per output:
+# one scale per row, applied once per output (the next cell).
+#
+# At the bytes alone, int4 would run four times as fast as a bf16 GEMV; the design's target asks for
+# 2.5 times cuBLAS. Measured ({{measured}}), the solution's kernel ran {{ratio:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)|torch.matmul bf16 (cuBLAS)}}
+# the speed of cuBLAS's bf16 GEMV ({{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}} against {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS)}}), short of that target.
+# It read its int4 bytes at only {{gbps:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}}, far below the copy bandwidth: the memory is not
+# what limits it, the work per weight is (split the nibble off, make it a float, multiply, add, and the
+# per-group sums). Faster int4 kernels pre-arrange the packed weights for their loads and convert two
+# nibbles per instruction in packed half-precision arithmetic.
 
 # %% [inline] course_utils.lessons.l07_fp8_quantization: quantize_int8_ref w8a16_gemv_kernel w8a16_gemv
 
@@ -359,7 +390,12 @@ from course_utils.lessons.l09_decoding import decode_attention, kv_append  # noq
 
 # %% [markdown]
 # Greedy decoding must give Hugging Face's tokens. In fp32 on the small toy config (the CPU) they are
-# the same; in bf16 the argmax of two nearly equal logits may flip, since the two sides round differently.
+# the same token for token (the course's tests assert it). In bf16 they are not: our residual stream
+# stays in fp32 (`self.x`) while Hugging Face rounds it to bf16 after every layer, so the logits differ in
+# their last bits, and a random toy model's logits are full of near-ties. Once one argmax flips, the two
+# sequences continue from different tokens and part for good. On {{measured}} the first
+# differing token came after {{fact:first differing token batch 1}} new tokens on average at batch 1, and only
+# {{fact:token agreement batch 1}} of the 512 new tokens matched.
 
 # %%
 small = not mode.gpu
