@@ -280,10 +280,17 @@ def cross_entropy_ref(logits: torch.Tensor, targets: torch.Tensor, ignore_index:
 
 
 def ce_config(n_cols: int) -> dict:
-    """Vocabulary columns per block and warps of cross_entropy_kernel."""
+    """Vocabulary columns per block and warps of cross_entropy_kernel, by vocabulary size.
+
+    A block is the (m, d) statistics of BLOCK_N lanes held in registers: 4096 columns (8 KiB of bf16
+    logits per step) and 8 warps is 16 fp32 numbers per thread for each of m, d and x; 8192 columns
+    over 16 warps spill and ran at a third of the speed on the H200 (bench 08's sweep). A row shorter
+    than 4096 is one block.
+    """
     if current().interpret:
         return dict(BLOCK_N=512, num_warps=4)
-    return dict(BLOCK_N=min(8192, triton.next_power_of_2(n_cols)), num_warps=16)
+    block_n = min(4096, triton.next_power_of_2(n_cols))
+    return dict(BLOCK_N=block_n, num_warps=8 if block_n >= 2048 else 4)
 
 
 @triton.jit
@@ -324,12 +331,13 @@ def cross_entropy_kernel(logits_ptr, targets_ptr, count_ptr, loss_ptr, dlogits_p
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor, dlogits: torch.Tensor,
-                  BLOCK_N: int | None = None, num_warps: int | None = None) -> None:
-    """loss (rows,) fp32 per row and dlogits = d mean loss / d logits; targets int64, -100 ignored."""
+                  BLOCK_N: int | None = None, num_warps: int | None = None, count: torch.Tensor | None = None) -> None:
+    """loss (rows,) fp32 per row and dlogits = d mean loss / d logits; targets int64, -100 ignored.
+    `count`: count_targets(targets) when the caller has it already (the training step's mean needs it too)."""
     # BEGIN SOLUTION
     n_rows, n_cols = logits.shape
     cfg = ce_config(n_cols)
-    count = count_targets(targets)  # n: a device scalar, read by every program
+    count = count_targets(targets) if count is None else count  # n: a device scalar, read by every program
     cross_entropy_kernel[(n_rows,)](logits, targets, count, loss, dlogits, n_cols, logits.stride(0),
                                     dlogits.stride(0), -100, BLOCK_N=BLOCK_N or cfg["BLOCK_N"],
                                     num_warps=num_warps or cfg["num_warps"])
@@ -412,20 +420,44 @@ class SiluMulFunction(torch.autograd.Function):
         return g, u
 
 
+@triton.jit
+def scale_unless_one_kernel(x_ptr, scale_ptr, n_elements, BLOCK: tl.constexpr):
+    """x *= scale[0] in place, unless scale[0] == 1: then each program reads 4 bytes and stops."""
+    scale = tl.load(scale_ptr).to(tl.float32)  # dL/dloss, on the device: no host sync to look at it
+    if scale != 1.0:
+        step = tl.num_programs(0).to(tl.int64) * BLOCK
+        for start in range(tl.program_id(0).to(tl.int64) * BLOCK, n_elements, step):  # grid-stride loop
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n_elements
+            x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
+            tl.store(x_ptr + offs, (x * scale).to(x_ptr.dtype.element_ty), mask=mask)
+
+
+def scale_unless_one(x: torch.Tensor, scale: torch.Tensor) -> None:
+    """x (contiguous) *= scale (one element) in place; costs one launch and no traffic when scale is 1."""
+    BLOCK = 4096
+    grid = (max(1, min(triton.cdiv(x.numel(), BLOCK), 1024)),)  # a few programs per SM, looping
+    scale_unless_one_kernel[grid](x, scale, x.numel(), BLOCK=BLOCK, num_warps=8)
+
+
 class CrossEntropyFunction(torch.autograd.Function):
     """Mean cross-entropy over non-ignored rows; the forward overwrites `logits` with their gradient."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         loss = torch.empty(logits.shape[0], device=logits.device, dtype=torch.float32)
-        cross_entropy(logits, targets, loss, logits)  # dlogits in place: the logits are not needed again
+        count = count_targets(targets)  # n, once: the kernel divides the gradient by it, the mean the loss
+        cross_entropy(logits, targets, loss, logits, count=count)  # dlogits in place: logits not needed again
         ctx.save_for_backward(logits)
-        return loss.sum() / (targets != -100).sum().clamp_min(1)
+        return loss.sum() / count.clamp_min(1)[0]
 
     @staticmethod
     def backward(ctx, dloss: torch.Tensor):
         (dlogits,) = ctx.saved_tensors
-        return dlogits.mul_(dloss.to(dlogits.dtype)), None  # in place: no second (rows, vocab) tensor
+        # dL/dloss is 1 when the loss itself is differentiated (training): the gradient is ready as it
+        # is. Any other dL/dloss scales it in place: no second (rows, vocab) tensor either way.
+        scale_unless_one(dlogits, dloss.reshape(1).float())
+        return dlogits, None
 
 
 class RMSNormTrain(nn.Module):
@@ -493,6 +525,14 @@ def causal_lm_loss(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) ->
 # `attention_delta` (given) computes `delta`. Then a kernel per tile of keys walks the queries and
 # accumulates `dk` and `dv` in registers, and a kernel per tile of queries walks the keys and
 # accumulates `dq` (no atomics). All (B, H, S, D), contiguous; D a power of 2 >= 16; S any length.
+#
+# The two kernels want different tiles (a program of the first holds `BLOCK_N` keys and steps through
+# `BLOCK_M` queries at a time, a program of the second the other way round), so each has its own
+# `@triton.autotune` over `attention_configs(...)`, given: launch them with
+# `grid = lambda meta: (triton.cdiv(S, meta["BLOCK_N"]), B * H)` (and `meta["BLOCK_M"]` for dq), and
+# pass everything but the block sizes. `EVEN_S` (computed in the host function, given: `S % 128 == 0`,
+# so no tile runs past the end) lets a kernel skip the masks of the sequence's end. `exp(x) = exp2(x *
+# log2(e))`: fold `log2(e)` into the scale and into `lse` and use `tl.exp2`, one multiply fewer per score.
 
 # %%
 @triton.jit
@@ -526,22 +566,42 @@ def attention_backward_ref(q, k, v, do, causal: bool):
     return q.grad, k.grad, v.grad
 
 
+def attention_configs(kernel: str) -> list[triton.Config]:
+    """The autotuner's tiles: (BLOCK_M queries, BLOCK_N keys), warps, stages. `kernel` "dkdv" holds
+    BLOCK_N keys (and their fp32 dk, dv) while it walks the queries; "dq" holds BLOCK_M queries."""
+    if current().interpret:
+        return [triton.Config(dict(BLOCK_M=16, BLOCK_N=16), num_warps=4, num_stages=1)]
+    tiles = {"dkdv": [(64, 64, 4, 2), (32, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3)],
+             "dq": [(64, 64, 4, 2), (128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3)]}[kernel]
+    return [triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=w, num_stages=st) for bm, bn, w, st in tiles]
+
+
+SHORT_SEQUENCE = 1024  # below this: the first tile, no timing (tuning would cost more than it saves)
+
+
+def select_attention_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+    """Autotune pruning: short sequences take the first (64 x 64) tile without timing anything."""
+    return configs[:1] if named_args["S"] < SHORT_SEQUENCE else configs
+
+
+@triton.autotune(configs=attention_configs("dkdv"), key=["S", "HEAD_DIM", "CAUSAL"],
+                 prune_configs_by={"early_config_prune": select_attention_configs})
 @triton.jit
 def attention_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, S, scale,
-                          CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr):
+                          CAUSAL: tl.constexpr, EVEN_S: tl.constexpr, HEAD_DIM: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # BEGIN SOLUTION
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1).to(tl.int64)  # batch * H + head: every (S, D) slab is contiguous
     base = bh * S * HEAD_DIM
     offs_n = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,) keys of this program
     offs_d = tl.arange(0, HEAD_DIM)
-    key_ok = offs_n < S
     kv_off = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-    k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)  # (BLOCK_N, D)
-    v = tl.load(v_ptr + kv_off, mask=key_ok[:, None], other=0.0)
+    k = tl.load(k_ptr + kv_off, mask=offs_n[:, None] < S, other=0.0)  # (BLOCK_N, D), held all along
+    v = tl.load(v_ptr + kv_off, mask=offs_n[:, None] < S, other=0.0)
     dk = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
     dv = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
+    qk_scale = scale * 1.4426950408889634  # exp(s - lse) = exp2(q.k * scale * log2(e) - lse * log2(e))
     lo = start_n // BLOCK_M * BLOCK_M if CAUSAL else 0  # queries before the keys see none of them
     for start_m in range(lo, S, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) queries
@@ -549,26 +609,28 @@ def attention_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
         qo_off = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
         q = tl.load(q_ptr + qo_off, mask=q_ok[:, None], other=0.0)  # (BLOCK_M, D)
         do = tl.load(do_ptr + qo_off, mask=q_ok[:, None], other=0.0)
-        lse = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=0.0)  # (BLOCK_M,)
+        # lse = +inf past the end: P is 0 there, so those queries add nothing (keys past the end give
+        # rows of dk, dv that are never stored): no mask on the tile for the sequence's end
+        lse2 = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=float("inf")) * 1.4426950408889634
         delta = tl.load(delta_ptr + bh * S + offs_m, mask=q_ok, other=0.0)
-        s_t = tl.dot(k, tl.trans(q)) * scale  # (BLOCK_N, BLOCK_M): the scores, transposed
-        keep = q_ok[None, :] & key_ok[:, None]
+        p_t = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])  # (BLOCK_N, BLOCK_M) = P^T
         if CAUSAL:
-            keep = keep & (offs_n[:, None] <= offs_m[None, :])
-        p_t = tl.where(keep, tl.exp(s_t - lse[None, :]), 0.0)  # P^T recomputed from the saved lse
+            p_t = tl.where(offs_n[:, None] <= offs_m[None, :], p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)  # dv += P^T do
         dp_t = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M) = (do v^T)^T
         ds_t = p_t * (dp_t - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk)  # dk += ds^T q
-    tl.store(dk_ptr + kv_off, (dk * scale).to(dk_ptr.dtype.element_ty), mask=key_ok[:, None])
-    tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=key_ok[:, None])
+    tl.store(dk_ptr + kv_off, (dk * scale).to(dk_ptr.dtype.element_ty), mask=offs_n[:, None] < S)
+    tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=offs_n[:, None] < S)
     # END SOLUTION
 
 
+@triton.autotune(configs=attention_configs("dq"), key=["S", "HEAD_DIM", "CAUSAL"],
+                 prune_configs_by={"early_config_prune": select_attention_configs})
 @triton.jit
 def attention_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, S, scale,
-                        CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr):
+                        CAUSAL: tl.constexpr, EVEN_S: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # BEGIN SOLUTION
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)
@@ -577,25 +639,25 @@ def attention_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     offs_d = tl.arange(0, HEAD_DIM)
     q_ok = offs_m < S
     qo_off = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-    q = tl.load(q_ptr + qo_off, mask=q_ok[:, None], other=0.0)  # (BLOCK_M, D)
+    q = tl.load(q_ptr + qo_off, mask=q_ok[:, None], other=0.0)  # (BLOCK_M, D), held all along
     do = tl.load(do_ptr + qo_off, mask=q_ok[:, None], other=0.0)
-    lse = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=0.0)
+    lse2 = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(delta_ptr + bh * S + offs_m, mask=q_ok, other=0.0)
+    qk_scale = scale * 1.4426950408889634
     dq = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
     hi = S
     if CAUSAL:
         hi = tl.minimum(start_m + BLOCK_M, S)  # keys after the tile's last query are all masked
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        key_ok = offs_n < S
         kv_off = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-        k = tl.load(k_ptr + kv_off, mask=key_ok[:, None], other=0.0)  # (BLOCK_N, D)
-        v = tl.load(v_ptr + kv_off, mask=key_ok[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale  # (BLOCK_M, BLOCK_N)
-        keep = q_ok[:, None] & key_ok[None, :]
-        if CAUSAL:
-            keep = keep & (offs_n[None, :] <= offs_m[:, None])
-        p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
+        k = tl.load(k_ptr + kv_off, mask=offs_n[:, None] < S, other=0.0)  # (BLOCK_N, D)
+        v = tl.load(v_ptr + kv_off, mask=offs_n[:, None] < S, other=0.0)
+        p = tl.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])  # (BLOCK_M, BLOCK_N)
+        if CAUSAL:  # j <= i < S also masks the keys past the end
+            p = tl.where(offs_n[None, :] <= offs_m[:, None], p, 0.0)
+        elif not EVEN_S:  # a key past the end: k = 0 but exp(0 - lse) is not 0
+            p = tl.where(offs_n[None, :] < S, p, 0.0)
         dp = tl.dot(do, tl.trans(v))  # (BLOCK_M, BLOCK_N)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq)  # dq += ds k
@@ -604,22 +666,20 @@ def attention_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
 
 
 def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                       do: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
-                       BLOCK_M: int | None = None, BLOCK_N: int | None = None, num_warps: int | None = None,
-                       num_stages: int | None = None) -> None:
+                       do: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool) -> None:
     """dq, dk, dv of o = softmax(q k^T / sqrt(D) (+ causal mask)) v; all (B, H, S, D) contiguous."""
     B, H, S, D = q.shape
     if D < 16 or D & (D - 1):
         raise ValueError(f"head dim {D}: this kernel needs a power of 2 >= 16 (tl.dot's smallest tile)")
-    BLOCK_M = BLOCK_M or (16 if current().interpret else 64)
-    BLOCK_N = BLOCK_N or (16 if current().interpret else 64)
+    EVEN_S = S % 128 == 0  # every tile of attention_configs divides 128
     # BEGIN SOLUTION
     delta = attention_delta(o, do)  # (B, H, S) fp32
     scale = 1.0 / math.sqrt(D)
-    launch = dict(CAUSAL=causal, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=num_warps or 4,
-                  num_stages=num_stages or (1 if current().interpret else 2))
-    attention_dkdv_kernel[(triton.cdiv(S, BLOCK_N), B * H)](q, k, v, do, lse, delta, dk, dv, S, scale, **launch)
-    attention_dq_kernel[(triton.cdiv(S, BLOCK_M), B * H)](q, k, v, do, lse, delta, dq, S, scale, **launch)
+    flags = dict(CAUSAL=causal, EVEN_S=EVEN_S, HEAD_DIM=D)
+    attention_dkdv_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_N"]), B * H)](
+        q, k, v, do, lse, delta, dk, dv, S, scale, **flags)
+    attention_dq_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)](
+        q, k, v, do, lse, delta, dq, S, scale, **flags)
     # END SOLUTION
 
 

@@ -518,7 +518,7 @@ from torch import nn  # noqa: E402
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402, F401
 from course_utils.lessons.l08_backward_passes import cross_entropy, rmsnorm_train, silu_mul_backward  # noqa: E402, F401
 
-# %% [inline] course_utils.lessons.l08_backward_passes: SiluMulFunction CrossEntropyFunction RMSNormTrain SwiGLUTrain swap_in_training_kernels shifted_targets causal_lm_loss
+# %% [inline] course_utils.lessons.l08_backward_passes: SiluMulFunction scale_unless_one_kernel scale_unless_one CrossEntropyFunction RMSNormTrain SwiGLUTrain swap_in_training_kernels shifted_targets causal_lm_loss
 
 # %% [markdown]
 # One step of the small config (on the CPU: fp32, 2 x 16 tokens) against the Hugging Face model's own
