@@ -486,3 +486,9 @@ def test_matmul_k_loop_that_skips_the_partial_block_is_named():
     naive = mutant("l03_matmul", "matmul_naive", ("for k0 in range(0, K, BLOCK_K):",
                                                   "for k0 in range(0, K - 1, BLOCK_K):"))
     failure("03.matmul_naive", naive, "the K loop run?")
+
+
+def test_grouped_pid_returning_a_tensor_or_floats_is_refused():
+    failure("03.grouped_pid", lambda pid, m, n, g: torch.tensor(grouped_pid(pid, m, n, g)), "a tensor is not a tuple")
+    failure("03.grouped_pid", lambda pid, m, n, g: tuple(float(v) for v in grouped_pid(pid, m, n, g)),
+            "floats come from /, use //")

@@ -546,3 +546,9 @@ def test_softmax_online_sum_without_rescale_fails_on_long_rows():
     wrong = mutant("l05_online_softmax", "softmax", ("d = d * tl.exp(m - m_ref) + tl.exp(x - m_ref)",
                                                      "d = d + tl.exp(x - m_ref)"))
     failure("05.softmax", wrong, "longer than one block", "rescale the running sum by exp(m_old - m_new)")
+
+
+def test_attention_causal_mask_without_the_diagonal_is_named():
+    wrong = mutant("l05_online_softmax", "attention", ("keep = keep & (keys[None, :] <= offs_m[:, None])",
+                                                       "keep = keep & (keys[None, :] < offs_m[:, None])"))
+    failure("05.attention", wrong, "NaN in query 0 only", "the diagonal included")

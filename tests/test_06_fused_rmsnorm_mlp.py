@@ -563,3 +563,13 @@ def test_rmsnorm_statistics_in_fp16_are_named():
                    ("mean_sq = tl.sum(x * x, axis=1) / n_cols",
                     "mean_sq = tl.sum((x * x).to(tl.float32), axis=1) / n_cols\n    x = xf"))
     failure("06.rmsnorm", wrong, "x * x overflowed fp16")
+
+
+@pytest.mark.parametrize("epilogue, named", [
+    ("h = acc_u * tl.sigmoid(acc_u) * acc_g", "the silu belongs on the GATE projection"),
+    ("h = acc_g * acc_u", "without the silu"),
+])
+def test_gate_up_silu_epilogue_mistakes_are_named(epilogue, named):
+    wrong = mutant("l06_fused_rmsnorm_mlp", "gate_up_silu",
+                   ("h = acc_g * tl.sigmoid(acc_g) * acc_u  #", f"{epilogue}  #"))
+    failure("06.gate_up_silu", wrong, named)

@@ -589,3 +589,12 @@ def test_quantize_zero_row_without_a_guard_says_why():
     wrong = mutant("l07_fp8_quantization", "quantize_rowwise",
                    ("safe = tl.where(amax > 0, amax, FP8_MAX)", "safe = amax"))
     fails("07.quantize_rowwise", wrong, "is all zeros", "give an all-zero row scale 1")
+
+
+@needs_fp8
+def test_fp8_matmul_missing_scale_is_named():
+    from helpers import mutant
+
+    wrong = mutant("l07_fp8_quantization", "fp8_matmul",
+                   ("acc = acc * a_scale[:, None] * b_scale[None, :]", "acc = acc * a_scale[:, None]"))
+    fails("07.fp8_matmul", wrong, "without b_scale[None, :]")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..grading import Case, Exercise, Out, register
@@ -25,11 +26,13 @@ def grouped_order(num_pid_m: int, num_pid_n: int, group_m: int) -> list[tuple[in
 
 
 def _as_tile(result) -> tuple[int, int] | None:
-    try:
-        m, n = result
-        return int(m), int(n)
-    except (TypeError, ValueError):
+    """(pid_m, pid_n) from a tuple or list of two ints (numpy ints too); None for anything else: a tensor,
+    floats (from / instead of //), a different count."""
+    if not isinstance(result, tuple | list) or len(result) != 2:
         return None
+    if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in result):
+        return None
+    return int(result[0]), int(result[1])
 
 
 def _pid_verifier(num_pid_m: int, num_pid_n: int, group_m: int, seen: dict):
@@ -39,7 +42,12 @@ def _pid_verifier(num_pid_m: int, num_pid_n: int, group_m: int, seen: dict):
         pid = case.args[0]
         tile = _as_tile(result)
         if tile is None:
-            return [f"pid {pid} of {grid}: returned {result!r}, expected a tuple (pid_m, pid_n) of two ints"]
+            why = ""
+            if isinstance(result, torch.Tensor):
+                why = ": a tensor is not a tuple; return (pid_m, pid_n) as Python ints"
+            elif isinstance(result, tuple | list) and any(isinstance(v, float) for v in result):
+                why = ": floats come from /, use // for the integer division"
+            return [f"pid {pid} of {grid}: returned {result!r}, expected a tuple (pid_m, pid_n) of two ints{why}"]
         m, n = tile
         if not (0 <= m < num_pid_m and 0 <= n < num_pid_n):
             extra = ""

@@ -371,6 +371,10 @@ def _attention_explain(outs: dict, case: Case) -> str:
     """Name the usual FlashAttention mistakes by the values they give."""
     q, k, v, _, causal = case.args
     got = f64(outs["out"])
+    bad_rows = (~torch.isfinite(got)).any(dim=-1).nonzero()[:, -1].unique().tolist()  # query indices
+    if causal and bad_rows == [0]:
+        return ("NaN in query 0 only: with causal=True query i sees keys j <= i, the diagonal included "
+                "(keys <= queries, not <); query 0 sees key 0")
     if not bool(torch.isfinite(got).all()):
         return ("NaN or inf: a row whose scores so far are all -inf has m = -inf, and exp(-inf - (-inf)) is "
                 "NaN: use 0 in place of such an m; or exp overflowed because the max was not subtracted")

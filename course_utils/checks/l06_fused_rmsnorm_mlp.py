@@ -185,7 +185,27 @@ def _gate_up_cases(gen):
         for label, x, w_gate, w_up in inputs:
             out = Out("out", (x.shape[0], w_gate.shape[0]), dtype)
             yield Case(f"{label}, {_name(dtype)}", (x, w_gate, w_up, out),
-                       {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *tol)
+                       {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *tol, explain=_gate_up_explain)
+
+
+def _gate_up_explain(outs: dict, case: Case) -> str:
+    """What wrong gate/up values match: silu on the up projection, no silu, no up, sigmoid for silu."""
+    x, w_gate, w_up = (f64(t) for t in case.args[:3])
+    got = f64(outs["out"])
+    if not bool(torch.isfinite(got).all()):
+        return ""
+    g, u = x @ w_gate.T, x @ w_up.T
+    silu = torch.nn.functional.silu
+    candidates = {
+        "that is silu(x @ w_up.T) * (x @ w_gate.T): the silu belongs on the GATE projection, acc_g": silu(u) * g,
+        "that is (x @ w_gate.T) * (x @ w_up.T) without the silu: apply g * sigmoid(g) to the gate": g * u,
+        "that is silu(x @ w_gate.T) alone: multiply by the up projection, acc_u": silu(g),
+        "that is sigmoid(g) * u: silu(g) is g * sigmoid(g)": torch.sigmoid(g) * u,
+    }
+    for text, want in candidates.items():
+        if torch.allclose(got, want, atol=case.atol, rtol=case.rtol):
+            return text
+    return ""
 
 
 def _gate_up_temporary(case: Case) -> tuple[int, str] | None:

@@ -179,6 +179,28 @@ def _fp8_matrix(shape, gen):
     return q.to(x.device)
 
 
+def _matmul_explain(outs: dict, case: Case) -> str:
+    """What wrong FP8 matmul values match: scales left out, or applied along the wrong axis."""
+    a, a_scale, b, b_scale = (f64(t) for t in case.args[:4])
+    got = f64(outs["out"])
+    if not bool(torch.isfinite(got).all()):
+        return ""
+    raw = a @ b.T  # (M, N) before any scale
+    candidates = {
+        "that is a @ b.T without the scales: multiply the accumulator by a_scale[rows, None] * "
+        "b_scale[None, cols] after the K loop": raw,
+        "that is (a @ b.T) * a_scale[:, None] without b_scale[None, :]": raw * a_scale[:, None],
+        "that is (a @ b.T) * b_scale[None, :] without a_scale[:, None]": raw * b_scale[None, :],
+    }
+    if a_scale.numel() == b_scale.numel():
+        candidates["the scales are swapped: a_scale belongs to the rows of out (M), b_scale to its columns "
+                   "(N)"] = raw * b_scale[:, None] * a_scale[None, :]
+    for text, want in candidates.items():
+        if torch.allclose(got, want, atol=case.atol, rtol=case.rtol):
+            return text
+    return ""
+
+
 def _matmul_case(label, M, N, K, out_dtype, gen, b_transposed=False):
     a = _fp8_matrix((M, K), gen)
     b = _fp8_matrix((K, N), gen).t() if b_transposed else _fp8_matrix((N, K), gen)  # (N, K)
@@ -193,7 +215,7 @@ def _matmul_case(label, M, N, K, out_dtype, gen, b_transposed=False):
     atol = magnitude * (2.0**-9 if current().gpu else 2.0**-16)
     rtol = 2 * EPS[out_dtype]
     args = (a, a_scale, b, b_scale, Out("out", (M, N), out_dtype))
-    return Case(f"{label}, out {str(out_dtype)[6:]}", args, {"out": expected}, atol, rtol)
+    return Case(f"{label}, out {str(out_dtype)[6:]}", args, {"out": expected}, atol, rtol, explain=_matmul_explain)
 
 
 def _matmul_cases(gen):
