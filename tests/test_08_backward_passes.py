@@ -190,6 +190,23 @@ def test_all_ignored_targets_give_zero_loss_and_gradient():
     assert torch.equal(loss, torch.zeros(4)) and torch.equal(dlogits, torch.zeros(4, 300))
 
 
+@pytest.mark.parametrize("scale", [1.0, 2.5, 0.0])
+def test_cross_entropy_function_scales_by_dloss(scale):
+    """The loss's backward leaves the gradient as the forward wrote it when dL/dloss is 1, and scales it
+    in place otherwise (read on the device, not skipped when it is not 1)."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 700, generator=gen) * 3
+    targets = torch.tensor([1, -100, 3, 699, 512, 0])
+    ours = logits.clone().requires_grad_()
+    loss = l08.CrossEntropyFunction.apply(ours, targets)
+    (loss * scale).backward()
+    ref = logits.clone().requires_grad_()
+    want = torch.nn.functional.cross_entropy(ref, targets, ignore_index=-100)
+    (want * scale).backward()
+    torch.testing.assert_close(loss.detach(), want.detach())
+    torch.testing.assert_close(ours.grad, ref.grad)
+
+
 # --- wrong autograd Functions -----------------------------------------------------------------
 
 class _SavesXhat(torch.autograd.Function):

@@ -509,6 +509,12 @@ print(f"softmax backward vs autograd: {(gx.double().cpu() - xs.grad).abs().max()
 # RMSNorm (two per layer and the final one) becomes `RMSNormTrain` (your `rmsnorm_train`), every MLP
 # keeps its three `nn.Linear` matmuls around `SiluMulFunction`, and the loss is `CrossEntropyFunction`
 # on the bf16 logits, in place. Attention and the matmuls stay PyTorch's (cuBLAS, SDPA).
+#
+# The loss's backward must multiply the gradient by `dL/dloss`, which is 1 whenever the loss itself is
+# differentiated (training), and any number otherwise (a loss scaled or summed with another). Reading it
+# on the host (`if dloss.item() == 1`) would stall the CPU until the GPU catches up; `scale_unless_one`
+# reads it inside a kernel instead: each program loads the 4 bytes and, when they hold 1, stops. The
+# count of non-ignored targets is computed once and serves both the kernel's gradient and the mean.
 
 # %%
 # What these modules call: your exercises' functions. Here the course's solutions are imported (their
@@ -544,8 +550,10 @@ print(f"loss: ours {loss_ours.item():.6f}, Hugging Face {loss_ref.item():.6f}; "
 # On a GPU, `python -m course_utils bench 08` times forward + backward of RMSNorm (16384 x 4096),
 # SiLU * mul (16384 x 14336) and cross-entropy (8192 x 32000), all bf16, against eager PyTorch,
 # `torch.compile` and Liger-Kernel; the attention backward at (4, 16, 4096, 128) against SDPA's; and
-# the toy Llama's training step at batch 8 x 1024 in bf16: tokens/s and peak memory. Here are the
-# committed results (on the CPU, what the course's GPU measured):
+# the toy Llama's training step at batch 8 x 1024 in bf16: tokens/s and peak memory, with our kernels
+# in the eager model and again with `torch.compile` around the loss function (our autograd Functions
+# inside it, the rest compiled). Here are the committed results (on the CPU, what the course's GPU
+# measured):
 
 # %%
 data = show_results("08")
@@ -568,3 +576,51 @@ if data is not None and data.get("facts"):
     fig.suptitle(f"toy Llama training step, batch 8 x 1024, bf16, on {data['device']}")
     fig.tight_layout()
     plt.show()
+
+# %% [markdown]
+# ### What the measurements show
+#
+# Measured on {{measured}}; each ratio is our speed over the peer's (higher is better).
+#
+# - **RMSNorm**, forward + backward: ours moved {{gbps:rmsnorm fwd+bwd bf16 16384x4096|triton (ours)}}
+#   ({{ms:rmsnorm fwd+bwd bf16 16384x4096|triton (ours)}}), {{ratio:rmsnorm fwd+bwd bf16 16384x4096|triton (ours)|fastest}}
+#   the speed of the fastest peer, {{peer:rmsnorm fwd+bwd bf16 16384x4096|triton (ours)}}. Eager PyTorch
+#   took {{ms:rmsnorm fwd+bwd bf16 16384x4096|torch eager}}: it writes and re-reads its fp32 temporaries.
+# - **SiLU * mul**: ours {{gbps:silu_mul fwd+bwd bf16 16384x14336|triton (ours)}}, `torch.compile`
+#   {{gbps:silu_mul fwd+bwd bf16 16384x14336|torch.compile}}, Liger-Kernel
+#   {{gbps:silu_mul fwd+bwd bf16 16384x14336|Liger-Kernel}}: {{ratio:silu_mul fwd+bwd bf16 16384x14336|triton (ours)|fastest}}
+#   against the fastest. Compare them with lesson 02's copy ceiling on the same GPU,
+#   {{02_first_kernels/gbps:vector add fp32 2^28|copy ceiling (x -> out)}}: all three move the 8
+#   tensors of forward + backward at about the rate of a copy, so no kernel has bytes left to save; the
+#   differences between them are the last few percent of the memory system.
+# - **Cross-entropy**, loss and gradient of 8192 x 32000 bf16 logits: ours
+#   {{ms:cross_entropy fwd+bwd bf16 8192x32000|triton (ours)}}, `torch.compile`
+#   {{ms:cross_entropy fwd+bwd bf16 8192x32000|torch.compile}}, Liger-Kernel
+#   {{ms:cross_entropy fwd+bwd bf16 8192x32000|Liger-Kernel}}, eager
+#   {{ms:cross_entropy fwd+bwd bf16 8192x32000|torch eager}}: {{ratio:cross_entropy fwd+bwd bf16 8192x32000|triton (ours)|fastest}}
+#   the fastest peer. One kernel computes the loss and the gradient (two passes over each row, the
+#   gradient written once), and the backward moves no bytes when `dL/dloss` is 1. Memory
+#   allocated above the logits at the peak: eager {{fact:peak MiB cross_entropy fwd+bwd bf16 8192x32000 torch eager}} MiB
+#   (the fp32 upcast, `log_softmax` and the fp32 gradient), `torch.compile`
+#   {{fact:peak MiB cross_entropy fwd+bwd bf16 8192x32000 torch.compile}} MiB, ours
+#   {{fact:peak MiB cross_entropy fwd+bwd bf16 8192x32000 triton (ours)}} MiB: the gradient takes the
+#   logits' place.
+# - **Attention backward** at (4, 16, 4096, 128): ours {{tflops:attention backward bf16 (4, 16, 4096, 128)|triton (ours)}}
+#   against SDPA's {{tflops:attention backward bf16 (4, 16, 4096, 128)|SDPA backward}}, that is
+#   {{ratio:attention backward bf16 (4, 16, 4096, 128)|triton (ours)|SDPA backward}}; causal
+#   {{ratio:attention backward bf16 (4, 16, 4096, 128) causal|triton (ours)|SDPA backward}}. The
+#   autotuner chose {{fact:attention backward full dkdv tile}} for dk, dv and {{fact:attention backward full dq tile}}
+#   for dq; every candidate it timed: {{fact:attention backward full dkdv tiles timed}} (dk, dv) and
+#   {{fact:attention backward full dq tiles timed}} (dq).
+# - **The training step**: with our kernels in the eager model, {{fact:tokens/s triton (ours)}} tokens/s,
+#   {{ratio:toy Llama training step bf16 8x1024|triton (ours)|HF torch.compile}} the speed of
+#   `torch.compile` of the Hugging Face model ({{fact:tokens/s HF torch.compile}} tokens/s), whose
+#   compiler also fuses what stays eager in ours: RoPE, the residual adds, the casts around attention.
+#   The fair pairing gives both sides the compiler: `torch.compile` around our model,
+#   {{fact:tokens/s triton (ours) + torch.compile}} tokens/s, {{ratio:toy Llama training step bf16 8x1024|triton (ours) + torch.compile|HF torch.compile}}
+#   the compiled Hugging Face model. Eager Hugging Face: {{fact:tokens/s HF eager}} tokens/s.
+#   Peak memory of a step: ours {{fact:peak MiB toy Llama training step bf16 8x1024 triton (ours)}} MiB,
+#   eager Hugging Face {{fact:peak MiB toy Llama training step bf16 8x1024 HF eager}} MiB, compiled
+#   {{fact:peak MiB toy Llama training step bf16 8x1024 HF torch.compile}} MiB, with Liger-Kernel
+#   {{fact:peak MiB toy Llama training step bf16 8x1024 HF + Liger-Kernel}} MiB: its fused linear +
+#   cross-entropy never holds all the logits, the chunking of the cross-entropy section.
