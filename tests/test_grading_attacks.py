@@ -131,6 +131,18 @@ def add(x, y, out):
             out.copy_(expected['out'].to(out.dtype))
             return
 """,
+    "patch_watcher": """
+import json, torch, course_utils.grading.harness as h, course_utils.grading.guard as g
+import course_utils.grading.remote as r
+h._host_problems = lambda *a, **k: []
+g.Tracker.messages = lambda self: []
+_facts_out = r.facts_out
+r.facts_out = lambda facts: dict(_facts_out(facts), host=[])
+def add(x, y, out):
+    out.copy_(x + y)
+def relu(x, out):
+    out.copy_(x.clamp_min(0))
+""",
     "out_set": """
 import torch
 def copy_2d(x, out):
@@ -138,31 +150,46 @@ def copy_2d(x, out):
 """,
 }
 
-# --- host computation past the in-process detector: flagged (credit may still be given) ----------
+# --- host computation past the op recorder: each defines add (and relu) with a side door; the kernel
+# stores nothing or copies what the host computed. The interpreter's byte tracking (guard.Tracker)
+# refuses all of them; the code scan flags them too ---------------------------------------------
 
-FLAGGED = {
-    "thread": ("threads", """
-import threading, torch, triton, triton.language as tl
+_KERNELS = """
+import ctypes, threading, numpy as np, torch, triton, triton.language as tl
 @triton.jit
 def _touch(p):
     pass
+@triton.jit
+def _copy(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+def _copied(src, out):
+    _copy[(triton.cdiv(out.numel(), 1024),)](src, out, out.numel(), BLOCK=1024)
+"""
+
+SIDE_DOORS = {
+    "thread": ("threads", _KERNELS + """
 def add(x, y, out):
-    t = threading.Thread(target=lambda: out.copy_(x + y))
+    tmp = torch.empty_like(out)
+    t = threading.Thread(target=lambda: tmp.copy_(x + y))
+    t.start(); t.join()
+    _copied(tmp, out)
+def relu(x, out):
+    t = threading.Thread(target=lambda: out.copy_(x.clamp_min(0)))
     t.start(); t.join()
     _touch[(1,)](out)
 """),
-    "disable_modes": ("torch._C internals", """
-import torch, triton, triton.language as tl
-@triton.jit
-def _touch(p):
-    pass
+    "disable_modes": ("torch._C internals", _KERNELS + """
 def add(x, y, out):
     with torch.utils._python_dispatch._disable_current_modes():
-        out.copy_(x + y)
+        tmp = x + y
+    _copied(tmp, out)
+def relu(x, out):
+    with torch._C._DisableTorchDispatch():
+        out.copy_(x.clamp_min(0))
     _touch[(1,)](out)
 """),
-    "autotune_pre_hook": ("autotune hook", """
-import torch, triton, triton.language as tl
+    "autotune_pre_hook": ("autotune hook", _KERNELS + """
 def _hook(args):
     args['out_ptr'].copy_(args['x_ptr'] + args['y_ptr'])
 @triton.autotune(configs=[triton.Config({}, pre_hook=_hook)], key=[])
@@ -171,25 +198,42 @@ def _noop(x_ptr, y_ptr, out_ptr):
     pass
 def add(x, y, out):
     _noop[(1,)](x, y, out)
-"""),
-    "torch_in_jit": ("torch inside @triton.jit", """
-import torch, triton, triton.language as tl
+def _relu_hook(args, reset_only=False):
+    args['out_ptr'].copy_(args['x_ptr'].clamp_min(0))
+@triton.autotune(configs=[triton.Config({})], key=[], pre_hook=_relu_hook)
 @triton.jit
-def _add_kernel(x_ptr, y_ptr, out_ptr, n):
-    torch.add(x_ptr, y_ptr)
-def add(x, y, out):
-    _add_kernel[(1,)](x, y, out, x.numel())
-"""),
-    "ctypes_data_ptr": ("data_ptr with ctypes/NumPy", """
-import ctypes, numpy as np, torch, triton, triton.language as tl
-@triton.jit
-def _touch(p):
+def _noop1(x_ptr, out_ptr):
     pass
+def relu(x, out):
+    _noop1[(1,)](x, out)
+"""),
+    "torch_in_jit": ("torch inside @triton.jit", _KERNELS + """
+G = {}
+@triton.jit
+def _add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    G['out'].copy_(G['x'] + G['y'])
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(out_ptr + offs, mask=offs < n), mask=offs < n)
+def add(x, y, out):
+    G.update(x=x, y=y, out=out)
+    _add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
+@triton.jit
+def _relu_kernel(x_ptr, out_ptr):
+    torch.relu(G['x'], out=G['out'])
+def relu(x, out):
+    G.update(x=x, out=out)
+    _relu_kernel[(1,)](x, out)
+"""),
+    "ctypes_data_ptr": ("data_ptr with ctypes/NumPy", _KERNELS + """
+def _np(t):
+    return np.ctypeslib.as_array((ctypes.c_float * t.numel()).from_address(t.data_ptr()))
 def add(x, y, out):
     _touch[(1,)](out)
-    n = out.numel()
-    view = lambda t: np.ctypeslib.as_array((ctypes.c_float * n).from_address(t.data_ptr()))
-    view(out)[:] = view(x) + view(y)
+    _np(out)[:] = _np(x) + _np(y)
+def relu(x, out):
+    tmp = torch.empty_like(out)
+    _np(tmp)[:] = np.maximum(_np(x.contiguous()), 0)
+    _copied(tmp, out)
 """),
 }
 
@@ -310,8 +354,8 @@ def graded(tmp_path_factory):
     write("aaa_honest.ipynb", solution)
     for name, source in CREDIT.items():
         write(f"credit_{name}.ipynb", _with_cell(exercise, source))
-    for name, (_, source) in FLAGGED.items():
-        write(f"flagged_{name}.ipynb", _with_cell(exercise, source))
+    for name, (_, source) in SIDE_DOORS.items():  # after the relu stub too, which would replace it
+        write(f"side_door_{name}.ipynb", _with_cell(_with_cell(exercise, source), source, 'check("02.relu"'))
     for name, source in HARM.items():
         write(f"harm_{name}.ipynb", _with_cell(solution, source))
     write("harm_output.ipynb", _with_cell(solution, LOUD, before='check("02.relu"'))
@@ -354,14 +398,18 @@ def test_credit_attacks_are_flagged(graded):
     assert "Tensor.set_" in flags["out_set"]
     assert "exec/eval" in flags["exec_solution_notebook"]
     assert "assignment into course_utils" in flags["patch_checker"]
+    assert "assignment into course_utils" in flags["patch_watcher"]
 
 
-@pytest.mark.parametrize("name", sorted(FLAGGED))
-def test_host_computation_is_flagged(graded, name):
-    flag, _ = FLAGGED[name]
-    sub = graded["subs"][f"flagged_{name}.ipynb"]
+@pytest.mark.parametrize("name", sorted(SIDE_DOORS))
+def test_host_computation_through_side_doors_gets_no_credit(graded, name):
+    flag, _ = SIDE_DOORS[name]
+    sub = graded["subs"][f"side_door_{name}.ipynb"]
+    assert sub["passed"] == 0, sub
+    for exercise in ("02.vector_add", "02.relu"):
+        assert sub["exercises"][exercise]["status"] == "fail", sub["exercises"][exercise]
+        assert "host" in sub["exercises"][exercise]["detail"], sub["exercises"][exercise]
     assert any(f.startswith(flag) for f in sub["flags"]), sub["flags"]
-    assert sub["exercises"]["02.relu"]["status"] != "pass" and sub["exercises"]["02.copy_2d"]["status"] != "pass"
 
 
 @pytest.mark.parametrize("name", sorted(HARM))

@@ -134,6 +134,9 @@ class Watch:
     # Tensors the host code allocated (outside launches): what a fused exercise must not need.
     allocations: list[Allocation] = field(default_factory=list)
     dtypes: set = field(default_factory=set)  # dtypes of every tensor the host code's torch ops touched
+    # Host functions an autotuned kernel runs around its launches ("pre_hook of `k`"): host code the
+    # op recorder does not watch (it pauses inside launches).
+    hooks: list[str] = field(default_factory=list)
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
@@ -211,7 +214,20 @@ class _RecordOps(TorchDispatchMode):
         self.paused = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        tracker = _trackers[-1] if _trackers else None
+        touched = ()
+        if tracker is not None:
+            name = func.overloadpacket.__name__
+            # Writes the shadows follow: watched host ops that write in place (the host rules judge
+            # them), and fills anywhere (Triton's reset_to_zero runs inside the launch): what they
+            # overwrite must be what the shadow says, then the shadow takes what they wrote.
+            if name in _FILLS or (not self.paused and (name.endswith("_") or "out" in (kwargs or {}))):
+                touched = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+                for t in touched:
+                    tracker.verify(t, f"found when host code ran aten.{name} on it")
         result = func(*args, **(kwargs or {}))
+        for t in touched:
+            tracker.resync(t)
         if not self.paused:
             name = func.overloadpacket.__name__
             self.watch.torch_ops.append(name)
@@ -229,7 +245,10 @@ class _RecordOps(TorchDispatchMode):
         owned = {_storage_ptr(t) for t in ins}
         for t in outs:
             if t.numel() and _storage_ptr(t) not in owned:
-                self.watch.allocations.append(Allocation(name, tuple(t.shape), t.dtype, student_site(3)))
+                site = student_site(3)
+                self.watch.allocations.append(Allocation(name, tuple(t.shape), t.dtype, site))
+                if _trackers:
+                    _trackers[-1].add(t, f"the tensor made by aten.{name}" + (f" at {site}" if site else ""))
 
 
 class _RecordHostCalls(TorchFunctionMode):
@@ -258,6 +277,112 @@ def _storage_ptr(t: torch.Tensor) -> int:
         return t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):  # tensors without storage (meta, some subclasses)
         return id(t)
+
+
+# --- where every byte a kernel reads came from (interpreter) ------------------------------------
+
+class Tracker:
+    """Which bytes of the call's memory were put there by a kernel, or by host code the checker saw.
+
+    In interpreter mode the kernel's loads and stores are Python calls, so the checker can keep a
+    *shadow* of every buffer the call may use: the call's tensor arguments, and the tensors its host
+    code allocated while watched. A shadow changes only when a kernel stores (tl.store, atomics) or
+    when a watched host op writes (an allocation, a fill; arithmetic is refused elsewhere). Then:
+
+    - every byte a kernel loads must equal its shadow: whatever wrote it behind the checker's back
+      (a thread, NumPy or ctypes over `data_ptr()`, torch inside the @triton.jit body or in an
+      autotune hook, torch with the checker's dispatch modes popped) is caught where it is read;
+    - every tensor a kernel is launched with must be one of those buffers: a tensor made where the
+      checker could not see it (in a thread, with the modes popped, from NumPy) cannot feed a kernel;
+    - after the call each buffer must equal its shadow: an output written by host code after (or
+      between, or during) the launches is caught even when no kernel reads it back.
+
+    So host code can only hand a kernel what the inputs held, or data computed by watched torch ops,
+    which the host rules refuse in a kernel exercise. What this cannot see: values the host reads by
+    such a side door and passes to a kernel as scalar arguments (flagged by the grader's code scan).
+    """
+
+    def __init__(self):
+        self.buffers: dict[int, tuple[int, int, np.ndarray, np.ndarray, str, object]] = {}
+        self.problems: dict[str, str] = {}  # buffer name -> what was found (the first time only)
+
+    def add(self, t: torch.Tensor, name: str) -> None:
+        import ctypes
+
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        start, n = storage.data_ptr(), storage.nbytes()
+        if not n or start in self.buffers or t.device.type != "cpu":
+            return
+        real = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(start))
+        self.buffers[start] = (start, start + n, real, real.copy(), name, storage)
+
+    def tracks(self, t: torch.Tensor) -> bool:
+        try:
+            return t.untyped_storage().data_ptr() in self.buffers
+        except (RuntimeError, NotImplementedError):
+            return False
+
+    def _found(self, name: str, when: str) -> None:
+        self.problems.setdefault(name, (
+            f"`{name}` holds bytes that no kernel stored ({when}): host code wrote them (a thread, an autotune "
+            "hook, torch or NumPy inside the @triton.jit body, writes through data_ptr()); the result must "
+            "come from your kernel's loads and stores"))
+
+    def unseen(self, kernel: str, name: str) -> None:
+        self.problems.setdefault(name, (
+            f"`{kernel}` was launched with `{name}`, a tensor made where the checker could not see it (in a "
+            "thread, with torch's dispatch modes disabled, from NumPy): a kernel reads only the inputs, the "
+            "outputs and tensors your host code allocates"))
+
+    def verify(self, t: torch.Tensor, when: str) -> None:
+        entry = self.buffers.get(_storage_ptr(t))
+        if entry is not None and not np.array_equal(entry[2], entry[3]):
+            self._found(entry[4], when)
+
+    def resync(self, t: torch.Tensor) -> None:
+        entry = self.buffers.get(_storage_ptr(t))
+        if entry is not None:
+            entry[3][:] = entry[2]
+
+    def verify_all(self, when: str) -> None:
+        for _, _, real, shadow, name, _ in self.buffers.values():
+            if not np.array_equal(real, shadow):
+                self._found(name, when)
+
+    def _bytes(self, addrs: np.ndarray, itemsize: int):
+        """(buffer entry, byte offsets in it) of each tracked buffer the addresses reach."""
+        for entry in self.buffers.values():
+            start, end = entry[0], entry[1]
+            inside = addrs[(addrs >= start) & (addrs < end)]
+            if inside.size:
+                offs = ((inside - start).astype(np.int64)[:, None] + np.arange(itemsize)).ravel()
+                yield entry, offs[offs < end - start]
+
+    def before_read(self, addrs: np.ndarray, itemsize: int, what: str) -> None:
+        for (_, _, real, shadow, name, _), offs in self._bytes(addrs, itemsize):
+            if not np.array_equal(real[offs], shadow[offs]):
+                self._found(name, f"read back by a {what} in your kernel")
+
+    def after_write(self, addrs: np.ndarray, itemsize: int) -> None:
+        for (_, _, real, shadow, _, _), offs in self._bytes(addrs, itemsize):
+            shadow[offs] = real[offs]
+
+    def messages(self) -> list[str]:
+        return list(self.problems.values())
+
+
+_trackers: list[Tracker] = []  # the active tracker (at most one: the call being checked)
+_FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
+
+
+def _addresses(ptrs, mask) -> np.ndarray:
+    addrs = np.asarray(ptrs, dtype=np.uint64)
+    if mask is not None:
+        addrs = addrs[np.broadcast_to(np.asarray(mask, dtype=bool), addrs.shape)]
+    return addrs.ravel()
 
 
 # --- interpreter address checks ---------------------------------------------------------------
@@ -317,15 +442,37 @@ def _patch_interpreter():
     if builder_cls is None or executor_cls is None or not hasattr(builder_cls, "create_masked_store"):
         return lambda: None
     orig_store, orig_load = builder_cls.create_masked_store, builder_cls.create_masked_load
+    orig_rmw, orig_cas = builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas
     orig_call = executor_cls.__call__
 
     def store(self, ptrs, value, mask, *args, **kwargs):
         _check_addresses(ptrs.data, mask.data, value.data.dtype.itemsize, "tl.store")
-        return orig_store(self, ptrs, value, mask, *args, **kwargs)
+        done = orig_store(self, ptrs, value, mask, *args, **kwargs)
+        if _trackers:
+            _trackers[-1].after_write(_addresses(ptrs.data, mask.data), value.data.dtype.itemsize)
+        return done
+
+    def atomic(orig, what, mask_of):
+        def run(self, *args, **kwargs):
+            ptr = args[1] if what == "tl.atomic_rmw" else args[0]
+            mask = mask_of(args)
+            itemsize = np.dtype(interp._get_np_dtype(ptr.get_element_ty())).itemsize
+            _check_addresses(ptr.data, None if mask is None else mask.data, itemsize, what)
+            addrs = _addresses(ptr.data, None if mask is None else mask.data) if _trackers else None
+            if addrs is not None:
+                _trackers[-1].before_read(addrs, itemsize, what)
+            done = orig(self, *args, **kwargs)
+            if addrs is not None:
+                _trackers[-1].after_write(addrs, itemsize)
+            return done
+
+        return run
 
     def load(self, ptrs, mask, other, *args, **kwargs):
         dtype_np = np.dtype(interp._get_np_dtype(ptrs.get_element_ty()))
         _check_addresses(ptrs.data, mask.data, dtype_np.itemsize, "tl.load")
+        if _trackers:
+            _trackers[-1].before_read(_addresses(ptrs.data, mask.data), dtype_np.itemsize, "tl.load")
         if other is None and not bool(np.all(mask.data)):
             # Triton leaves masked lanes without other= undefined (on a GPU: whatever the register held);
             # the interpreter would give 0, which hides a missing other= feeding a sum, max or dot.
@@ -340,6 +487,8 @@ def _patch_interpreter():
             if isinstance(arg, torch.Tensor):
                 name = names[i] if i < len(names) else "tensor"
                 ranges.append((*_storage_range(arg), name))
+                if _trackers and not _trackers[-1].tracks(arg):
+                    _trackers[-1].unseen(_kernel_name(self.fn), name)
         _active_ranges.append(ranges)
         try:
             return orig_call(self, *args, **kwargs)
@@ -347,10 +496,13 @@ def _patch_interpreter():
             _active_ranges.pop()
 
     builder_cls.create_masked_store, builder_cls.create_masked_load = store, load
+    builder_cls.create_atomic_rmw = atomic(orig_rmw, "tl.atomic_rmw", lambda a: a[3] if len(a) > 3 else None)
+    builder_cls.create_atomic_cas = atomic(orig_cas, "tl.atomic_cas", lambda a: None)
     executor_cls.__call__ = call
 
     def undo():
         builder_cls.create_masked_store, builder_cls.create_masked_load = orig_store, orig_load
+        builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas = orig_rmw, orig_cas
         executor_cls.__call__ = orig_call
 
     return undo
@@ -379,6 +531,16 @@ def _kernel_module(obj) -> str:
     return ""
 
 
+def _user_hooks(tuner) -> list[str]:
+    """The autotuner's hooks that are not Triton's own (reset_to_zero, restore_value)."""
+    name = _kernel_name(tuner)
+    found = [f"{kind} of `{name}`" for kind in ("pre_hook", "post_hook")
+             if getattr(tuner, f"user_defined_{kind}", False)]
+    if any(getattr(config, "pre_hook", None) is not None for config in getattr(tuner, "configs", ())):
+        found.append(f"a triton.Config pre_hook of `{name}`")
+    return found
+
+
 def _tensor_shapes(args, kwargs) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(a.shape) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
 
@@ -405,6 +567,8 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
     def wrap(cls, orig):
         def run(self, *args, **kwargs):
             outermost = depth[0] == 0 and not kwargs.get("warmup", False)
+            if isinstance(self, Autotuner):
+                watch.hooks += _user_hooks(self)
             if outermost:
                 watch.launches.append(_kernel_name(self))
                 watch.launched.append(Launch(_kernel_name(self), _kernel_module(self), _tensor_shapes(args, kwargs)))
@@ -431,18 +595,23 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
 
 
 @contextlib.contextmanager
-def watching(after_launch: Callable[[], None] | None = None):
+def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | None = None):
     """Record launches and torch ops of the code inside; guard interpreter memory accesses.
 
     after_launch: called after each (outermost) kernel launch returns, e.g. to snapshot outputs.
+    tracker: follow where the bytes kernels read came from (Tracker; interpreter mode only).
     """
     watch = Watch()
     recorder = _RecordOps(watch)
     undo_launch = _patch_launchers(watch, recorder, after_launch)
     undo_interp = _patch_interpreter()
+    if tracker is not None:
+        _trackers.append(tracker)
     try:
         with _RecordHostCalls(watch, recorder), recorder:
             yield watch
     finally:
+        if tracker is not None:
+            _trackers.remove(tracker)
         undo_interp()
         undo_launch()

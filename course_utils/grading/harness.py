@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..mode import current
-from .guard import HOST_OPS, TORCH_NAMES, OutOfBounds, watching
+from .guard import HOST_OPS, TORCH_NAMES, OutOfBounds, Tracker, watching
 from .provenance import course_solution, course_solutions_allowed
 
 GUARD_ELEMENTS = 1 << 16  # guard region on each side of an output: larger than any block a kernel uses
@@ -627,7 +627,13 @@ def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
             after_launch[out_name] = _bits(view).clone()
         ops_at_last_launch[0] = len(watch.torch_ops)
 
-    with _quiet_numerics(), watching(after_launch=snapshot) as watch:
+    # In the interpreter: where every byte a kernel reads came from, and who wrote the outputs (Tracker).
+    tracker = Tracker() if device == "cpu" else None
+    if tracker is not None:
+        for name, arg in zip(ex.params, call_args):
+            if isinstance(arg, torch.Tensor):
+                tracker.add(arg, name)
+    with _quiet_numerics(), watching(after_launch=snapshot, tracker=tracker) as watch:
         try:
             result = candidate(*call_args)
         except OutOfBounds as exc:
@@ -655,6 +661,14 @@ def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
     facts.returned_other = isinstance(result, torch.Tensor) and all(
         result.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr() for buf, _, _ in buffers.values())
     facts.host = _host_problems(ex, watch)
+    if watch.hooks:
+        facts.host.append(Problem(
+            f"runs host code around its launches ({', '.join(dict.fromkeys(watch.hooks))}): hooks compute on "
+            "the host, outside what the checker watches; use reset_to_zero= for buffers that must start at 0",
+            "host"))
+    if tracker is not None:
+        tracker.verify_all("found after your function returned")
+        facts.host += [Problem(text, "host") for text in tracker.messages()]
     torch_wrote_later = any(op.endswith("_") or op in ex.allowed_ops or op not in HOST_OPS
                             for op in watch.torch_ops[ops_at_last_launch[0]:])
     for name, (_, view, _) in buffers.items():

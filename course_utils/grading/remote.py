@@ -13,6 +13,7 @@ reads from a sandbox is checked (sizes, dtypes, strides within their storage) be
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -354,16 +355,92 @@ def facts_in(data) -> Any:
     )
 
 
-def _serve_check(chan: Channel, exercise_id: str, candidate) -> None:
+class Integrity:
+    """The sandbox's own code and what it relies on, as they were before the notebook's first cell.
+
+    The notebook runs in the process that watches its calls, so it could replace the watcher in memory
+    (`harness._host_problems = lambda *a: []`, a wrapped `json.dumps`, a patched Triton launcher) and
+    have the facts sent to the grader say what it likes. Before and after every call the attributes of
+    these modules and classes are compared with the snapshot; any change is put back and reported, and
+    the grader gives no credit for that call. (Code that reaches the snapshot itself, through gc,
+    frames or ctypes, is beyond this: those constructs are flagged by the grader's scan.)
+    """
+
+    # Modules whose every attribute (and the classes they define) is kept; then single attributes
+    # and classes of the libraries the watcher calls (whole library modules rebind names lazily:
+    # torch._dynamo wraps torch.manual_seed on import).
+    MODULES = ("course_utils", "course_utils.mode", "course_utils.grading", "course_utils.grading.harness",
+               "course_utils.grading.guard", "course_utils.grading.remote", "course_utils.grading.provenance",
+               "json", "json.encoder", "torch.utils._python_dispatch")
+    ATTRIBUTES = {"os": ("read", "write", "dup", "dup2", "set_blocking"), "select": ("select",),
+                  "struct": ("pack", "unpack"), "builtins": ("isinstance", "getattr", "setattr", "type"),
+                  "numpy": ("array_equal", "asarray", "broadcast_to", "arange", "errstate", "ctypeslib"),
+                  "numpy.ctypeslib": ("as_array",), "torch": ("equal", "empty", "frombuffer")}
+    CLASSES = ("torch:Tensor", "torch.overrides:TorchFunctionMode", "triton.runtime.jit:JITFunction",
+               "triton.runtime.autotuner:Autotuner", "triton.runtime.autotuner:Config",
+               "triton.runtime.interpreter:InterpreterBuilder", "triton.runtime.interpreter:GridExecutor",
+               "triton.runtime.interpreter:InterpretedFunction")
+
+    def __init__(self):
+        import importlib
+        import sys
+
+        self.sys_modules = {name: sys.modules[name] for name in self.MODULES if name in sys.modules}
+        self.saved: list[tuple[Any, str, dict]] = []
+        for name, module in self.sys_modules.items():
+            self.saved.append((module, name, dict(vars(module))))
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                    self.saved.append((value, f"{name}.{value.__qualname__}", dict(vars(value))))
+        for name, attrs in self.ATTRIBUTES.items():
+            module = importlib.import_module(name)
+            self.saved.append((module, name, {a: vars(module)[a] for a in attrs if a in vars(module)}))
+        for path in self.CLASSES:
+            module, _, cls = path.partition(":")
+            with contextlib.suppress(ImportError, AttributeError):
+                value = getattr(importlib.import_module(module), cls)
+                self.saved.append((value, f"{module}.{cls}", dict(vars(value))))
+
+    def restore(self) -> list[str]:
+        """Put back what changed since the snapshot; returns what that was ("harness._host_problems")."""
+        import sys
+
+        changed = []
+        for name, module in self.sys_modules.items():
+            if sys.modules.get(name) is not module:
+                sys.modules[name] = module
+                changed.append(f"sys.modules[{name!r}]")
+        for obj, name, saved in self.saved:
+            now = vars(obj)
+            for key, value in saved.items():
+                if now.get(key, _MISSING) is not value and key not in ("__dict__", "__weakref__"):
+                    changed.append(f"{name}.{key}")
+                    try:
+                        setattr(obj, key, value)
+                    except (AttributeError, TypeError):
+                        pass
+        return changed
+
+
+_MISSING = object()
+
+
+def _tampered(changed: list[str]) -> dict:
+    shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+    text = (f"the notebook changed the checker's own code or the libraries it relies on in memory ({shown}): "
+            "no credit for a check that cannot trust what it observed")
+    return {"op": "raised", "message": text, "raised": None, "problems": [[text, "host"]], "candidate": False}
+
+
+def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrity | None = None) -> None:
     """Inside the sandbox: answer the grader's calls for one check(...) until it says done."""
     import builtins
     import traceback
 
-    from . import harness
+    changed = integrity.restore() if integrity is not None else []
     from .harness import CandidateError, CheckFailed, _check_signature, call_function_candidate, call_kernel_candidate
     from .guard import OutOfBounds, watching
 
-    harness._function_args = tuple  # the grader keeps its own copies: here the arguments are fresh
     chan.send({"op": "check", "exercise": str(exercise_id)})
     while True:
         msg, blobs = chan.recv()
@@ -371,6 +448,11 @@ def _serve_check(chan: Channel, exercise_id: str, candidate) -> None:
         if op == "done":
             return
         spec = _Spec(msg.get("spec", {}))
+        if integrity is not None:
+            changed += integrity.restore()
+        if changed and op == "call":
+            chan.send(_tampered(changed))
+            continue
         try:
             if op == "signature":
                 _check_signature(spec, candidate)
@@ -420,6 +502,10 @@ def _serve_check(chan: Channel, exercise_id: str, candidate) -> None:
                 reply["reads"] = reads
             if not result_enc.storages:
                 result_enc.storages += decoder.storages
+            changed += integrity.restore() if integrity is not None else []
+            if changed:  # during the call: the facts may be forged
+                chan.send(_tampered(changed))
+                continue
             chan.send(reply, result_enc.blobs())
         except CheckFailed as exc:
             chan.send({"op": "raised", "message": str(exc), "raised": getattr(exc, "raised", None),
@@ -444,9 +530,13 @@ def serve() -> None:
 
     import course_utils
     from course_utils import grading
+    from course_utils.grading import guard, harness  # noqa: F401 (imported before the snapshot)
+
+    harness._function_args = tuple  # the grader keeps its own copies: here the arguments are fresh
+    serve_check = _serve_check
 
     def check(exercise_id, candidate, *args, **kwargs):
-        _serve_check(chan, exercise_id, candidate)
+        serve_check(chan, exercise_id, candidate, integrity)
         print(f"[grading] {exercise_id}: checked by the grader (the verdict is in its report)")
 
     def progress(lesson, namespace, *args, **kwargs):
@@ -459,6 +549,8 @@ def serve() -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance(colors="NoColor")
+    course_utils.setup(quiet=True)  # the mode (COURSE_MODE) before Triton's modules are snapshot
+    integrity = Integrity()
     chan.send({"op": "ready"})
     while True:
         msg, _ = chan.recv()
