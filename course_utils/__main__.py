@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
     p = sub.add_parser("prove", help="on a GPU: execute lesson + solution notebooks, bench, write results/")
     p.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
+    p.add_argument("--notebooks-only", action="store_true",
+                   help="execute the notebooks and record it; keep the figures this GPU's results file holds")
     args, rest = parser.parse_known_args(argv)
 
     if args.command in ("lab", "test", "install"):
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         setup("gpu")
         from .prove import prove
 
-        return 0 if prove(args.lessons) else 1
+        return 0 if prove(args.lessons, bench=not args.notebooks_only) else 1
     return 2
 
 

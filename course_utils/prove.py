@@ -7,6 +7,7 @@ One lesson fits in well under 10 minutes, so the command can be run lesson by le
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -43,9 +44,11 @@ def execute(path: Path, timeout: int = 600) -> tuple[bool, float, str]:
     return True, time.perf_counter() - start, ""
 
 
-def prove(lessons: list[str]) -> bool:
+def prove(lessons: list[str], bench: bool = True) -> bool:
+    """Execute each lesson's notebooks, then bench it. bench=False (`prove --notebooks-only`) records the
+    notebook runs in this GPU's results file and keeps the figures it already holds."""
     from . import benches
-    from .bench import Table, save
+    from .bench import Table, environment, result_path, save
     from .build import repository_url
     from .results_table import write
 
@@ -61,6 +64,13 @@ def prove(lessons: list[str]) -> bool:
                 runs[f"{folder}/{path.name}"] = {"ok": ok, "seconds": round(seconds, 1), "error": error}
                 print(f"{folder}/{path.name}: {'ok' if ok else 'FAILED ' + error} ({seconds:.0f} s)", flush=True)
                 ok_all &= ok
+        if not bench:
+            path = result_path(lesson)
+            data = json.loads(path.read_text()) if path.exists() else {"lesson": lesson, **environment()}
+            data["notebooks"] = runs
+            path.write_text(json.dumps(data, indent=1) + "\n")
+            print(f"wrote {path}")
+            continue
         table = benches.run(lesson, write=False) if lesson in benches.available() else Table(lesson)
         ok_all &= not table.error
         table.notebooks = runs
