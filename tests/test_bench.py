@@ -323,3 +323,20 @@ def test_quick_benches_skip_the_sweeps(monkeypatch):
     assert benches._quick_arguments(run_with_quick) == {"quick": True}
     assert benches._quick_arguments(run_with_sweep) == {"sweep": False}
     assert benches._quick_arguments(run_plain) == {}
+
+
+def test_prove_notebooks_only_keeps_the_figures(course, monkeypatch):
+    """`prove --notebooks-only` records the notebook runs and leaves the measured rows as they were."""
+    from course_utils import prove
+
+    table = bench.Table("99")
+    table.add("add fp32", "triton (ours)", 0.9, n_bytes=3e9)
+    path = bench.save(table)
+    (course / "notebooks").mkdir(exist_ok=True)
+    (course / "notebooks" / "99_test.ipynb").write_text("{}")
+    monkeypatch.setattr(prove, "execute", lambda nb, timeout=600: (True, 1.5, ""))
+    monkeypatch.setattr("course_utils.results_table.write", lambda url: course / "README.md")
+    assert prove.prove(["99"], bench=False)
+    data = json.loads(path.read_text())
+    assert data["rows"][0]["name"] == "triton (ours)"
+    assert data["notebooks"] == {"notebooks/99_test.ipynb": {"ok": True, "seconds": 1.5, "error": ""}}
