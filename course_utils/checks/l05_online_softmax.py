@@ -253,8 +253,9 @@ def _softmax_explain(outs: dict, case: Case) -> str:
     got = f64(outs["out"])
     if not bool(torch.isfinite(got).all()):
         if bool(torch.isnan(got).any()):
-            return ("NaN: exp of a large value overflows (subtract the row max first), or a lane that saw "
-                    "only -inf subtracted -inf from -inf (subtract 0 there)")
+            return ("NaN: exp of a large value overflows (subtract the row max first), a lane that saw "
+                    "only -inf subtracted -inf from -inf (subtract 0 there), or a masked load without "
+                    "other= fed its undefined lanes into the max or the sum (load them with other=-inf)")
         return ""
     atol, rtol = case.atol, max(case.rtol, 1e-4)
     if x.shape[0] > 1 and torch.allclose(got, torch.softmax(x, dim=0), atol=atol, rtol=rtol):
