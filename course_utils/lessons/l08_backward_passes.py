@@ -282,10 +282,9 @@ def cross_entropy_ref(logits: torch.Tensor, targets: torch.Tensor, ignore_index:
 def ce_config(n_cols: int) -> dict:
     """Vocabulary columns per block and warps of cross_entropy_kernel, by vocabulary size.
 
-    A block is the (m, d) statistics of BLOCK_N lanes held in registers: 4096 columns (8 KiB of bf16
-    logits per step) and 8 warps is 16 fp32 numbers per thread for each of m, d and x; 8192 columns
-    over 16 warps spill and ran at a third of the speed on the H200 (bench 08's sweep). A row shorter
-    than 4096 is one block.
+    A block is the running (m, d) of BLOCK_N lanes, held in registers for the whole row: 4096 columns
+    (8 KiB of bf16 logits per step) over 8 warps is 16 fp32 lanes of each of m, d and x per thread. A
+    row shorter than 4096 is one block.
     """
     if current().interpret:
         return dict(BLOCK_N=512, num_warps=4)
