@@ -531,3 +531,23 @@ def test_speed_line_never_fails_a_check():
                   speed=Speed(broken, lambda args: None, "m:f", "size"))
     assert harness.speed_line(ex, lambda x, out: None) == "speed: not measured (RuntimeError: no GPU here)"
     assert "99.speed" not in harness.MEASURED
+
+
+def test_every_exercise_of_lessons_01_to_07_has_a_hint_for_each_kind_of_failure_it_can_have():
+    """Kernel exercises: their own hint for wrong values, unwritten elements, out-of-bounds addresses, NaN
+    and host-side computation (and launches / fusion where they count them), each its own text; function
+    exercises: their own hint for wrong values."""
+    from course_utils.grading import exercises
+
+    for ex in exercises():
+        if ex.id[:2] > "07":
+            continue
+        kinds = {"wrong"}
+        if ex.kernel:
+            kinds |= {"unwritten", "out_of_bounds", "nan", "host"}
+            if ex.max_launches is not None or ex.fusion is not None:
+                kinds.add("launches")
+        missing = kinds - set(ex.hint)
+        assert not missing, f"{ex.id} has no hint of its own for {sorted(missing)}"
+        texts = [ex.hint[k] for k in kinds]
+        assert len(set(texts)) == len(texts), f"{ex.id}: two kinds share one hint"

@@ -66,13 +66,22 @@ register(Exercise(
                        "the mask must be offsets < n_elements",
           "out_of_bounds": "every program must mask its loads and stores with offsets < n_elements "
                            "(not <=): the last block is partial",
-          "wrong": "out[i] = x[i] + y[i]: load both at the same offsets, add, store at those offsets"},
+          "wrong": "out[i] = x[i] + y[i]: load both at the same offsets, add, store at those offsets",
+          "nan": "NaN where a sum was expected: a lane loaded without its mask (or without other=) was stored; "
+                 "mask the loads and the store with the same offsets < n_elements",
+          "host": "the host function only allocates, computes the grid and launches: x + y, torch.add or NumPy "
+                  "on the host compute the answer for you"},
     speed=_speed_1d(2, add_cost, "add")))
 register(Exercise(
     "02.relu", "ReLU of any shape", "relu(x, out)", _relu_cases,
     hint={"unwritten": "a contiguous tensor of any shape is x.numel() consecutive elements: launch over "
                        "numel, not shape[0]",
-          "wrong": "relu(x) = max(x, 0): tl.maximum(x, 0.0) or tl.where(x > 0, x, 0.0)"},
+          "wrong": "relu(x) = max(x, 0): tl.maximum(x, 0.0) or tl.where(x > 0, x, 0.0)",
+          "out_of_bounds": "mask = offsets < x.numel() on the load and the store: the last block is partial",
+          "nan": "NaN where a number was expected: a lane loaded without its mask was stored; use the same mask "
+                 "for the load and the store",
+          "host": "the host function only allocates, computes the grid and launches: torch.relu, clamp or NumPy "
+                  "on the host compute the answer for you"},
     speed=_speed_1d(1, relu_cost, "relu")))
 register(Exercise(
     "02.copy_2d", "copy of a strided 2-D tensor", "copy_2d(x, out)", _copy_cases,
@@ -81,7 +90,11 @@ register(Exercise(
           "unwritten": "the grid needs cdiv(M, BLOCK_M) x cdiv(N, BLOCK_N) programs; mask rows < M and "
                        "cols < N",
           "out_of_bounds": "mask rows < M and cols < N (against the sizes, not the block) on the load and "
-                           "the store; use x.stride(0), x.stride(1) for x and out's strides for out"},
+                           "the store; use x.stride(0), x.stride(1) for x and out's strides for out",
+          "nan": "NaN where a value was expected: an element loaded outside the mask was stored; mask the load "
+                 "and the store with the same (rows < M) & (cols < N)",
+          "host": "the host function only allocates, computes the grid and launches: x.clone(), x.contiguous(), "
+                  "out.copy_(x) or NumPy on the host copy for you"},
     speed=Speed(lambda: (randn((8192, 8192)).t(), Out("out", (8192, 8192), torch.float32)),
                 lambda args: elementwise_cost(8192 * 8192, 4),  # a copy: 1 "FLOP" (a move) per element
                 "course_utils.lessons.l02_first_kernels:copy_2d", "8192 x 8192 fp32, transposed")))
