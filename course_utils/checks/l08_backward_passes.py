@@ -154,9 +154,16 @@ def _rmsnorm_backward_cases(gen):
 register(Exercise(
     "08.rmsnorm_backward", "RMSNorm backward: dx per row, dw reduced across programs",
     "rmsnorm_backward(dy, x, weight, rstd, dx, dw)", _rmsnorm_backward_cases,
-    hint="per row (fp32): xhat = x * rstd, wdy = dy * w, dx = rstd * (wdy - xhat * mean(wdy * xhat)); dw: each "
-         "of P programs adds dy * xhat over its rows into a (BLOCK_N,) fp32 accumulator and stores it as row "
-         "pid of a (P, hidden) fp32 scratch (torch.empty), then sum_rows(scratch, dw)"))
+    hint={"wrong": "per row (fp32): xhat = x * rstd, wdy = dy * w, dx = rstd * (wdy - xhat * mean(wdy * "
+                   "xhat)); dw: each of P programs adds dy * xhat over its rows into a (BLOCK_N,) fp32 "
+                   "accumulator and stores it as row pid of a (P, hidden) fp32 scratch (torch.empty), then "
+                   "sum_rows(scratch, dw)",
+          "unwritten": "dx: every row stored by some program; dw: every column must come out of the final "
+                       "reduction of the (P, hidden) scratch (P programs x BLOCK_N >= hidden columns each)",
+          "out_of_bounds": "mask cols < hidden on every load and store and rows < n_rows on dx; program pid "
+                           "writes row pid of the (P, hidden) scratch only",
+          "nan": "a masked load without other=0.0 feeds undefined lanes into mean(wdy * xhat) or the dw "
+                 "accumulator: give masked loads other=0.0"}))
 
 
 # --- 08.silu_mul_backward ---------------------------------------------------------------------
@@ -210,8 +217,12 @@ def _silu_cases(gen):
 register(Exercise(
     "08.silu_mul_backward", "SwiGLU backward, the sigmoid recomputed", "silu_mul_backward(dh, g, u, dg, du)",
     _silu_cases,
-    hint="in fp32: s = tl.sigmoid(g); du = dh * g * s; dg = dh * u * (s + g * s * (1 - s)); store each once "
-         "in its output's dtype; mask offsets < n"))
+    hint={"wrong": "in fp32: s = tl.sigmoid(g); du = dh * g * s; dg = dh * u * (s + g * s * (1 - s)); store "
+                   "each once in its output's dtype; mask offsets < n",
+          "unwritten": "launch over dh.numel() elements (not shape[0]) and store both dg and du in every program",
+          "out_of_bounds": "mask = offsets < n on the three loads and the two stores",
+          "nan": "use tl.sigmoid(g) = 1 / (1 + exp(-g)), never exp(g) / (1 + exp(g)), which is inf / inf for "
+                 "large g; masked loads need the same mask on the stores"}))
 
 
 # --- 08.cross_entropy -------------------------------------------------------------------------
@@ -309,9 +320,16 @@ def _ce_cases(gen):
 register(Exercise(
     "08.cross_entropy", "cross-entropy: loss and dlogits in one pass of online statistics",
     "cross_entropy(logits, targets, loss, dlogits)", _ce_cases,
-    hint="n = count_targets(targets) (a device scalar); one program per row: if the target is -100 write zeros; "
-         "else pass 1 over blocks keeps (m, d) per lane as in lesson 05 (other=-inf), lse = m + log(d) merged "
-         "over lanes, loss = lse - logits[target]; pass 2 writes (exp(x - lse) - (col == target)) / n"))
+    hint={"wrong": "n = count_targets(targets) (a device scalar); one program per row: if the target is -100 "
+                   "write zeros; else pass 1 over blocks keeps (m, d) per lane as in lesson 05 (other=-inf), "
+                   "lse = m + log(d) merged over lanes, loss = lse - logits[target]; pass 2 writes (exp(x - "
+                   "lse) - (col == target)) / n",
+          "unwritten": "every row writes its loss and every column of its dlogits row (zeros for a target of "
+                       "-100); rows longer than one block loop over all their blocks in both passes",
+          "out_of_bounds": "mask columns >= vocab on every load (other=-inf) and store; load logits[target] only "
+                           "for targets != -100",
+          "nan": "a lane that saw only -inf has m = -inf: subtract 0 there, not -inf; ignored rows (target -100) "
+                 "write zeros without any division"}))
 
 
 # --- 08.rmsnorm_train -------------------------------------------------------------------------
@@ -448,6 +466,13 @@ def _attention_cases(gen):
 register(Exercise(
     "08.attention_backward", "FlashAttention-2 backward from the saved log-sum-exp (bonus)",
     "attention_backward(q, k, v, o, lse, do, dq, dk, dv, causal)", _attention_cases,
-    hint="delta = attention_delta(o, do); per key tile: loop over query tiles, p^T = exp(k q^T * scale - lse), "
-         "dv += p^T do, ds^T = p^T * (v do^T - delta), dk += ds^T q, store dk * scale; per query tile: loop over "
-         "key tiles, dq += ds k, store dq * scale; mask keys and queries >= S (and j > i when causal)"))
+    hint={"wrong": "delta = attention_delta(o, do); per key tile: loop over query tiles, p^T = exp(k q^T * "
+                   "scale - lse), dv += p^T do, ds^T = p^T * (v do^T - delta), dk += ds^T q, store dk * "
+                   "scale; per query tile: loop over key tiles, dq += ds k, store dq * scale; mask keys and "
+                   "queries >= S (and j > i when causal)",
+          "unwritten": "dk and dv: one program per key tile of every (b, h); dq: one per query tile; each "
+                       "stores its whole tile (masked past S)",
+          "out_of_bounds": "mask keys >= S and queries >= S on every load (other=0) and store; address each "
+                           "tensor with its own four strides",
+          "nan": "masked queries and keys must give p = 0: load them with other=0 (lse too), never "
+                 "exp(-inf - (-inf))"}))

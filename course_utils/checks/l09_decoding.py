@@ -313,18 +313,32 @@ register(Exercise(
 register(Exercise(
     "09.kv_append", "append a token to a KV cache", "kv_append(k_new, v_new, cache_k, cache_v, positions)",
     _kv_cases,
-    hint="one program per (b, h): load positions[b] in the kernel, then store k_new[b, h, :] at "
-         "cache_k + b*stride_b + h*stride_h + positions[b]*stride_s + offs_d*stride_d (all four strides of "
-         "the cache, all three of k_new), masked on offs_d < D"))
+    hint={"wrong": "one program per (b, h): load positions[b] in the kernel, then store k_new[b, h, :] at "
+                   "cache_k + b*stride_b + h*stride_h + positions[b]*stride_s + offs_d*stride_d (all four "
+                   "strides of the cache, all three of k_new), masked on offs_d < D",
+          "out_of_bounds": "store only at position positions[b] of each (b, h), masked offs_d < D; use all "
+                           "four strides of the cache (it is not contiguous in every case)"}))
 register(Exercise(
     "09.decode_attention", "flash-decoding for GQA", "decode_attention(q, cache_k, cache_v, lengths, out)",
     _attention_cases,
-    hint="program (b, kv head, split): q rows kv_head*group .. +group, keys [split*len, min(+len, lengths[b])) "
-         "masked to -inf past the length, online softmax (m, l, acc) per query head; the merge multiplies "
-         "each split's l and acc by exp(m_i - m) before summing, then out = acc / l"))
+    hint={"wrong": "program (b, kv head, split): q rows kv_head*group .. +group, keys [split*len, min(+len, "
+                   "lengths[b])) masked to -inf past the length, online softmax (m, l, acc) per query head; "
+                   "the merge multiplies each split's l and acc by exp(m_i - m) before summing, then out = "
+                   "acc / l",
+          "unwritten": "grid (batch, kv heads, splits) and a merge that writes the row of every query head "
+                       "(group query heads per kv head)",
+          "out_of_bounds": "mask keys >= lengths[b] on the loads (other=0) and score them -inf; mask offs_d < D; "
+                           "address the cache with its strides",
+          "nan": "a split with no key below lengths[b] has m = -inf and l = 0: it must weigh 0 in the merge, "
+                 "never exp(-inf - (-inf))"}))
 register(Exercise(
     "09.w4a16_gemv", "int4 weight-only GEMV with group scales", "w4a16_gemv(x, w_packed, scales, group_size, out)",
     _w4_cases,
-    hint="byte j of row n holds weight 2j in bits 0-3 and 2j+1 in bits 4-7; w = (nibble - 8) * "
-         "scales[n, k // group_size]; loop over groups: sum x * (q - 8) over the group, then multiply by the "
-         "group's scale"))
+    hint={"wrong": "byte j of row n holds weight 2j in bits 0-3 and 2j+1 in bits 4-7; w = (nibble - 8) * "
+                   "scales[n, k // group_size]; loop over groups: sum x * (q - 8) over the group, then "
+                   "multiply by the group's scale",
+          "unwritten": "cdiv(N, BLOCK_N) programs, each storing its BLOCK_N outputs masked n < N",
+          "out_of_bounds": "a packed row has K // 2 bytes and scales K // group_size columns: mask the byte "
+                           "columns and rows n < N on every load",
+          "nan": "masked loads need other=0 (x, the packed bytes, the scales), or undefined lanes reach "
+                 "the sum"}))
