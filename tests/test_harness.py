@@ -551,3 +551,36 @@ def test_every_exercise_of_lessons_01_to_07_has_a_hint_for_each_kind_of_failure_
         assert not missing, f"{ex.id} has no hint of its own for {sorted(missing)}"
         texts = [ex.hint[k] for k in kinds]
         assert len(set(texts)) == len(texts), f"{ex.id}: two kinds share one hint"
+
+
+@triton.jit
+def scale_via_fp16_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    y = (2 * tl.load(x_ptr + offsets, mask=mask)).to(tl.float16)  # a 16-bit intermediate
+    tl.store(out_ptr + offsets, y, mask=mask)
+
+
+def test_an_fp32_output_rounded_to_16_bits_on_the_way_is_named(scratch_exercises):
+    scratch_exercises(Exercise("99.double16", "double", "double(x, out)", _double_cases))
+    failure("99.double16", lambda x, out: launch_1d(scale_via_fp16_kernel, x, out, n=x.numel()),
+            "every differing value of `out` is an fp16 number", "keep fp32 until the store")
+    error = failure("99.double16", lambda x, out: launch_1d(zeros_kernel, out, n=x.numel()), "differ")
+    assert "fp16 number" not in str(error) and "bf16 number" not in str(error)
+
+
+@triton.jit
+def sum_without_other_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    total = tl.sum(tl.load(x_ptr + offsets, mask=offsets < n_elements), axis=0)  # no other=: undefined lanes
+    tl.store(out_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=offsets < n_elements) + 0 * total,
+             mask=offsets < n_elements)
+
+
+@pytest.mark.skipif(not current().interpret, reason="the interpreter's masked loads")
+def test_masked_lanes_of_a_load_without_other_are_undefined_not_zero(scratch_exercises):
+    """The interpreter reads 0 there; Triton promises nothing (a GPU reads what the register held): the
+    checker reads NaN, so a sum, max or dot over such lanes shows."""
+    scratch_exercises(Exercise("99.double_undefined", "double", "double(x, out)", _double_cases))
+    failure("99.double_undefined", lambda x, out: sum_without_other_kernel[(1,)](x, out, x.numel(), BLOCK=512),
+            "NaN where a number was expected")

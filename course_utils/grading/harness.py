@@ -391,8 +391,32 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
                 f"    at {_index(i, tuple(exp.shape))}: expected {_fmt(float(e.flatten()[i]))}, "
                 f"got {_fmt(float(g.flatten()[i]))}"
             )
+        half = _rounded_to_half(got_cpu.dtype, g, e, wrong) if not n_nan else ""
+        if half:
+            lines.append(f"  every differing value of `{name}` is an {half} number, a rounding or two from the "
+                         f"expected one: the result went through {half} (a .to(tl.{_TL_NAMES[half]}), a 16-bit "
+                         f"accumulator or temporary); keep fp32 until the store into the "
+                         f"{str(got_cpu.dtype)[6:]} output")
         problems.append(Problem("\n".join(lines), "nan" if n_nan else "wrong"))
     return problems
+
+
+_TL_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
+
+
+def _rounded_to_half(dtype: torch.dtype, g: torch.Tensor, e: torch.Tensor, wrong: torch.Tensor) -> str:
+    """"fp16" or "bf16" when the wrong values of an fp32 output are all values of that 16-bit type, each
+    within a few of its roundings (3 units of roundoff, relative) of the expected one: the result was
+    rounded to 16 bits on the way; "" otherwise."""
+    if dtype != torch.float32:
+        return ""
+    got, want = g[wrong], e[wrong]
+    err, scale = (got - want).abs(), want.abs().clamp_min(2.0**-14)
+    for half, torch_dtype, eps in (("fp16", torch.float16, 2.0**-11), ("bf16", torch.bfloat16, 2.0**-8)):
+        exact = bool((got.to(torch_dtype).to(torch.float64) == got).all())
+        if exact and bool((err <= 3 * eps * scale).all()):
+            return half
+    return ""
 
 
 def _guard_problems(name: str, buf: torch.Tensor, view: torch.Tensor) -> list[str]:
