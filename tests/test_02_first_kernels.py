@@ -550,6 +550,18 @@ def test_the_courses_own_solution_is_refused(refuse_course_solutions):
                         "course_utils/lessons/l02_first_kernels.py; write your own")
 
 
+def test_the_public_check_cannot_switch_the_refusal_off(refuse_course_solutions):
+    """course_utils.check, the one a notebook calls, takes no course= (only tests and the lead's GPU script
+    run the course's solutions, through grading.check(course=True)); no lesson notebook needs it."""
+    import inspect
+
+    import course_utils
+
+    assert "course" not in inspect.signature(course_utils.check).parameters
+    with pytest.raises(CheckFailed, match="the course's solution from"):
+        course_utils.check("02.vector_add", add)
+
+
 def test_a_wrapper_around_the_courses_kernel_is_refused(refuse_course_solutions):
     def my_add(x, y, out):
         n = out.numel()
