@@ -552,3 +552,8 @@ def test_attention_causal_mask_without_the_diagonal_is_named():
     wrong = mutant("l05_online_softmax", "attention", ("keep = keep & (keys[None, :] <= offs_m[:, None])",
                                                        "keep = keep & (keys[None, :] < offs_m[:, None])"))
     failure("05.attention", wrong, "NaN in query 0 only", "the diagonal included")
+
+
+def test_attention_without_the_final_division_is_named():
+    wrong = mutant("l05_online_softmax", "attention", ("out = acc / l_i[:, None]", "out = acc"))
+    failure("05.attention", wrong, "without the final division by l")

@@ -405,6 +405,11 @@ def _attention_explain(outs: dict, case: Case) -> str:
             return (f"that is what an accumulator that is not rescaled gives (tiles of {block_n} keys): "
                     "when the running max grows from m to m_new, multiply acc (and l) by exp(m - m_new) "
                     "before adding the new tile")
+    scores = f64(q) @ f64(k).transpose(-2, -1) / math.sqrt(D)
+    if causal:
+        scores = scores.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), NEG_INF)
+    if near(torch.exp(scores - scores.amax(dim=-1, keepdim=True)) @ f64(v)):
+        return "that is acc without the final division by l: out = acc / l once the keys are done"
     if causal and near(_attention_expected(q, k, v, False)):
         return "that is attention without the causal mask: query i may see keys j <= i only"
     if not causal and near(_attention_expected(q, k, v, True)):
