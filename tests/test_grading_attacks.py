@@ -33,7 +33,7 @@ TIMEOUT = 60
 MARKER = "COURSE_ATTACK_MARKER"  # in the command line of every process an attack starts
 BACKDOOR = f"BACKDOOR_{MARKER}"
 
-pytestmark = pytest.mark.skipif(sandbox.probe() != "", reason=f"no sandbox here: {sandbox.probe()}")
+needs_sandbox = pytest.mark.skipif(sandbox.probe() != "", reason=f"no sandbox here: {sandbox.probe()}")
 
 
 def _load(folder: str) -> dict:
@@ -219,7 +219,7 @@ def add(x, y, out):
     _add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
 @triton.jit
 def _relu_kernel(x_ptr, out_ptr):
-    torch.relu(G['x'], out=G['out'])
+    G['out'].copy_(G['x'].clamp_min(0))
 def relu(x, out):
     G.update(x=x, out=out)
     _relu_kernel[(1,)](x, out)
@@ -344,6 +344,8 @@ def _temp_dirs() -> set[str]:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
+    if sandbox.probe():
+        pytest.skip(f"no sandbox here: {sandbox.probe()}")
     folder = tmp_path_factory.mktemp("attacks")
     solution, exercise = _load("solutions"), _load("exercises")
 
@@ -456,6 +458,7 @@ def test_the_report_is_the_table_printed(graded):
                                                                         if sub["total"] else "-")
 
 
+@needs_sandbox
 def test_interrupting_the_grader_kills_its_sandboxes(tmp_path):
     """SIGTERM (as Ctrl-C): exit 130, no report, no sandbox and no temporary folder left."""
     loop = _with_cell(_load("solutions"), f"import time\nwhile True:\n    time.sleep(1)  # {MARKER}")
@@ -485,3 +488,82 @@ def _is_child(pid: int, parent: int) -> bool:
     except OSError:
         return False
     return int(stat.rsplit(")", 1)[1].split()[1]) == parent
+
+
+# --- the same side doors against the interactive check() (no sandbox needed) ---------------------
+
+HONEST_VARIANTS = {
+    "stores_twice": _KERNELS + """
+@triton.jit
+def _twice(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, x, mask=offs < n)
+    tl.store(out_ptr + offs, tl.load(out_ptr + offs, mask=offs < n) + tl.load(y_ptr + offs, mask=offs < n),
+             mask=offs < n)
+def add(x, y, out):
+    _twice[(triton.cdiv(out.numel(), 256),)](x, y, out, out.numel(), BLOCK=256)
+""",
+    "zero_then_atomics": _KERNELS + """
+@triton.jit
+def _acc(src, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(out_ptr + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+def add(x, y, out):
+    out.zero_()
+    tmp = torch.empty_like(out)
+    _copied(x, tmp)
+    for t in (tmp, y):
+        _acc[(triton.cdiv(out.numel(), 256),)](t, out, out.numel(), BLOCK=256)
+""",
+}
+
+
+def _candidate(source: str, name: str):
+    namespace: dict = {}
+    exec(compile(source, f"<{name}>", "exec"), namespace)  # noqa: S102 (the test's own sources)
+    return namespace
+
+
+@pytest.mark.parametrize("name", sorted(SIDE_DOORS))
+def test_side_doors_fail_the_interactive_check(name):
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    setup(quiet=True)
+    namespace = _candidate(SIDE_DOORS[name][1], name)
+    for exercise, func in (("02.vector_add", "add"), ("02.relu", "relu")):
+        with pytest.raises(CheckFailed) as failed:
+            check(exercise, namespace[func], seed=1, quiet=True)
+        assert "holds bytes that no kernel stored" in str(failed.value) or "host code" in str(failed.value), \
+            str(failed.value)
+
+
+def test_the_tracker_says_what_it_found():
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    setup(quiet=True)
+    thread = _candidate(SIDE_DOORS["thread"][1], "thread")
+    with pytest.raises(CheckFailed, match=r"`the tensor made by aten.empty_like at .*"
+                                          r".*holds bytes that no kernel stored \(read back by a tl.load"):
+        check("02.vector_add", thread["add"], seed=1, quiet=True)
+    with pytest.raises(CheckFailed, match=r"`out` holds bytes that no kernel stored \(found after"):
+        check("02.relu", thread["relu"], seed=1, quiet=True)
+    doors = _candidate(SIDE_DOORS["disable_modes"][1], "disable_modes")
+    with pytest.raises(CheckFailed, match=r"`_copy` was launched with `src`, a tensor made where the checker"):
+        check("02.vector_add", doors["add"], seed=1, quiet=True)
+    hooks = _candidate(SIDE_DOORS["autotune_pre_hook"][1], "hooks")
+    with pytest.raises(CheckFailed, match=r"runs host code around its launches \(a triton.Config pre_hook of `_noop`"):
+        check("02.vector_add", hooks["add"], seed=1, quiet=True)
+
+
+@pytest.mark.parametrize("name", sorted(HONEST_VARIANTS))
+def test_honest_kernels_that_store_twice_or_accumulate_pass(name):
+    from course_utils import setup
+    from course_utils.grading import check
+
+    setup(quiet=True)
+    check("02.vector_add", _candidate(HONEST_VARIANTS[name], name)["add"], seed=1, quiet=True)

@@ -173,7 +173,13 @@ class _Scan(ast.NodeVisitor):
     def visit_FunctionDef(self, node):
         if any(_is_jit(d) for d in node.decorator_list):
             for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
-                if isinstance(inner, ast.Name) and inner.id in ("torch", "np", "numpy"):
+                # torch or NumPy by name; or a method no Triton value has: torch's in-place ops
+                # (`G["out"].copy_(...)`) and host reads, on tensors reached through a global
+                torch_call = isinstance(inner, ast.Name) and inner.id in ("torch", "np", "numpy")
+                host_method = (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
+                               and (inner.func.attr.endswith("_") and not inner.func.attr.startswith("_")
+                                    or inner.func.attr in ("numpy", "tolist", "item", "data_ptr", "copy_")))
+                if torch_call or host_method:
                     self.add(f"torch inside @triton.jit `{node.name}`")
                     break
         self.generic_visit(node)
