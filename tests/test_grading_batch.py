@@ -217,3 +217,24 @@ def test_table_cuts_long_reasons():
     sub = batch.Submission("s.ipynb", "s.ipynb", exercises={"02.relu": long})
     row = batch.table_rows([sub])[1]
     assert row[1] == ("fail: " + "x" * 200)[: batch.CELL_WIDTH - 3] + "..." and row[2] == "0/1" and row[3] == "-"
+
+
+def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
+    """08.rmsnorm_train returns an autograd output whose graph lives in the sandbox: the grader's stand-in
+    node saves what the student's saved and asks the sandbox for the backward (remote.autograd_in)."""
+    solution = json.loads((ROOT / "solutions" / "08_backward_passes.ipynb").read_text())
+    for name, old, new in (("right", "", ""),
+                           ("wrong_dw", "dw.to(weight.dtype), None", "(2 * dw).to(weight.dtype), None"),
+                           ("saves_copy", "ctx.save_for_backward(x, weight", "ctx.save_for_backward(x.clone(), weight")):
+        nb = copy.deepcopy(solution)
+        at = _index(nb, "class RMSNormFunction")
+        source = "".join(nb["cells"][at]["source"])
+        assert old in source
+        nb["cells"][at]["source"] = source.replace(old, new) if old else source
+        nb["cells"] = [c for c in nb["cells"] if 'check("08.' not in "".join(c["source"])
+                       or 'check("08.rmsnorm_train"' in "".join(c["source"])]
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb))
+    found = {sub.name: sub.exercises["08.rmsnorm_train"] for sub in batch.grade([tmp_path], timeout=120, jobs=2)}
+    assert found["right.ipynb"].status == batch.PASS, found["right.ipynb"]
+    assert found["wrong_dw.ipynb"].status == batch.FAIL and "weight.grad" in found["wrong_dw.ipynb"].reason
+    assert found["saves_copy.ipynb"].status == batch.FAIL and "keeps a (rows, hidden)" in found["saves_copy.ipynb"].reason

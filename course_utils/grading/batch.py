@@ -403,6 +403,8 @@ class Grader:
                         raised=line[:500] if isinstance(line, str) and kind is CandidateError else None)
 
         def run_case(case) -> list[str]:
+            import torch
+
             from .harness import judge_function_case, judge_kernel_case, prepare_kernel_case
 
             encoder = remote.Encoder()
@@ -445,6 +447,9 @@ class Grader:
                 result = _Unsendable(str(value.get("type", "object")))
             else:
                 result = decoder.decode(value)
+            autograd = msg.get("autograd")
+            if isinstance(autograd, dict) and isinstance(result, torch.Tensor):  # its graph is in the sandbox
+                result = remote.autograd_in(chan, result, autograd, args, self.device)
             used = [u for u in remote._list(msg.get("used", [])) if isinstance(u, str)]
             return judge_function_case(ex, case, result, used)
 

@@ -159,6 +159,8 @@ class Encoder:
                         "dtype": str(value.dtype).replace("torch.", ""),
                         "size": list(value.shape), "stride": list(value.stride()),
                         "offset": value.storage_offset()}
+                if value.requires_grad and value.is_leaf:  # a parameter the check differentiates
+                    meta["grad"] = True
             if type(value) is not torch.Tensor and hasattr(value, "_reads"):
                 meta["wrap"] = f"{type(value).__module__}:{type(value).__qualname__}"
             return meta
@@ -235,6 +237,8 @@ class Decoder:
         if (last + 1) * itemsize > raw.numel():
             raise ProtocolError("a tensor that reaches past its storage")
         t = torch.empty(0, dtype=dtype, device=raw.device).set_(raw.untyped_storage(), offset, size, stride)
+        if meta.get("grad") is True and dtype.is_floating_point:
+            t.requires_grad_(True)
         wrap = meta.get("wrap")
         if wrap is not None:
             t = _wrapped(t, wrap) if wrap_ok else t
@@ -432,14 +436,90 @@ def _tampered(changed: list[str]) -> dict:
     return {"op": "raised", "message": text, "raised": None, "problems": [[text, "host"]], "candidate": False}
 
 
+def autograd_out(fn, args) -> dict:
+    """What a check of an autograd output looks at, from the sandbox: the node's kind, and the tensors it
+    saved (each an input of the call, by position, or a shape and dtype)."""
+    import torch
+
+    def describe(t) -> dict:
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                return {"input": i}
+        return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+
+    info: dict = {"function": isinstance(fn, torch.autograd.function.BackwardCFunction), "saved": [], "attrs": {}}
+    try:
+        info["saved"] = [describe(t) for t in fn.saved_tensors]
+    except RuntimeError as exc:
+        info["saved_error"] = str(exc)[:500]
+    if hasattr(fn, "__dict__"):
+        info["attrs"] = {str(k): describe(v) for k, v in vars(fn).items() if isinstance(v, torch.Tensor)}
+    return info
+
+
+def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
+    """The grader's stand-in for an autograd output that lives in the sandbox: y's values, a node of the
+    same kind saving stand-ins of what the sandbox's node saved, and a backward that asks the sandbox
+    for the gradients (which land in the grader's own parameters)."""
+    import torch
+
+    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    if not info.get("function") is True:  # plain torch autograd: a node of torch's own
+        return y.detach().clone().requires_grad_(True) * 1 if y.dtype.is_floating_point else y
+
+    def stand_in(meta):
+        if not isinstance(meta, dict):
+            raise ProtocolError("a saved tensor that is not described")
+        index = meta.get("input")
+        if isinstance(index, int) and 0 <= index < len(args) and isinstance(args[index], torch.Tensor):
+            return args[index]
+        shape = _list(meta.get("shape"))
+        if not all(isinstance(n, int) and 0 <= n < 1 << 40 for n in shape) or len(shape) > 8:
+            raise ProtocolError("a saved tensor with an invalid shape")
+        return torch.zeros(1, dtype=_dtype(meta.get("dtype"))).expand(shape)  # its numel, no memory
+
+    class Sandboxed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, values, *params):
+            error = info.get("saved_error")
+            if error is None:
+                ctx.save_for_backward(*[stand_in(m) for m in _list(info.get("saved", []))])
+            for name, meta in dict(info.get("attrs") or {}).items():
+                if str(name).isidentifier() and not str(name).startswith("_"):
+                    setattr(ctx, str(name), stand_in(meta))
+            return values.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            enc = Encoder()
+            chan.send({"op": "backward", "device": device, "grad": enc.encode(grad.contiguous())}, enc.blobs())
+            msg, blobs = chan.recv()
+            if msg.get("op") == "raised":
+                raise RuntimeError(str(msg.get("raised") or msg.get("message", ""))[:2000])
+            if msg.get("op") != "grads":
+                raise ProtocolError(f"unexpected {str(msg.get('op'))[:40]!r}")
+            decoder = Decoder.from_blobs(blobs, device)
+            grads = [decoder.decode(g) for g in _list(msg.get("grads"))]
+            if len(grads) != len(args):
+                raise ProtocolError("gradients for a different number of arguments")
+            return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
+
+    return Sandboxed.apply(y.detach(), *inputs)
+
+
 def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrity | None = None) -> None:
     """Inside the sandbox: answer the grader's calls for one check(...) until it says done."""
     import builtins
     import traceback
 
     changed = integrity.restore() if integrity is not None else []
+    import torch
+
+    from . import harness
     from .harness import CandidateError, CheckFailed, _check_signature, call_function_candidate, call_kernel_candidate
     from .guard import OutOfBounds, watching
+
+    pending = (None, [])
 
     chan.send({"op": "check", "exercise": str(exercise_id)})
     while True:
@@ -450,10 +530,24 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
         spec = _Spec(msg.get("spec", {}))
         if integrity is not None:
             changed += integrity.restore()
-        if changed and op == "call":
+        if changed and op in ("call", "backward"):
             chan.send(_tampered(changed))
             continue
         try:
+            if op == "backward":  # the check differentiates the output of the last call
+                result, fargs = pending
+                grad = Decoder.from_blobs(blobs, str(msg.get("device", "cpu"))).decode(msg.get("grad"))
+                try:
+                    with watching():
+                        result.backward(grad)
+                except Exception as exc:
+                    raise harness._candidate_error(exc) from None
+                grads_enc = Encoder()
+                grads = [grads_enc.encode(a.grad) if isinstance(a, torch.Tensor) and a.grad is not None else None
+                         for a in fargs]
+                changed += integrity.restore() if integrity is not None else []
+                chan.send(_tampered(changed) if changed else {"op": "grads", "grads": grads}, grads_enc.blobs())
+                continue
             if op == "signature":
                 _check_signature(spec, candidate)
                 chan.send({"op": "ok", "name": str(getattr(candidate, "__name__", "")),
@@ -497,6 +591,9 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 except TypeError as exc:
                     encoded = {"t": "unsendable", "type": type(result).__name__, "why": str(exc)}
                 reply = {"op": "called", "result": encoded, "used": [str(u) for u in used]}
+                if isinstance(result, torch.Tensor) and result.grad_fn is not None:
+                    reply["autograd"] = autograd_out(result.grad_fn, args)
+                    pending = (result, args)
             reads = {str(i): [list(r) for r in a._reads] for i, a in enumerate(args) if hasattr(a, "_reads")}
             if reads:
                 reply["reads"] = reads
