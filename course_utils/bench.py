@@ -386,11 +386,15 @@ def save(table: Table) -> Path:
 def load_results(lesson: str, device: str | None = None) -> dict | None:
     """The committed results of a lesson: `device`'s file if asked; else this GPU's file if there is
     one, else the reference GPU's (figures.DEVICES), else any device's. None when there is none."""
-    from .figures import results_path
+    from .figures import measured, results_path
     from .lessons_index import lesson as lesson_record
 
     stem = lesson_record(lesson).stem
-    path = results_path(stem, device) if device else (results_path(stem, _this_gpu()) or results_path(stem))
+    if device:
+        path = results_path(stem, device)
+    else:
+        here = results_path(stem, _this_gpu()) if _this_gpu() else None
+        path = here if here and measured(here) else results_path(stem)
     return json.loads(path.read_text()) if path else None
 
 
@@ -405,7 +409,7 @@ def show_results(lesson: str) -> dict | None:
         print(f"no committed GPU results for lesson {lesson} yet (run `python -m course_utils bench {lesson}` on a GPU)")
         return None
     print(f"measured on {data['device']} on {data['date']} (torch {data['torch']}, triton {data['triton']})")
-    print(format_rows([Row(**r) for r in data["rows"]]))
+    print(format_rows([Row(**r) for r in data.get("rows", [])]))
     if data.get("targets"):
         print()
         print(format_targets([Target(**t) for t in data["targets"]]))

@@ -36,12 +36,18 @@ def results_path(stem: str, device: str | None = None) -> Path | None:
     from . import bench
 
     folder = bench.results_dir()
-    for dev in [device] if device else DEVICES:
-        path = folder / f"{stem}.{dev}.json"
-        if path.exists():
-            return path
-    others = sorted(folder.glob(f"{stem}.*.json")) if device is None else []
-    return others[0] if others else None
+    if device:
+        path = folder / f"{stem}.{device}.json"
+        return path if path.exists() else None
+    # Without a device asked for: the first file that holds measurements (a `prove --notebooks-only` file
+    # records notebook runs only, and never shadows another GPU's figures).
+    candidates = [folder / f"{stem}.{dev}.json" for dev in DEVICES] + sorted(folder.glob(f"{stem}.*.json"))
+    return next((path for path in candidates if path.exists() and measured(path)), None)
+
+
+def measured(path: Path) -> bool:
+    """Does a results file hold measured rows (not only a record of notebook runs)?"""
+    return bool(_load(path, path.stat().st_mtime).get("rows"))
 
 
 @cache

@@ -48,7 +48,7 @@ def prove(lessons: list[str], bench: bool = True) -> bool:
     """Execute each lesson's notebooks, then bench it. bench=False (`prove --notebooks-only`) records the
     notebook runs in this GPU's results file and keeps the figures it already holds."""
     from . import benches
-    from .bench import Table, environment, result_path, save
+    from .bench import Table, result_path, save
     from .build import repository_url
     from .results_table import write
 
@@ -66,7 +66,7 @@ def prove(lessons: list[str], bench: bool = True) -> bool:
                 ok_all &= ok
         if not bench:
             path = result_path(lesson)
-            data = json.loads(path.read_text()) if path.exists() else {"lesson": lesson, **environment()}
+            data = json.loads(path.read_text()) if path.exists() else Table(lesson).to_json()
             data["notebooks"] = runs
             path.write_text(json.dumps(data, indent=1) + "\n")
             print(f"wrote {path}")

@@ -78,7 +78,7 @@ def targets_table(results: list[dict]) -> str:
 
 def rows_table(data: dict) -> str:
     lines = ["| group | implementation | ms | GB/s | TFLOP/s |", "|---|---|---|---|---|"]
-    for r in data["rows"]:
+    for r in data.get("rows", []):
         lines.append(f"| {r['group']} | {r['name']} | {r['ms']:.4f} | {_num(r['gbps'], '.0f')} | "
                      f"{_num(r['tflops'], '.1f')} |")
     return "\n".join(lines)
@@ -101,7 +101,7 @@ def results_readme(results: list[dict]) -> str:
             runs = ", ".join(f"`{k}` {'ok' if v['ok'] else 'FAILED'} ({v['seconds']:.0f} s)"
                              for k, v in data["notebooks"].items())
             parts += [f"Notebooks executed there: {runs}.", ""]
-        if data["rows"]:
+        if data.get("rows"):
             parts += [rows_table(data), ""]
             png = f"{stem}.{data.get('device_key') or device_key(data['device'])}.png"
             if (course_root() / "results" / png).exists():

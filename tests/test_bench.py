@@ -340,3 +340,17 @@ def test_prove_notebooks_only_keeps_the_figures(course, monkeypatch):
     data = json.loads(path.read_text())
     assert data["rows"][0]["name"] == "triton (ours)"
     assert data["notebooks"] == {"notebooks/99_test.ipynb": {"ok": True, "seconds": 1.5, "error": ""}}
+
+
+def test_a_notebooks_only_file_never_shadows_measured_figures(course):
+    from course_utils import figures
+
+    results = course / "results"
+    (results / "99_test.h100.json").write_text(json.dumps(bench.Table("99").to_json()))
+    assert figures.results_path("99_test") is None and bench.load_results("99") is None
+    measured = bench.Table("99")
+    measured.add("add fp32", "triton (ours)", 0.9, n_bytes=3e9)
+    (results / "99_test.h200.json").write_text(json.dumps(measured.to_json()))
+    assert figures.results_path("99_test").name == "99_test.h200.json"
+    assert bench.load_results("99")["rows"][0]["name"] == "triton (ours)"
+    assert figures.results_path("99_test", "h100").name == "99_test.h100.json"  # asked for by name
