@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "doctor":
         from .doctor import doctor
+        from .mode import setup
 
+        setup(quiet=True)  # the GPU when there is one, else the interpreter: before the tiny kernel exists
         return 0 if doctor() else 1
     if args.command == "build":
         from .build import build

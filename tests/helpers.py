@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+import triton
+import triton.language as tl
 
 from course_utils.grading import CheckFailed, check
 from course_utils.mode import current
@@ -43,3 +45,18 @@ def mutant(module: str, name: str, *edits: tuple[str, str]):
     sys.modules[copy.__name__] = copy
     exec(compile(source, str(path), "exec"), vars(copy))  # noqa: S102 - the course's own source, edited
     return getattr(copy, name)
+
+
+@triton.jit
+def zeros_kernel(out_ptr, n_elements, BLOCK: tl.constexpr):
+    """A kernel that writes zeros: a candidate's stand-in that launches but computes nothing."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.zeros((BLOCK,), dtype=tl.float32), mask=offsets < n_elements)
+
+
+@triton.jit
+def flat_copy_kernel(src_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    """A flat copy: with it a candidate can launch a kernel over values it computed elsewhere."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    tl.store(out_ptr + offsets, tl.load(src_ptr + offsets, mask=mask), mask=mask)

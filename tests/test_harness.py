@@ -19,22 +19,9 @@ from course_utils.grading.inputs import f64, randn
 from course_utils.grading.progress import Progress, progress
 from course_utils.lessons.l02_first_kernels import add, copy_2d, relu
 from course_utils.mode import current
-from helpers import failure
+from helpers import failure, flat_copy_kernel, zeros_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@triton.jit
-def zeros_kernel(out_ptr, n_elements, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offsets, tl.zeros((BLOCK,), dtype=tl.float32), mask=offsets < n_elements)
-
-
-@triton.jit
-def flat_copy_kernel(src_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
-    tl.store(out_ptr + offsets, tl.load(src_ptr + offsets, mask=mask), mask=mask)
 
 
 @triton.jit

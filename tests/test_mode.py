@@ -142,3 +142,17 @@ def test_mode_and_fp8_modules_do_not_import_each_other():
     assert "fp8" not in imports("mode") and "fp8_interpreter" in imports("mode")
     assert not imports("fp8_interpreter") & {"mode", "fp8"}
     assert "build" not in imports("results_table")
+
+
+def test_the_doctor_command_picks_a_mode_and_runs_the_tiny_kernel():
+    """`python -m course_utils doctor` on a fresh process: no mode set beforehand, no GPU needed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "COURSE_MODE")}
+    result = subprocess.run([sys.executable, "-m", "course_utils", "doctor"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent.parent, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "tiny kernel   ok" in result.stdout

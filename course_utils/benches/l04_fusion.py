@@ -9,7 +9,7 @@
 It also records notes for readers without a GPU: the Triton kernel torch.compile generated for sin^4,
 which sin instruction our kernel compiled to, and the profiler summaries of eager and fused sin^4.
 
-The lesson's GPU tools live here too, and the notebook uses them: `wall_ms`, `cuda_graph`,
+The lesson's GPU tools live here too, and the notebook uses them: `wall_ms`, `bench.graph_replay`,
 `generated_triton`, `profile_to_trace` and `trace_summary`.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..bench import Table, do_bench
+from ..bench import Table, do_bench, graph_replay
 from ..lessons.l04_fusion import bytes_moved, silu_mul, silu_mul_ref, sin4, sin4_kernel, sin4_ref
 
 EXPORTS = Path("exports")  # profiler traces go here (ignored by git), relative to the working directory
@@ -59,30 +59,6 @@ def wall_ms(fn: Callable[[], object], iters: int = 300, warmup: int = 20) -> flo
         fn()
     _sync()
     return (time.perf_counter() - start) * 1e3 / iters
-
-
-def cuda_graph(fn: Callable[[], object]) -> Callable[[], object]:
-    """Record fn's kernel launches once in a CUDA graph; return a function that replays them.
-
-    The replay launches the whole recorded sequence with one call and no Python in between. It
-    reuses the tensors (addresses) of the capture: inputs must be updated in place, and the
-    returned output is the same tensor every time.
-    """
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up on a side stream: compile kernels, fill allocator caches
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = fn()
-
-    def replay():
-        graph.replay()
-        return static_out
-
-    return replay
 
 
 # --- what torch.compile generates -------------------------------------------------------------
@@ -315,14 +291,14 @@ def _launch_bound(table: Table) -> None:
 
     candidates = [
         ("torch eager 4 launches", lambda: sin4_ref(x)),
-        ("torch eager graph", cuda_graph(lambda: sin4_ref(x))),
+        ("torch eager graph", graph_replay(lambda: sin4_ref(x))),
         ("torch.compile", lambda: compiled(x)),
-        ("torch.compile graph", cuda_graph(lambda: compiled(x))),
+        ("torch.compile graph", graph_replay(lambda: compiled(x))),
         ("torch.compile max-autotune", lambda: autotuned(x)),
-        ("torch.compile max-autotune graph", cuda_graph(lambda: autotuned(x))),
+        ("torch.compile max-autotune graph", graph_replay(lambda: autotuned(x))),
         ("compile reduce-overhead", lambda: reduce_overhead(x)),
         ("triton (ours) 1 launch", ours),
-        ("triton (ours) graph", cuda_graph(ours)),
+        ("triton (ours) graph", graph_replay(ours)),
     ]
     group = LAUNCH_GROUP
     for name, fn in candidates:
@@ -339,7 +315,7 @@ def _launch_bound(table: Table) -> None:
     table.target(group, "triton (ours) graph", ["torch eager graph", "torch.compile graph",
                                                 "torch.compile max-autotune graph", "compile reduce-overhead"], None)
     table.notes.append(f"{group}: wall-clock time per call (wall_ms), CPU launch costs included; "
-                       "'graph' rows replay a CUDA graph (cuda_graph); 'compile reduce-overhead' is "
+                       "'graph' rows replay a CUDA graph (graph_replay); 'compile reduce-overhead' is "
                        'torch.compile(mode="reduce-overhead"), max-autotune is mode="max-autotune-no-cudagraphs"')
 
     # Why reduce-overhead is slower here, measured: did it record a CUDA graph (TORCH_LOGS=cudagraphs), and

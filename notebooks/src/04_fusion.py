@@ -383,7 +383,7 @@ else:
 # Python costs several: the eager chain is paid for in CPU time, and the GPU idles. Two ways out:
 #
 # - **CUDA graphs**: record the launches once, replay the whole sequence with one call.
-#   `cuda_graph` below does it by hand (`torch.cuda.graph`); a replay reuses the captured tensors, so
+#   `graph_replay` below does it by hand (`torch.cuda.graph`); a replay reuses the captured tensors, so
 #   inputs must be updated in place;
 # - **`torch.compile(mode="reduce-overhead")`**: Inductor's fused kernels, launched from a CUDA graph it
 #   records for you.
@@ -391,12 +391,14 @@ else:
 # Timing must include the CPU here: `wall_ms` runs many calls back to back and divides the wall-clock
 # time. (CUDA-event timing can hide launch costs: the events are queued with the kernels.)
 
-# %% [inline] course_utils.benches.l04_fusion: wall_ms cuda_graph
+# %% [inline] course_utils.benches.l04_fusion: wall_ms
+
+# %% [inline] course_utils.bench: graph_replay
 
 # %%
 tiny = torch.randn(4096, device=mode.device)
 if can_time():
-    replay = cuda_graph(lambda: sin4_ref(tiny))
+    replay = graph_replay(lambda: sin4_ref(tiny))
     torch.testing.assert_close(replay(), sin4_ref(tiny))
     eager_us, graph_us = wall_ms(lambda: sin4_ref(tiny)) * 1e3, wall_ms(replay) * 1e3
     print(f"eager, 4 launches: {eager_us:.1f} us per call; CUDA graph replay: {graph_us:.1f} us "
