@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,15 @@ def test_lab_serves_the_notebooks(lab):
 
 
 def _open(tab, url: str):
-    tab.goto(url)
+    """Open a notebook in a workspace of its own (no tabs restored from an earlier session) and wait until
+    its kernel is idle; accept the kernel dialog if JupyterLab asks which kernel to start."""
+    base, _, path = url.partition("/lab/tree/")
+    tab.goto(f"{base}/lab/workspaces/test-{uuid.uuid4().hex[:8]}/tree/{path}")
+    tab.wait_for_load_state("networkidle")
     tab.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    dialog = tab.locator(".jp-Dialog .jp-mod-accept")
+    if dialog.count():
+        dialog.first.click()
     tab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle'], "
                 "#jp-main-statusbar :text('Idle')").first.wait_for(timeout=60_000)
 
@@ -73,10 +81,16 @@ def _open(tab, url: str):
 def test_a_student_runs_the_doctor_in_the_browser(lab):
     with chromium.page(width=1400, height=1000) as tab:
         _open(tab, f"{lab}/lab/tree/notebooks/00_setup.ipynb")
+        tab.locator(".jp-Notebook .jp-Cell").first.click()  # the notebook is the panel Run All acts on
         tab.get_by_role("menuitem", name="Run", exact=True).click()
         tab.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
         doctor = tab.locator(".jp-OutputArea-output", has_text=re.compile(r"tiny kernel\s+ok"))
-        doctor.first.wait_for(state="attached", timeout=240_000)
+        try:
+            doctor.first.wait_for(state="attached", timeout=240_000)
+        except Exception:
+            tab.screenshot(path=str(ROOT / "exports" / "test_lab_doctor.png"))  # exports/ is git-ignored
+            outputs = tab.locator(".jp-OutputArea-output").all_text_contents()
+            pytest.fail(f"no 'tiny kernel ok' in the page; outputs: {[o[:120] for o in outputs]}")
 
 
 @needs_venv
