@@ -30,12 +30,24 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def lab():
-    """The README's start command on a free port, without a token; yields its base URL."""
+def lab(tmp_path_factory):
+    """The README's start command on a free port, without a token; yields its base URL.
+
+    JupyterLab saves a notebook it runs (autosave), which would write outputs into the committed
+    notebooks: its settings and workspaces live in a scratch folder here, with autosave off, and the
+    notebooks are checked to be byte for byte what they were."""
+    scratch = tmp_path_factory.mktemp("jupyterlab")
+    settings = scratch / "settings" / "@jupyterlab" / "docmanager-extension"
+    settings.mkdir(parents=True)
+    (settings / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
+    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(scratch / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(scratch / "workspaces"))
+    before = {path: path.read_bytes() for path in (ROOT / "notebooks").glob("*.ipynb")}
     port = _free_port()
     cmd = [sys.executable, "-m", "course_utils", "lab", f"--port={port}", "--no-browser",
            "--IdentityProvider.token=", "--ServerApp.password="]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90
@@ -51,6 +63,8 @@ def lab():
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+    changed = [path.name for path, data in before.items() if path.read_bytes() != data]
+    assert not changed, f"running notebooks in JupyterLab rewrote {changed}"
 
 
 @needs_venv
