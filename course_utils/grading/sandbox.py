@@ -152,6 +152,8 @@ def command(course: Path, notebook_fd: int, notebook_name: str, *, gpu: bool, li
     cmd += ["--ro-bind", "/usr", "/usr"]
     for path in _etc_files():
         cmd += ["--ro-bind", path, path]
+    # The private /tmp first: a checkout (and its .venv) that lives under /tmp is bound on top of it below.
+    cmd += ["--perms", "1777", "--size", str(limits.tmpfs), "--tmpfs", "/tmp"]
     made: set[str] = set()
     for path in _python_paths():
         for parent in reversed(Path(path).parents[:-1]):  # bwrap would make them 0700: root's only
@@ -160,7 +162,6 @@ def command(course: Path, notebook_fd: int, notebook_name: str, *, gpu: bool, li
                 cmd += ["--perms", "0755", "--dir", str(parent)]
         cmd += ["--ro-bind", path, path]
     cmd += ["--proc", "/proc", "--dev", "/dev",
-            "--perms", "1777", "--size", str(limits.tmpfs), "--tmpfs", "/tmp",
             "--perms", "1777", "--size", str(limits.tmpfs), "--tmpfs", WORKDIR,
             "--ro-bind", str(course), COURSE,
             "--perms", "0666", "--file", str(notebook_fd), f"{WORKDIR}/{notebook_name}",
