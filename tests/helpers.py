@@ -60,3 +60,16 @@ def flat_copy_kernel(src_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
     tl.store(out_ptr + offsets, tl.load(src_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    """out = 2 * x: a right kernel for the wrong exercise."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+    tl.store(out_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+def launch_1d(kernel, *args, n, BLOCK=1024):
+    """Launch a 1-D kernel over n elements, one program per BLOCK."""
+    kernel[(triton.cdiv(n, BLOCK),)](*args, n, BLOCK=BLOCK)

@@ -6,7 +6,6 @@ signature, an exception, a block that is no power of 2), with the hint for that 
 from __future__ import annotations
 
 import ctypes
-import json
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,10 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from course_utils.grading import REGISTRY, CandidateError, Case, CheckFailed, Exercise, Out, check, register
-from course_utils.grading.guard import HOST_OPS, torch_name, watching
-from course_utils.grading.inputs import f64, randn
-from course_utils.grading.progress import Progress, progress
+from course_utils.grading import REGISTRY, CandidateError, CheckFailed, check
 from course_utils.lessons.l02_first_kernels import add, add_kernel, copy_2d, copy_2d_kernel, relu, relu_kernel
 from course_utils.mode import current, size
-from helpers import failure, flat_copy_kernel, zeros_kernel
+from helpers import failure, flat_copy_kernel, launch_1d, zeros_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERPRET = current().interpret
@@ -109,17 +105,6 @@ def copy_2d_rows_mask_kernel(x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_
     mask = (rows[:, None] < M) & (cols[None, :] < BLOCK_N)  # against the block, not N
     x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)
     tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, x, mask=mask)
-
-
-@triton.jit
-def scale_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
-    tl.store(out_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=mask), mask=mask)
-
-
-def launch_1d(kernel, *args, n, BLOCK=1024):
-    kernel[(triton.cdiv(n, BLOCK),)](*args, n, BLOCK=BLOCK)
 
 
 # --- the solutions ----------------------------------------------------------------------------

@@ -553,7 +553,7 @@ def test_rmsnorm_mlp_writing_the_normalized_rows_is_not_fused():
      "divided by the block size 64, not by n_cols = 48"),
     (("y = x * rstd[:, None] * w[None, :]", "y = x * rstd[:, None]"), "RMSNorm without the weight"),
 ])
-def test_rmsnorm_mistakes_are_named(edit, named):
+def test_rmsnorm_mistakes_in_the_solution_are_named(edit, named):
     failure("06.rmsnorm", mutant("l06_fused_rmsnorm_mlp", "rmsnorm", edit), named)
 
 

@@ -13,26 +13,16 @@ import torch
 import triton
 import triton.language as tl
 
-from course_utils.grading import REGISTRY, CandidateError, Case, CheckFailed, Exercise, Out, check, register
+from course_utils.grading import REGISTRY, Case, CheckFailed, Exercise, Out, check, register
 from course_utils.grading.guard import HOST_OPS, TORCH_NAMES, torch_name, watching
 from course_utils.grading.inputs import f64, randn
 from course_utils.grading.progress import Progress, progress
 from course_utils.lessons.l02_first_kernels import add, copy_2d, relu
 from course_utils.mode import current
-from helpers import failure, flat_copy_kernel, zeros_kernel
+from helpers import failure, flat_copy_kernel, launch_1d, scale_kernel, zeros_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-@triton.jit
-def scale_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
-    tl.store(out_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=mask), mask=mask)
-
-
-def launch_1d(kernel, *args, n, BLOCK=1024):
-    kernel[(triton.cdiv(n, BLOCK),)](*args, n, BLOCK=BLOCK)
 
 # --- inputs: fresh on every call, reproduced by the seed ------------------------------------------
 
