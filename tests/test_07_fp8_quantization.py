@@ -484,11 +484,22 @@ def test_w8a16_gemv_matches_reference(M, N, K):
     w_int8, scale = l07.quantize_int8_ref(w)
     assert w_int8.dtype == torch.int8 and bool((w_int8.abs() <= 127).all())
     out = torch.empty(M, N, device=current().device)
-    l07.w8a16_gemv(x, w_int8, scale, out, BLOCK_N=16, BLOCK_K=128)
+    l07.w8a16_gemv(x, w_int8, scale, out, BLOCK_N=16, BLOCK_KW=32)
     want = x.double() @ (w_int8.double() * scale.double()[:, None]).T
     torch.testing.assert_close(out.double(), want, atol=1e-4, rtol=1e-4)
     # and int8 weights are close to the originals: half a step of amax/127
     assert bool(((w_int8.float() * scale[:, None] - w).abs() <= scale[:, None] / 2 + 1e-6).all())
+
+
+def test_w8a16_gemv_turns_every_byte_into_its_value():
+    """The bit trick (xor 0x80, or into 2^23, subtract 2^23 + 128) gives every int8 -128..127 exactly,
+    whichever byte of its int32 word it sits in."""
+    dev = current().device
+    w_int8 = torch.arange(-128, 128, dtype=torch.int8, device=dev).reshape(4, 64)  # (N, K): all 256 values
+    x = torch.eye(64, device=dev)  # row m of x picks column m of w_int8: every byte position of a word
+    out = torch.empty(64, 4, device=dev)
+    l07.w8a16_gemv(x, w_int8, torch.ones(4, device=dev), out, BLOCK_N=4, BLOCK_KW=16)
+    assert torch.equal(out, w_int8.T.float())
 
 
 def test_fp8_mode_keeps_an_explicit_choice(monkeypatch):

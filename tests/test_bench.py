@@ -354,3 +354,19 @@ def test_a_notebooks_only_file_never_shadows_measured_figures(course):
     assert figures.results_path("99_test").name == "99_test.h200.json"
     assert bench.load_results("99")["rows"][0]["name"] == "triton (ours)"
     assert figures.results_path("99_test", "h100").name == "99_test.h100.json"  # asked for by name
+
+
+def test_launch_bound_targets_are_judged_on_the_graph_timings():
+    """With graph rows on both sides the target is judged on them and the plain ratio is only reported;
+    without, the plain ratio is judged."""
+    table = bench.Table("03")
+    for name, ms in [("ours", 0.030), ("ours [graph]", 0.010), ("peer", 0.020), ("peer [graph]", 0.012)]:
+        table.add("small", name, ms)
+    table.target_plain_and_graph("small", "ours", ["peer"], 1.0, 1.05)
+    plain, graph = table.targets
+    assert (plain.ours, plain.minimum, plain.met) == ("ours", None, None) and plain.ratio == pytest.approx(2 / 3)
+    assert (graph.ours, graph.peer, graph.minimum, graph.met) == ("ours [graph]", "peer [graph]", 1.0, True)
+    for name, ms in [("ours", 0.5), ("peer", 0.4)]:
+        table.add("big", name, ms)
+    table.target_plain_and_graph("big", "ours", ["peer"], 1.0)
+    assert (table.targets[-1].minimum, table.targets[-1].met) == (1.0, False) and len(table.targets) == 3

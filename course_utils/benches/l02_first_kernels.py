@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..bench import Table
+from ..bench import Table, do_bench
 from ..lessons.l02_first_kernels import add, relu
 
 N = 1 << 28  # 2^28 fp32 elements: 1 GiB per tensor, far beyond any L2
@@ -50,6 +50,17 @@ def run(table: Table) -> None:
     table.time(group, "triton (ours)", lambda: relu(x, out), n_bytes=2 * N * 4)
     table.target(group, "triton (ours)", "copy ceiling (x -> out)", 0.92, metric="gbps")
     table.target(group, "triton (ours)", peers, None)
+    _flush(table)
     copy = table.find(group, "copy ceiling (x -> out)")
     if copy is not None:
         table.fact("copy_gbps", f"{copy.gbps:,.0f} GB/s")
+
+
+def _flush(table: Table) -> None:
+    """What the L2 flush between timed runs does to a copy that fits a few L2s: a zero-fill (Triton's)
+    leaves dirty lines the copy must write back, a read (course_utils.bench.do_bench) leaves clean ones."""
+    src = torch.empty(2**26, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    rates = {zero: 2 * src.numel() / do_bench(lambda: dst.copy_(src), zero_fill=zero) / 1e6 for zero in (True, False)}
+    table.fact("flush_zero_gbps", f"{rates[True]:,.0f} GB/s")
+    table.fact("flush_read_gbps", f"{rates[False]:,.0f} GB/s")

@@ -381,9 +381,7 @@ def _linear_relu(table: Table, every_config: bool = True) -> None:
         table.notes.append(f"{group}: fusing saves {saved / 1e6:.3f} MB of {unfused / 1e6:.3f} MB "
                            f"and one launch{ratio}")
         if (M, N, K) in LINEAR_TARGETS or table.find(group, OURS + " [graph]"):
-            table.target(group, OURS, [EAGER, COMPILED], 1.0, 1.05)  # against the faster of the two
-        if table.find(group, OURS + " [graph]"):
-            table.target(group, OURS + " [graph]", [EAGER + " [graph]", COMPILED + " [graph]"], 1.0, 1.05)
+            table.target_plain_and_graph(group, OURS, [EAGER, COMPILED], 1.0, 1.05)  # the faster of the two
         if (M, N, K) in LINEAR_TARGETS:
             _note_tma(table, group)
         if (M, N, K) in LINEAR_TARGETS and every_config and sweeping():

@@ -370,12 +370,17 @@ def unpack_int4(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # 2NK FLOPs for 2NK bytes of bf16 weights, 1 FLOP per byte, far below any GPU's ridge point. The time
 # is the time to read the weights. Store them as int8 with one fp32 scale per output channel
 # (`w ~ w_int8 * scale[:, None]`) and there are half as many bytes to read; the kernel converts each
-# int8 to fp32 in registers, where it costs nothing that memory would notice, and applies the scale
-# once per output. Activations stay 16-bit: "W8A16".
+# int8 to fp32 in registers and applies the scale once per output. Activations stay 16-bit: "W8A16".
 #
-# One program computes BLOCK_N outputs: it walks along K, multiplying a (BLOCK_N, BLOCK_K) int8 tile
-# by a BLOCK_K slice of x, accumulating in a (BLOCK_N, BLOCK_K) fp32 block that is summed once at the end.
-# Narrow, long tiles (8 x 1024) leave enough programs for every SM even when N is only 4096.
+# One program computes BLOCK_N outputs: it walks along K, reading a (BLOCK_N, 4 * BLOCK_KW) int8 tile as
+# (BLOCK_N, BLOCK_KW) int32 words (four weights per 4-byte load), and adds each step's dot products into
+# BLOCK_N fp32 sums. The int -> float conversion instruction (I2F) runs at a fraction of the rate of
+# a float add (the CUDA C++ Programming Guide's table of arithmetic instruction throughputs); with one
+# conversion per weight byte it would be the busiest unit of the kernel. So the kernel makes the float
+# with integer and float arithmetic instead: a byte b (0..255)
+# ORed into the mantissa of 2^23 is the float 2^23 + b exactly; subtracting 2^23 + 128 from it gives
+# b - 128. XOR-ing each byte with 0x80 first turns the signed byte v into b = v + 128, so the result is
+# v. One XOR per word, then a shift, an AND-OR and a subtract per weight, all full-rate instructions.
 
 # %%
 def quantize_int8_ref(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -387,33 +392,49 @@ def quantize_int8_ref(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @triton.jit
-def w8a16_gemv_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, N, K, stride_xm, stride_wn, stride_om,
-                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def w8a16_gemv_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, N, K_WORDS, stride_xm, stride_wn, stride_om,
+                      BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr):
     pid_n = tl.program_id(0)
     m = tl.program_id(1)  # one activation row per program row (decode: M = 1)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
-    n_mask = offs_n < N
-    ks = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for start in range(0, K, BLOCK_K):
-        k_mask = start + ks < K
-        x = tl.load(x_ptr + m * stride_xm + start + ks, mask=k_mask, other=0.0).to(tl.float32)  # (BLOCK_K,)
-        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + (start + ks)[None, :],
-                    mask=n_mask[:, None] & k_mask[None, :], other=0)  # (BLOCK_N, BLOCK_K) int8: 1 byte each
-        acc += w.to(tl.float32) * x[None, :]
-    scale = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)
-    y = tl.sum(acc, axis=1) * scale  # (BLOCK_N,): the scale once per output, not per weight
-    tl.store(out_ptr + m * stride_om + offs_n, y.to(out_ptr.dtype.element_ty), mask=n_mask)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) output columns = weight rows
+    n_in = offs_n % N  # rows past N load row n % N again; the store drops them
+    offs_kw = tl.arange(0, BLOCK_KW)  # (BLOCK_KW,) int32 words: weights 4i .. 4i + 3 of the row
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for kw0 in range(0, K_WORDS, BLOCK_KW):
+        kw = kw0 + offs_kw
+        k_mask = kw < K_WORDS
+        words = tl.load(w_ptr + n_in[:, None] * stride_wn + kw[None, :], mask=k_mask[None, :],
+                        other=0)  # (BLOCK_N, BLOCK_KW) int32: 4 bytes each, 4 weights
+        words = words ^ -0x7F7F7F80  # 0x80808080 as an int32: every byte v becomes v + 128, in 0..255
+        part = tl.zeros((BLOCK_N, BLOCK_KW), dtype=tl.float32)
+        for j in tl.static_range(4):  # byte j of each word is weight 4i + j (little-endian)
+            b = (words >> (8 * j)) & 0xFF
+            w_j = (b | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0  # 2^23 + b - (2^23 + 128) = v
+            x_j = tl.load(x_ptr + m * stride_xm + 4 * kw + j, mask=k_mask, other=0.0).to(tl.float32)
+            part += w_j * x_j[None, :]  # (BLOCK_N, BLOCK_KW)
+        acc += tl.sum(part, axis=1)  # BLOCK_N dot products of this step
+    scale = tl.load(scale_ptr + n_in)
+    y = acc * scale  # (BLOCK_N,): the scale once per output, not per weight
+    tl.store(out_ptr + m * stride_om + offs_n, y.to(out_ptr.dtype.element_ty), mask=offs_n < N)
 
 
 def w8a16_gemv(x: torch.Tensor, w_int8: torch.Tensor, scale: torch.Tensor, out: torch.Tensor,
-               BLOCK_N: int = 8, BLOCK_K: int = 1024, num_warps: int = 4, num_stages: int = 3) -> None:
-    """out (M, N) = x (M, K) @ (w_int8 (N, K) * scale[:, None]).T; x, w_int8 and out with unit last stride."""
+               BLOCK_N: int | None = None, BLOCK_KW: int | None = None, num_warps: int = 4,
+               num_stages: int = 3) -> None:
+    """out (M, N) = x (M, K) @ (w_int8 (N, K) * scale[:, None]).T; x and out with unit last stride,
+    w_int8 contiguous with K a multiple of 4 (it is read as int32 words)."""
     M, K = x.shape
     N = w_int8.shape[0]
+    if K % 4 or not w_int8.is_contiguous():
+        raise ValueError("w8a16_gemv reads w_int8 as int32 words: it needs K % 4 == 0 and contiguous rows")
+    words = w_int8.view(torch.int32)  # (N, K // 4)
+    # Tiles of 8 KB (16 rows x 512 bytes) while that still leaves ~4 programs per SM, else 8 x 2048 bytes.
+    wide = N >= 8192
+    BLOCK_N = BLOCK_N or (16 if wide else 8)
+    BLOCK_KW = BLOCK_KW or (128 if wide else 512)
     grid = (triton.cdiv(N, BLOCK_N), M)
-    w8a16_gemv_kernel[grid](x, w_int8, scale, out, N, K, x.stride(0), w_int8.stride(0), out.stride(0),
-                            BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
+    w8a16_gemv_kernel[grid](x, words, scale, out, N, K // 4, x.stride(0), words.stride(0), out.stride(0),
+                            BLOCK_N=BLOCK_N, BLOCK_KW=BLOCK_KW, num_warps=num_warps, num_stages=num_stages)
 
 
 # %% [progress] 07

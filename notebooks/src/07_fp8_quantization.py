@@ -353,8 +353,9 @@ print(f"codes equal to the reference: {(q_t.view(torch.uint8) == q_want.view(tor
 # At decode time a linear layer is a GEMV: one activation row x (1, K) times the weight (N, K). Each
 # weight is used once, for 2 FLOPs, so the layer's time is the time to read W. Store W in int8 with
 # one fp32 scale per output channel and there are half the bytes to read, while x and the arithmetic
-# stay 16/32-bit ("W8A16"). The int8 -> fp32 conversion costs instructions, but an instruction is
-# cheap next to a byte from memory here: the op is memory-bound with the int8 weights too.
+# stay 16/32-bit ("W8A16"). The op stays memory-bound with int8 weights, as long as turning each
+# byte into a float costs less than reading it: the kernel below does it with integer bit operations
+# and one float subtract instead of the slower conversion instruction.
 # Weight-only quantization speeds up decoding without touching the activations, which carry the
 # outliers. The sizes of Llama-3-8B's up projection (N = 14336, K = 4096):
 
@@ -693,9 +694,11 @@ else:
 #   (down projection) the speed of cuBLAS's bf16 GEMV: {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16}}
 #   against {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.matmul bf16 (cuBLAS)}} on the up projection.
 #   Half the bytes would allow 2 x; our kernel moved its bytes at
-#   {{gbps:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16}}, short of the copy bandwidth, so it
-#   is not yet at the memory's limit (what holds it back was not profiled here; more bytes in flight
-#   per SM is the usual next step).
+#   {{gbps:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16}},
+#   {{ratio:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16|copy ceiling (1 GiB, read + write)}} the
+#   copy's rate, and cuBLAS its bf16 weights at {{gbps:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.matmul bf16 (cuBLAS)}}:
+#   a read of 59 MB lasts tens of microseconds, and the start and the tail of a kernel (the first
+#   loads in flight, the last SMs finishing) weigh more than in a 1 GiB copy.
 #   `torch.compile` of "dequantize, then matmul" was slower than the plain bf16 GEMV:
 #   {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.compile int8 dequant + matmul}}.
 

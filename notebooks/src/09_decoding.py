@@ -357,7 +357,7 @@ w = torch.randn(300, 512, device=dev) * 0.02
 w_int8, scale = quantize_int8_ref(w)
 x = torch.randn(1, 512, device=dev).to(half)
 y = torch.empty(1, 300, device=dev, dtype=half)
-w8a16_gemv(x, w_int8, scale, y, BLOCK_N=8, BLOCK_K=256)
+w8a16_gemv(x, w_int8, scale, y, BLOCK_N=8, BLOCK_KW=64)
 print(f"W8A16: max error {(y.float() - x.float() @ (w_int8.float() * scale[:, None]).T).abs().max().item():.2e}")
 w_packed, scales = quantize_int4_ref(w, 128)
 print(f"int4 group 128: {w_packed.numel()} bytes instead of {w.numel() * 2} in bf16; round trip error "
