@@ -150,7 +150,7 @@ def mlp_config(M: int, element_size: int = 2) -> dict:
         return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=2)
     k_slice = 128 // element_size
     if M <= 16:  # decode-sized: stream the weights through every SM; 16 rows is tl.dot's minimum
-        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=2 * k_slice, GROUP_M=1, num_warps=4, num_stages=4)
+        return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
     if M <= 64:
         return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
     # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile; 3 stages
@@ -414,8 +414,8 @@ def down_tile(M: int, element_size: int = 2) -> triton.Config | None:
     """
     if current().interpret:
         return triton.Config(dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1), num_warps=4, num_stages=1)
-    if M <= SPLIT_K_ROWS:  # (16, 11008) @ (11008, 1024): 32 column tiles x 4 chunks of K = 128 programs
-        return triton.Config(dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=512 // element_size, SPLIT_K=4),
+    if M <= SPLIT_K_ROWS:  # (16, 11008) @ (11008, 1024): 16 column tiles x 8 chunks of K = 128 programs
+        return triton.Config(dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256 // element_size, SPLIT_K=8),
                              num_warps=4, num_stages=4)
     if M <= 64:  # 16-wide column tiles give 64 programs streaming w_down.T
         return triton.Config(dict(BLOCK_M=64, BLOCK_N=16, BLOCK_K=512 // element_size, GROUP_M=1),
