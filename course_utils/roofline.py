@@ -14,7 +14,7 @@ copy for B; the best `torch.matmul` rate over several sizes for each tensor-core
 Triton kernel for the CUDA cores), cached per device name under ~/.cache/course_utils/, with
 datasheet figures beside them for comparison. Without a GPU the
 committed measurements in results/01_strides_and_intensity.json are used, or, until that file
-exists, the anchor measurements of an H200 that the course design cites (`ANCHOR_RESULTS`).
+exists, the anchor measurements of an H200 kept with the course (`ANCHOR_RESULTS`).
 
 Results files (written by `python -m course_utils bench 01`) keep the ceilings as rows of the groups
 COPY_GROUP, MATMUL_GROUP and CORE_GROUP; every other row that has both GB/s and TFLOP/s is a point on
@@ -163,11 +163,11 @@ DATASHEETS = {
                          "NVIDIA H200 datasheet"),
 }
 
-# Until results/01_strides_and_intensity.json is committed, CPU users see these: the measurements of
-# the course design's anchor file anchors/h200-2026-11-21.json (an NVIDIA H200, torch 2.11.0+cu130,
+# Where results/ holds no lesson 01 file for any device, these stand in: the measurements of
+# the anchor file anchors/h200-2026-11-21.json (an NVIDIA H200, torch 2.11.0+cu130,
 # triton 3.6.0, measured on 2026-11-21), copied as constants. Each row: (group, name, ms, GB/s, TFLOP/s).
 ANCHOR_SOURCE = ("anchor measurements of an NVIDIA H200 on 2026-11-21 (torch 2.11, triton 3.6), "
-                 "cited by the course design")
+                 "kept with the course")
 
 
 def _anchor_rows() -> list[dict]:

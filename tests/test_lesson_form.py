@@ -2,8 +2,10 @@
 rendered from results/ (see the README's maintainers' section for the rules)."""
 from __future__ import annotations
 
+import builtins
 import json
 import re
+import symtable
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -141,3 +143,28 @@ def test_inline_cells_hold_the_course_code():
     assert source.startswith("@triton.jit") and "def add_kernel" in source and "BEGIN SOLUTION" not in source
     with pytest.raises(ValueError, match="no top-level"):
         build.inline_source("course_utils.lessons.l02_first_kernels: nothing_here")
+
+
+def undefined_names(code: str) -> set[str]:
+    """Globals that a function of the notebook reads and no cell defines (an inlined function whose
+    module imported something the notebook does not: it runs until the line that needs it)."""
+    code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!")))
+    module = symtable.symtable(code, "notebook", "exec")
+    defined = {s.get_name() for s in module.get_symbols() if s.is_assigned() or s.is_imported()}
+    defined |= set(dir(builtins)) | {"__file__", "get_ipython", "display"}
+    missing, tables = set(), list(module.get_children())
+    while tables:
+        table = tables.pop()
+        tables += table.get_children()
+        missing |= {s.get_name() for s in table.get_symbols()
+                    if s.is_referenced() and s.is_global() and s.get_name() not in defined}
+    return missing
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_name_a_function_reads_is_defined(path):
+    assert not undefined_names("\n".join(cells(path, "code"))), path.name
+
+
+def test_the_undefined_names_rule_can_fail():
+    assert undefined_names("import json\ndef f(marks):\n    return bisect.bisect(marks, json.loads('1'))") == {"bisect"}

@@ -167,6 +167,6 @@ def run(table: Table) -> None:
         torch.cuda.empty_cache()
     _attention_groups(table)
     table.notes.append("softmax GB/s count 8 bytes per element (read once, write once) for every row, "
-                       "whatever a kernel moves; the copy-ceiling target (0.88) is the design's stretch goal")
+                       "whatever a kernel moves; the copy-ceiling target (0.88) is a stretch: a softmax moves the bytes of a copy and no more")
     table.notes.append("sweeps of configurations: " + ("timed (COURSE_BENCH_SWEEP=1)" if sweeping() else
                        "not timed in this run (COURSE_BENCH_SWEEP=1 times them); ours is the lesson's default"))

@@ -7,6 +7,8 @@ A configuration that fails to compile (shared memory) or to match is noted and s
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 from ..bench import Table
@@ -231,8 +233,13 @@ def _gemv_sass(table: Table) -> None:
     except Exception as exc:  # noqa: BLE001 - no disassembler on this machine: no fact
         table.notes.append(f"W8A16 GEMV SASS not read: {type(exc).__name__}: {str(exc)[:120]}")
         return
-    lines = sass.splitlines()
-    count = {op: sum(f" {op}" in line for line in lines) for op in ("I2F", "LOP3", "FADD", "FFMA", "LDG.E.128")}
+    # A SASS line: "/*0090*/  @P0 LDG.E.128 R4, desc[UR4][R2.64] ;" -> the opcode LDG.E.128.
+    opcodes = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    count = {op: sum(code == op or code.startswith(op + ".") for code in opcodes)
+             for op in ("I2F", "LOP3", "FADD", "FFMA", "LDG.E.128")}
+    if not opcodes:
+        table.notes.append(f"W8A16 GEMV SASS not parsed: {sass[:160]!r}")
+        return
     table.fact("gemv_sass", f"the 16 x 512-byte GEMV kernel's SASS has {count['I2F']} I2F (int -> float "
                             f"conversions), {count['LOP3']} LOP3 (bit operations), {count['FADD']} FADD, "
                             f"{count['FFMA']} FFMA and {count['LDG.E.128']} 16-byte loads (LDG.E.128)")

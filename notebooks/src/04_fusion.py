@@ -16,6 +16,7 @@
 # %% [setup]
 
 # %%
+import bisect
 import itertools
 import json
 import re

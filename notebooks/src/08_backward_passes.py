@@ -28,9 +28,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from course_utils import check  # noqa: F401
+from course_utils import check, current  # noqa: F401
 from course_utils.bench import load_results, show_results
-from course_utils.lessons import l08_backward_passes as l08
 from course_utils.llama import toy_config, toy_llama
 
 device = mode.device  # noqa: F821 - `mode` comes from the setup cell
@@ -203,12 +202,12 @@ def layernorm_backward_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, 
 def layernorm_backward(dy, x, w, mean, rstd, dx, dw, db):
     """dx of x's dtype, dw and db fp32 (n,): P partial rows each, then sum_rows (stage two)."""
     n_rows, n_cols = x.shape
-    P = l08.backward_programs(n_rows)
+    P = backward_programs(n_rows)
     parts = torch.empty((2, P, n_cols), device=x.device, dtype=torch.float32)
     layernorm_backward_kernel[(P,)](dy, x, w, mean, rstd, dx, parts[0], parts[1], n_rows, n_cols,
                                     triton.cdiv(n_rows, P), BLOCK_N=triton.next_power_of_2(n_cols))
-    l08.sum_rows(parts[0], dw)
-    l08.sum_rows(parts[1], db)
+    sum_rows(parts[0], dw)
+    sum_rows(parts[1], db)
 
 # %% [markdown]
 # Against autograd on float64 copies, with 50 rows over a few programs and a width of 81 (no power of 2):
