@@ -212,7 +212,7 @@ def test_add_with_torch_names_the_torch_function_and_the_line():
         launch_1d(zeros_kernel, out, n=out.numel())
         out.copy_(x + y)
 
-    err = failure("02.vector_add", with_torch, "computed with torch operations on the host",
+    err = failure("02.vector_add", with_torch, "computed with torch operations outside your Triton kernel",
                   "torch.add / + (aten.add) at `out.copy_(x + y)` (with_torch, line",
                   "Tensor.copy_ / out[...] = ... (aten.copy_)", "must happen inside your Triton kernel")
     assert "no Triton kernel" not in str(err)

@@ -70,7 +70,7 @@ register(Exercise(
           "nan": "NaN where a sum was expected: a lane loaded without its mask (or without other=) was stored; "
                  "mask the loads and the store with the same offsets < n_elements",
           "host": "the host function only allocates, computes the grid and launches: x + y, torch.add or NumPy "
-                  "on the host compute the answer for you"},
+                  "compute the answer outside your Triton kernel"},
     speed=_speed_1d(2, add_cost, "add")))
 register(Exercise(
     "02.relu", "ReLU of any shape", "relu(x, out)", _relu_cases,
@@ -81,7 +81,7 @@ register(Exercise(
           "nan": "NaN where a number was expected: a lane loaded without its mask was stored; use the same mask "
                  "for the load and the store",
           "host": "the host function only allocates, computes the grid and launches: torch.relu, clamp or NumPy "
-                  "on the host compute the answer for you"},
+                  "compute the answer outside your Triton kernel"},
     speed=_speed_1d(1, relu_cost, "relu")))
 register(Exercise(
     "02.copy_2d", "copy of a strided 2-D tensor", "copy_2d(x, out)", _copy_cases,
@@ -94,7 +94,7 @@ register(Exercise(
           "nan": "NaN where a value was expected: an element loaded outside the mask was stored; mask the load "
                  "and the store with the same (rows < M) & (cols < N)",
           "host": "the host function only allocates, computes the grid and launches: x.clone(), x.contiguous(), "
-                  "out.copy_(x) or NumPy on the host copy for you"},
+                  "out.copy_(x) or NumPy copy outside your Triton kernel"},
     speed=Speed(lambda: (randn((8192, 8192)).t(), Out("out", (8192, 8192), torch.float32)),
                 lambda args: elementwise_cost(8192 * 8192, 4),  # a copy: 1 "FLOP" (a move) per element
                 "course_utils.lessons.l02_first_kernels:copy_2d", "8192 x 8192 fp32, transposed")))

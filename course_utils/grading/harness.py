@@ -533,7 +533,7 @@ def _quiet_numerics():
 
 
 def _host_problems(ex: Exercise, watch) -> list[str]:
-    """How a kernel exercise computed: no launch, torch or NumPy on the host."""
+    """How a kernel exercise computed: no launch, torch outside the kernel, NumPy on the host."""
     problems = []
     if watch.references:
         names = ", ".join(f"`{name}`" for name in watch.references)
@@ -545,7 +545,7 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
                                 "kernel", "host"))
     if forbidden:
         problems.append(Problem(
-            "computed with torch operations on the host (" + watch.describe_ops(forbidden)
+            "computed with torch operations outside your Triton kernel (" + watch.describe_ops(forbidden)
             + "): the arithmetic must happen inside your Triton kernel", "host"))
     reads = sorted(set(watch.host_reads))
     if reads:

@@ -8,8 +8,9 @@
 # - `07.pack_int4` / `07.unpack_int4`: two 4-bit values per byte, with torch bit operations.
 #
 # On a GPU older than sm_89 (no e4m3 in Triton) and on a CPU, the kernels run in Triton's
-# interpreter at small sizes. The interpreter's own float -> fp8 cast rounds about 1% of values wrongly
-# (the lesson shows how); `install_fp8_fix()` gives it an exact one, so a correct kernel passes there too.
+# interpreter at small sizes. The interpreter's own float -> fp8 cast rounds some values wrongly (the
+# lesson shows how, and counts them); `install_fp8_fix()` gives it an exact one, so a correct kernel
+# passes there too.
 # At the end, a worked example that is not an exercise: the W8A16 GEMV of the lesson and its benchmark.
 # The lesson, [notebooks/07_fp8_quantization.ipynb](../notebooks/07_fp8_quantization.ipynb), teaches each exercise with a worked
 # sibling; every exercise below links its section.

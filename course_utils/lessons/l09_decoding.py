@@ -30,7 +30,9 @@ from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402
 from course_utils.lessons.l06_fused_rmsnorm_mlp import rmsnorm  # noqa: E402
 
 # %% [markdown]
-# ## 09.decode_floor: `decode_floor(batch, weight_bytes, kv_bytes_per_token, context, bandwidth) -> float`
+# ## 09.decode_floor: the memory floor of a decode step
+#
+# `decode_floor(batch, weight_bytes, kv_bytes_per_token, context, bandwidth) -> float`.
 #
 # Taught in the lesson's [The decode step's memory floor](../notebooks/09_decoding.ipynb#The-decode-step's-memory-floor).
 #
@@ -53,7 +55,9 @@ def decode_floor(batch: int, weight_bytes: float, kv_bytes_per_token: float, con
 # %% [check] 09.decode_floor
 
 # %% [markdown]
-# ## 09.kv_append: `kv_append(k_new, v_new, cache_k, cache_v, positions)`
+# ## 09.kv_append: write a token into the KV cache
+#
+# `kv_append(k_new, v_new, cache_k, cache_v, positions)`.
 #
 # Taught in the lesson's [The KV cache as a preallocated tensor](../notebooks/09_decoding.ipynb#The-KV-cache-as-a-preallocated-tensor).
 #
@@ -104,7 +108,9 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # %% [check] 09.kv_append
 
 # %% [markdown]
-# ## 09.decode_attention: `decode_attention(q, cache_k, cache_v, lengths, out)`
+# ## 09.decode_attention: flash-decoding for GQA
+#
+# `decode_attention(q, cache_k, cache_v, lengths, out)`.
 #
 # Taught in the lesson's [MQA and GQA: one K/V load for a group of query heads](../notebooks/09_decoding.ipynb#MQA-and-GQA:-one-K/V-load-for-a-group-of-query-heads)
 # and [Flash-decoding: split the keys, merge the partials](../notebooks/09_decoding.ipynb#Flash-decoding:-split-the-keys,-merge-the-partials).
@@ -246,7 +252,9 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
 # %% [check] 09.decode_attention
 
 # %% [markdown]
-# ## 09.w4a16_gemv: `w4a16_gemv(x, w_packed, scales, group_size, out)`
+# ## 09.w4a16_gemv: an int4 GEMV with group scales
+#
+# `w4a16_gemv(x, w_packed, scales, group_size, out)`.
 #
 # Taught in the lesson's [int4 weights with group scales](../notebooks/09_decoding.ipynb#int4-weights-with-group-scales).
 #

@@ -618,11 +618,35 @@ for name, layers, heads, kv_heads, head_dim, context in models:
           f"{batch / 2**30:>9.1f} GiB")
 
 # %% [markdown]
-# Llama-2-7B's 13.5 GB of bf16 weights leave about 60 GB of an 80 GB GPU for the cache: at 2 GiB per
-# 4096-token sequence, about 30 sequences. Llama-3-8B with GQA stores a quarter of that per token, so
-# four times the batch (or the context) fits, and decoding, which reads the whole cache for every new
-# token, reads four times fewer bytes.
-#
+# What that means on one GPU: the weights take their share of its memory first, and the cache gets
+# what is left. The cell below counts both models' parameters from their configurations, takes the
+# 80 GB of an H100 SXM (its datasheet capacity), and prints how many full 4096-token sequences fit
+# beside the bf16 weights (an upper bound: activations and the framework's workspace need room too).
+# GQA divides the bytes per token by `n_heads / n_kv_heads`, the factor the cell prints: about that many
+# times the batch (or the context) fits in the same memory, and decoding, which reads the whole
+# cache for every new token, reads that many times fewer bytes.
+
+# %%
+def llama_params(vocab: int, hidden: int, inter: int, layers: int, heads: int, kv_heads: int) -> int:
+    """Parameters: embeddings and LM head (untied); per layer q/o, k/v, the MLP, two norms; the final norm."""
+    head_dim = hidden // heads
+    attn = 2 * hidden * hidden + 2 * hidden * kv_heads * head_dim
+    return 2 * vocab * hidden + layers * (attn + 3 * hidden * inter + 2 * hidden) + hidden
+
+
+gpu_bytes = 80e9  # H100 SXM 80 GB (datasheet)
+context = 4096
+for name, (vocab, hidden, inter, layers, heads, kv_heads) in {
+        "Llama-2-7B (MHA)": (32000, 4096, 11008, 32, 32, 32),
+        "Llama-3-8B (GQA)": (128256, 4096, 14336, 32, 32, 8)}.items():
+    weight_bytes = 2 * llama_params(vocab, hidden, inter, layers, heads, kv_heads)  # bf16
+    per_seq = kv_cache_bytes(layers, kv_heads, hidden // heads, tokens=context)
+    left = gpu_bytes - weight_bytes
+    print(f"{name}: {weight_bytes / 2 / 1e9:.2f} B parameters, {weight_bytes / 1e9:.1f} GB in bf16, "
+          f"{left / 1e9:.1f} GB left; cache {per_seq / 2**30:.2f} GiB per {context}-token sequence "
+          f"(n_heads / n_kv_heads = {heads // kv_heads}) -> at most {int(left // per_seq)} sequences")
+
+# %% [markdown]
 # The formula, checked against the cache a Hugging Face model actually builds (the small toy Llama,
 # fp32, a batch of 2 prompts of 7 tokens):
 

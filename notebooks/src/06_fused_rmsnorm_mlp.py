@@ -124,8 +124,8 @@ if netron_url is not None:
 # `W_down` and writes `out`. (It reads the weights in a layout packed once when the model is loaded:
 # that copy is not part of any call, so it is not counted here.)
 #
-# Two model widths matter here. The "About GPU fuzed kernel" paper measured its fused block at the
-# input `(1, 16, 4096)`: hidden 4096 and intermediate 11008, the MLP of a 7B Llama. The course's toy
+# Two model widths matter here. The "About GPU fuzed kernel" paper measured its fused block (section
+# 5) at the input `(1, 16, 4096)`: hidden 4096 and intermediate 11008, the MLP of a 7B Llama. The course's toy
 # Llama has hidden **1024** (so that it fits a small GPU and runs on a CPU), a change from the paper's
 # size. The napkin maths below covers both, and so does the benchmark (the paper's size in fp16);
 # the speed-ups cell further down prints every size the committed run measured.
@@ -332,6 +332,12 @@ print(f"linear_gelu matches on {tuple(rows.shape)} @ {tuple(w_lin.shape)}.T")
 #   squares. The extra read is `BLOCK_M x K` elements per program, small next to the weight tiles.
 #
 # Either way the normalized `n` never exists in memory, and the RMSNorm costs no launch of its own.
+# Which of the two is faster is **not measured** in this course: the bench never times an in-loop
+# variant, so the extra work listed in the first item is a reason for the course's choice, not a
+# measured cost. What the committed runs do measure is the whole fused block against the **unfused**
+# path, three launches of the exercises' kernels (`rmsnorm`, which writes `n`, then `gate_up_silu`
+# and `matmul`); the section "What the plot shows" below compares the two.
+#
 # The identity in float64:
 
 # %%
@@ -540,8 +546,9 @@ else:
 # %% [markdown]
 # ## The paper's figures beside ours
 #
-# The "About GPU fuzed kernel" paper reports **+13%** and **+12%** for its fused RMSNorm + MLP kernel
-# at the input `(1, 16, 4096)` (hidden 4096, intermediate 11008). Our speed-ups over the Hugging Face
+# The "About GPU fuzed kernel" paper (section 5) reports **+13%** and **+12%** for its fused RMSNorm +
+# MLP kernel at the input `(1, 16, 4096)` (hidden 4096, intermediate 11008: Llama-7B's MLP), not at the
+# toy Llama's `(1, 16, 1024)`; the bench measures both. Our speed-ups over the Hugging Face
 # block at every size the bench ran, from the run above (or the committed results), with the memory
 # floor of each decode size (its weight bytes at the measured copy bandwidth):
 
@@ -583,29 +590,54 @@ speedups(results)
 #   `torch.compile`'s speed and {{ratio:rmsnorm bf16 65536x1024|triton (ours)|Liger-Kernel}}
 #   Liger-Kernel's; at 16384 x 4096 {{ratio:rmsnorm bf16 16384x4096|triton (ours)|torch.compile}} and
 #   {{ratio:rmsnorm bf16 16384x4096|triton (ours)|Liger-Kernel}}.
-# - **The block at (1, 16, 1024)** is weight reading. Ours took {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)}}
-#   against {{us:RMSNorm+MLP fp16 (1, 16, 1024)|HF block torch.compile}} for `torch.compile` and
-#   {{us:RMSNorm+MLP fp16 (1, 16, 1024)|HF block eager}} for eager ({{ratio:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)|HF block torch.compile}}
-#   `torch.compile`'s speed in fp16). These are plain launches timed with CUDA events: at a few tens
-#   of microseconds, launch costs on the CPU can leak into them. The unfused three-kernel row shows
-#   it: {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton unfused (ours): 3 kernels}} in fp16 against
-#   {{us:RMSNorm+MLP bf16 (1, 16, 1024)|triton unfused (ours): 3 kernels}} in bf16, for identical work.
-#   A gap that size between two dtypes of the same kernels is noise or CPU-bound launching, not the
-#   GPU; to compare decode sizes fairly, time them inside a CUDA graph (lesson 04) and against the
-#   memory floor printed above.
-# - **The block at (4, 2048, 1024)** is compute-bound. Our fused block took
-#   {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}} ({{tflops:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}}
-#   for the whole block), {{ratio:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)|HF block torch.compile}}
-#   the speed of `torch.compile`'s {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|HF block torch.compile}}; the
-#   **unfused** path, three launches of the exercises' kernels (`rmsnorm`, the two-accumulator
-#   `gate_up_silu` on `nn.Linear` weights, lesson 03's `matmul`), took
-#   {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton unfused (ours): 3 kernels}}. The cell below says which
-#   of the two was faster in that run. At this size the matmul's own speed decides: fusing the norm
-#   saves writing and reading the normalized `x` (16 MB), little next to hundreds of GFLOP of matrix
-#   work, and any work added to the matmul's K loop (the paper's in-loop `sum(x**2)`: each tile
-#   converted, squared and summed on the CUDA cores in every K step, repeated by every program that
-#   shares those rows) can cost more than it saves. That is why the course's kernel keeps its K loop a
-#   plain matmul. Fusing the norm pays where the block is memory- or launch-bound, as at decode sizes.
+#
+# **The block at the decode sizes**, `(1, 16, 1024)` (the toy Llama's hidden size) and `(1, 16, 4096)`
+# (the paper's), is weight reading: 16 tokens, a few tens of microseconds per call. At that scale a
+# plain launch timed with CUDA events also times the CPU's launching: `torch.compile`'s block took
+# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|HF block torch.compile}} launched plainly and
+# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|HF block torch.compile [graph]}} replayed in a CUDA graph, for
+# the same GPU work. So the bench times every decode-size candidate in a CUDA graph too (lesson 04;
+# the rows marked "[graph]"), as a serving stack replays a decode step, and judges those timings
+# against two targets:
+#
+# - at least the speed of the faster Hugging Face block in a graph, `torch.compile`'s (target 1.0 x):
+#   a hand-written kernel that the compiler matches is not worth its code;
+# - a target of at least 0.8 x the speed of the **memory floor**, the time to read the block's weights
+#   once at the measured copy bandwidth (the row "memory floor (weight bytes / copy bandwidth)"): at
+#   16 tokens the weights are nearly all the bytes, so no decode step of this block can beat the
+#   floor; 0.8 leaves room for what a read of tens of MB pays and the 1 GiB copy that measured the
+#   bandwidth does not (the start and tail of two short kernels).
+#
+# | input, fp16 | GPU | ours in a graph vs `torch.compile` in a graph (target 1.0) | ours in a graph vs the memory floor (target 0.8) | the floor, and ours |
+# |---|---|---|---|---|
+# | `(1, 16, 1024)`, toy | H200 | {{ratio:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours) [graph]|HF block torch.compile [graph]}} | {{ratio:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours) [graph]|memory floor (weight bytes / copy bandwidth)}} | {{fact:floor_fp16_16x1024}} |
+# | `(1, 16, 1024)`, toy | H100 | {{ratio@h100:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours) [graph]|HF block torch.compile [graph]}} | {{ratio@h100:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours) [graph]|memory floor (weight bytes / copy bandwidth)}} | {{fact@h100:floor_fp16_16x1024}} |
+# | `(1, 16, 4096)`, paper | H200 | {{ratio:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) [graph]|HF block torch.compile [graph]}} | {{ratio:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) [graph]|memory floor (weight bytes / copy bandwidth)}} | {{fact:floor_fp16_16x4096}} |
+# | `(1, 16, 4096)`, paper | H100 | {{ratio@h100:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) [graph]|HF block torch.compile [graph]}} | {{ratio@h100:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) [graph]|memory floor (weight bytes / copy bandwidth)}} | {{fact@h100:floor_fp16_16x4096}} |
+#
+# (H100: {{measured@h100}}.) In these runs ours beat `torch.compile` in a graph at both sizes on
+# both GPUs. Against the memory floor it fell short at the toy's hidden 1024 on both GPUs (target
+# missed), and at the paper's hidden 4096 it met the target on the H100 and missed it on the H200.
+# Per byte of weights ours is slower at the small size (the facts' times: four times the weights,
+# less than four times our time), which suggests costs that do not scale with the bytes, such as the
+# start and tail of each kernel, rather than memory (a reading of the numbers, not profiled). The
+# unfused path (three plain launches, no graph row; in the H200 run only) took
+# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton unfused (ours): 3 kernels}} at `(1, 16, 1024)`, against
+# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)}} for the two-kernel block launched plainly.
+#
+# **The block at (4, 2048, 1024)** is compute-bound. Our fused block took
+# {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}} ({{tflops:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}}
+# for the whole block), {{ratio:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)|HF block torch.compile}}
+# the speed of `torch.compile`'s {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|HF block torch.compile}}; the
+# **unfused** path, three launches of the exercises' kernels (`rmsnorm`, the two-accumulator
+# `gate_up_silu` on `nn.Linear` weights, lesson 03's `matmul`), took
+# {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton unfused (ours): 3 kernels}}. The cell below says which
+# of the two was faster in that run. At this size the matmul's own speed decides: fusing the norm
+# saves writing and reading the normalized `x` (16 MB), little next to hundreds of GFLOP of matrix
+# work. Work added to the matmul's K loop (the paper's in-loop `sum(x**2)`: each tile converted,
+# squared and summed on the CUDA cores in every K step, repeated by every program that shares those
+# rows) could then cost more than it saves; that reasoning, not a measurement (no in-loop variant is
+# timed), is why the course's kernel keeps its K loop a plain matmul.
 
 # %%
 for group in [g for g in dict.fromkeys(r["group"] for r in (results or {}).get("rows", [])) if "2048" in g]:

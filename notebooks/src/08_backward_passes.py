@@ -110,9 +110,31 @@ print(f"formula vs autograd: {(formula - x.grad).abs().max():.1e};  without the 
 # or the residual stream), `w` (a parameter) and `r`, **one fp32 number per row**. The forward kernel
 # computes `r` anyway; storing it costs 4 bytes a row. `xhat` is recomputed in the backward: one
 # multiply, where keeping it would cost a `(rows, H)` tensor written in the forward and read in the
-# backward. The course's forward that keeps `r` is lesson 06's kernel plus one store:
+# backward.
+#
+# The forward that keeps `r` is your RMSNorm of lesson 06's exercise
+# [06.rmsnorm](../exercises/06_fused_rmsnorm_mlp.ipynb#06.rmsnorm:-one-pass-statistics-in-fp32) with one more pointer
+# argument, `rstd_ptr`, and one more store after the normalized rows are written: each program already
+# holds the `(BLOCK_M,)` vector `rstd` of its rows, and writes it out,
+#
+# ```
+# tl.store(rstd_ptr + rows, rstd, mask=rows < n_rows)   # 4 bytes a row: all the backward keeps
+# ```
+#
+# The course's version, `rmsnorm_forward(x, weight, eps, y, rstd)`, is imported here (the 06.rmsnorm
+# solution it extends is in `solutions/06_fused_rmsnorm_mlp.ipynb`; the exercise notebook of this lesson
+# gives `rmsnorm_forward` in full). Against the definition:
 
-# %% [inline] course_utils.lessons.l08_backward_passes: rmsnorm_forward_kernel row_config rmsnorm_forward
+# %%
+from course_utils.lessons.l08_backward_passes import rmsnorm_forward  # noqa: E402
+
+x = torch.randn(37, 300, generator=gen).to(device)
+w = (torch.rand(300, generator=gen) + 0.5).to(device)
+y, rstd = torch.empty_like(x), torch.empty(37, device=device)
+rmsnorm_forward(x, w, 1e-6, y, rstd)
+rstd_ref = torch.rsqrt(x.double().pow(2).mean(-1) + 1e-6)
+print(f"rstd {tuple(rstd.shape)} {rstd.dtype}: max error {(rstd.double() - rstd_ref).abs().max():.1e}; "
+      f"y: max error {(y.double() - x.double() * rstd_ref[:, None] * w.double()).abs().max():.1e}")
 
 # %% [markdown]
 # ### dw: a reduction across programs
