@@ -8,6 +8,7 @@ A markdown cell of a lesson source writes a placeholder where a measured number 
                         A ratio with no such target is the speed ratio of the two rows (peer ms / our ms).
     {{ms:GROUP|NAME}} {{us:GROUP|NAME}} {{gbps:GROUP|NAME}} {{tflops:GROUP|NAME}}   -> one row's figure
     {{fact:KEY}}        -> a figure the bench recorded by name (`table.fact(KEY, text)`), as recorded
+    {{verdict:GROUP|OURS|PEER}}   -> "met" or "missed": the target's verdict in that run (PEER as for ratio)
     {{measured}}        -> where and when: "NVIDIA H200, torch 2.11.0+cu130, triton 3.6.0, 2026-11-22"
 
 By default a placeholder reads the lesson's own results on the course's reference GPU; a prefix picks
@@ -101,6 +102,11 @@ def render_one(match: re.Match, default_stem: str) -> str:
         if args[0] not in facts:
             raise MissingFigure(f"no fact {args[0]!r} in results of {stem}")
         return str(facts[args[0]])
+    if kind == "verdict":
+        t = _target(data, *args)
+        if t is None or t.get("met") is None:
+            raise MissingFigure(f"no target with a verdict {args} in results of {stem}")
+        return "met" if t["met"] else "missed"
     if kind in ("ratio", "peer"):
         group, ours, peer = (*args, "fastest") if kind == "peer" and len(args) == 2 else args
         t = _target(data, group, ours, peer)
@@ -119,7 +125,7 @@ def render_one(match: re.Match, default_stem: str) -> str:
         if value is None:
             raise MissingFigure(f"row {args} of {stem} has no {kind}")
         return f"{value:.0f} GB/s" if kind == "gbps" else f"{_sig(value)} TFLOP/s"
-    raise MissingFigure(f"unknown placeholder kind {kind!r} (ratio, peer, ms, us, gbps, tflops, fact, measured)")
+    raise MissingFigure(f"unknown placeholder kind {kind!r} (ratio, peer, verdict, ms, us, gbps, tflops, fact, measured)")
 
 
 def render(markdown: str, stem: str) -> str:

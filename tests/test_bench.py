@@ -213,6 +213,12 @@ def test_placeholders_render_facts_ratios_and_the_winning_peer(course):
     assert figures.render(md, "99_test") == (
         "0.90 x against torch.compile; 2.00 x against torch eager; 2.00 x; 0.45 us on h200; 1.2 us on h100; "
         "0.45 ms; NVIDIA H200, torch 2.11, triton 3.6, 2026-11-22")
+    # A verdict is the run's own (H200: 0.90 x the fastest peer, target 1.0: missed; 2.00 x eager, target
+    # 1.9: met), so prose that says "met" or "missed" follows a new run instead of contradicting it.
+    assert figures.render("{{verdict:op|triton (ours)|fastest}} / {{verdict:op|triton (ours)|torch eager}} / "
+                          "{{verdict@h100:op|triton (ours)|fastest}}", "99_test") == "missed / met / met"
+    with pytest.raises(figures.MissingFigure, match="no target with a verdict"):
+        figures.render("{{verdict:op|triton (ours)|torch eager [graph]}}", "99_test")
     with pytest.raises(figures.MissingFigure, match="no fact"):
         figures.render("{{fact:nothing}}", "99_test")
     with pytest.raises(figures.MissingFigure, match="no results"):
