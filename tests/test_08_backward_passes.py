@@ -256,3 +256,19 @@ def test_training_step_matches_hugging_face():
     assert len(named) == len(dict(reference.named_parameters()))
     for name, p in reference.named_parameters():
         torch.testing.assert_close(named[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_memory_target_counts_what_both_sides_hold():
+    """A kernel that allocates nothing (dlogits written into the logits) is not 'infinitely' leaner: the
+    ratio compares what the GPU holds at the peak, the 500 MiB of logits included (the bench's rule)."""
+    from course_utils.bench import Table
+    from course_utils.benches.l08_backward_passes import _memory_target
+
+    table = Table("08")
+    table.fact("peak MiB ce triton (ours)", "0")
+    table.fact("peak MiB ce torch eager", "3000")
+    _memory_target(table, "ce", "peak MiB ce ", "triton (ours)", "torch eager", 1.0, held_mib=500.0)
+    _memory_target(table, "ce", "peak MiB ce ", "torch eager", "triton (ours)", 1.0, held_mib=500.0)
+    lean, heavy = table.targets
+    assert lean.ratio == pytest.approx(7.0) and lean.met
+    assert heavy.ratio == pytest.approx(1 / 7.0) and not heavy.met

@@ -199,15 +199,20 @@ def bench_cross_entropy(table: Table, rows: int = 8192, vocab: int = 32000) -> N
         if name != OURS:
             names.append(name)
     table.target(group, OURS, names, 1.0)
-    _memory_target(table, group, f"peak MiB {group} ", OURS, "torch eager", 1.0)
+    # The peaks above count only what a call allocates: ours writes dlogits into the logits and allocates
+    # ~0 MiB. The target compares what the GPU holds at the peak, the logits themselves included.
+    logits_mib = logits0.numel() * logits0.element_size() / 2**20  # (rows, vocab) bf16: 500 MiB
+    _memory_target(table, group, f"peak MiB {group} ", OURS, "torch eager", 1.0, held_mib=logits_mib)
 
 
-def _memory_target(table: Table, group: str, prefix: str, ours: str, peer: str, at_most: float) -> None:
-    """Target: peak memory of ours <= at_most x peer's, recorded as the ratio peer / ours >= 1 / at_most."""
+def _memory_target(table: Table, group: str, prefix: str, ours: str, peer: str, at_most: float,
+                   held_mib: float = 0.0) -> None:
+    """Target: peak memory of ours <= at_most x peer's, recorded as the ratio peer / ours >= 1 / at_most.
+    `held_mib`: memory both sides hold before the call (their inputs), added to each recorded peak."""
     a, b = table.facts.get(prefix + ours), table.facts.get(prefix + peer)
     t = Target(group + " peak memory", ours, peer, round(1 / at_most, 3), metric="memory (peer / ours)")
-    if a and b:
-        t.ratio = float(b) / max(float(a), 1.0)
+    if a is not None and b is not None:
+        t.ratio = (float(b) + held_mib) / max(float(a) + held_mib, 1.0)
         t.met = t.ratio >= t.minimum
     table.targets.append(t)
 
