@@ -272,3 +272,17 @@ def test_memory_target_counts_what_both_sides_hold():
     lean, heavy = table.targets
     assert lean.ratio == pytest.approx(7.0) and lean.met
     assert heavy.ratio == pytest.approx(1 / 7.0) and not heavy.met
+
+
+@pytest.mark.parametrize("programs, block_m, num_warps", [(1, 1, 4), (2, 2, 4), (5, 4, 8)])
+def test_rmsnorm_backward_launch_options_keep_the_values(programs, block_m, num_warps):
+    """The bench sweeps the backward's launch (programs, rows per step, warps): every one computes the same."""
+    gen = torch.Generator().manual_seed(3)
+    x, dy = torch.randn(23, 96, generator=gen), torch.randn(23, 96, generator=gen)
+    w = torch.rand(96, generator=gen) + 0.5
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
+    dx, dw = torch.empty_like(x), torch.empty(96)
+    l08.rmsnorm_backward(dy, x, w, rstd, dx, dw, programs=programs, block_m=block_m, num_warps=num_warps)
+    dx_ref, dw_ref = l08.rmsnorm_backward_ref(dy, x, w, rstd)
+    torch.testing.assert_close(dx, dx_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dw, dw_ref, atol=1e-4, rtol=1e-5)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 import torch
+import triton
+import triton.language as tl
 
 from ..bench import Table
 from ..fp8 import E4M3_MAX, fp8_matmul_ref, quantize_rowwise_ref
@@ -211,6 +213,37 @@ GEMV_CONFIGS = (  # BLOCK_N, BLOCK_KW (int32 words: 4 weights each), warps, stag
 )
 
 
+@triton.jit
+def read_words_kernel(w_ptr, out_ptr, N, K_WORDS, stride_wn, BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr):
+    """The GEMV's reads and nothing else: the same (BLOCK_N, BLOCK_KW) int32 tiles, summed as integers
+    (one add per word instead of ~16 operations for its 4 weights). How fast can these bytes be read?"""
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) weight rows
+    n_in = offs_n % N
+    offs_kw = tl.arange(0, BLOCK_KW)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.int32)
+    for kw0 in range(0, K_WORDS, BLOCK_KW):
+        kw = kw0 + offs_kw
+        words = tl.load(w_ptr + n_in[:, None] * stride_wn + kw[None, :], mask=kw[None, :] < K_WORDS, other=0)
+        acc += tl.sum(words, axis=1)
+    tl.store(out_ptr + offs_n, acc, mask=offs_n < N)
+
+
+def _read_floor(table: Table, group: str, w_int8: torch.Tensor, n_bytes: int) -> None:
+    """Rows "read only ...": the GEMV's tiles with the arithmetic taken out, every configuration of the
+    sweep; the best is the fastest these weights were read here, a floor no GEMV of this tiling beats."""
+    N = w_int8.shape[0]
+    words = w_int8.view(torch.int32)
+    out = torch.empty(N, device=DEVICE, dtype=torch.int32)
+    for bn, bkw, warps, stages in GEMV_CONFIGS:
+        def run(bn=bn, bkw=bkw, warps=warps, stages=stages):
+            read_words_kernel[(triton.cdiv(N, bn),)](words, out, N, words.shape[1], words.stride(0), BLOCK_N=bn,
+                                                     BLOCK_KW=bkw, num_warps=warps, num_stages=stages)
+        if _try(table, f"{group} read only {bn}x{4 * bkw}", lambda run=run: (run(), torch.testing.assert_close(
+                out, words.sum(1, dtype=torch.int32)))):
+            table.time(group, f"read only (no math) {bn}x{4 * bkw} w{warps} s{stages}", run, n_bytes=n_bytes)
+    table.add_best(group, "read only (no math)", n_bytes=n_bytes)
+
+
 def _gemv(table: Table) -> None:
     for N, K in GEMV_SHAPES:
         _gemv_shape(table, N, K)
@@ -283,6 +316,9 @@ def _gemv_shape(table: Table, N: int, K: int) -> None:
     table.time(group, "copy ceiling (1 GiB, read + write)", lambda: dst.copy_(src), n_bytes=2 * src.numel())
     del src, dst
     table.target(group, "triton (ours) W8A16", "copy ceiling (1 GiB, read + write)", 0.85, 0.92, metric="gbps")
+    _read_floor(table, group, w_int8, bytes_int8)
+    table.target(group, "read only (no math)", "copy ceiling (1 GiB, read + write)", None, metric="gbps")
+    table.target(group, "triton (ours) W8A16", "read only (no math)", None, metric="gbps")
 
 
 def run(table: Table) -> None:

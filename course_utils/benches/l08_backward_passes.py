@@ -13,6 +13,7 @@ minus what was allocated before it (facts "peak MiB ..."). torch.compile runs in
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -27,6 +28,8 @@ from ..lessons.l08_backward_passes import (
     attention_dkdv_kernel,
     attention_dq_kernel,
     causal_lm_loss,
+    rmsnorm_backward,
+    rmsnorm_forward,
     swap_in_training_kernels,
 )
 from ..llama import toy_llama
@@ -116,7 +119,7 @@ def _check_rmsnorm(got, x, w, dy) -> None:
         torch.testing.assert_close(g.double(), want, atol=atol, rtol=rtol, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def bench_rmsnorm(table: Table, rows: int = 16384, cols: int = 4096) -> None:
+def bench_rmsnorm(table: Table, rows: int = 16384, cols: int = 4096, sweep: bool = True) -> None:
     group = f"rmsnorm fwd+bwd bf16 {rows}x{cols}"
     x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPE, requires_grad=True)
     w = (torch.rand(cols, device=DEVICE, dtype=DTYPE) + 0.5).requires_grad_()
@@ -129,6 +132,30 @@ def bench_rmsnorm(table: Table, rows: int = 16384, cols: int = 4096) -> None:
     _check_rmsnorm(ours(), x, w, dy)
     table.time(group, OURS, ours, n_bytes=n_bytes)
     table.target(group, OURS, peers, 1.0)
+    if sweep:
+        _sweep_rmsnorm_backward(table, group, x.detach(), w.detach(), dy)
+
+
+def _sweep_rmsnorm_backward(table: Table, group: str, x, w, dy) -> None:
+    """The kernels without autograd, forward and backward timed apart, then the backward's launch swept:
+    programs per SM (more programs: more rows' loads in flight per SM, more dw partial rows to sum),
+    rows per step and warps."""
+    rows, cols = x.shape
+    y, rstd, dx = torch.empty_like(x), torch.empty(rows, device=DEVICE), torch.empty_like(x)
+    dw = torch.empty(cols, device=DEVICE)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    table.time(group, "triton (ours) forward only", lambda: rmsnorm_forward(x, w, EPS, y, rstd),
+               n_bytes=2 * x.numel() * x.element_size())
+    table.time(group, "triton (ours) backward only", lambda: rmsnorm_backward(dy, x, w, rstd, dx, dw),
+               n_bytes=3 * x.numel() * x.element_size())
+    for per_sm, block_m, warps in itertools.product((1, 2, 4, 8), (1, 2, 4), (4, 8, 16)):
+        def step(per_sm=per_sm, block_m=block_m, warps=warps):
+            rmsnorm_forward(x, w, EPS, y, rstd)
+            rmsnorm_backward(dy, x, w, rstd, dx, dw, programs=per_sm * sms, block_m=block_m, num_warps=warps)
+        step()
+        _check_rmsnorm((dx, dw), x, w, dy)
+        table.time(group, f"triton (ours) kernels, backward {per_sm}/SM BLOCK_M={block_m} w{warps}", step,
+                   n_bytes=5 * x.numel() * x.element_size())
 
 
 def bench_silu_mul(table: Table, rows: int = 16384, cols: int = 14336) -> None:
@@ -352,13 +379,13 @@ def bench_training_step(table: Table, batch: int = 8, seq: int = 1024) -> None:
                        "torch.compile around the loss function, our autograd Functions inside it")
 
 
-def run(table: Table) -> None:
+def run(table: Table, sweep: bool = True) -> None:
     table.notes.append("torch.compile rows use the default mode: max-autotune's compile time does not fit "
                        "this bench's GPU budget")
-    for bench in (bench_rmsnorm, bench_silu_mul, bench_cross_entropy, bench_attention_backward,
-                  bench_training_step):
+    for bench, options in ((bench_rmsnorm, {"sweep": sweep}), (bench_silu_mul, {}), (bench_cross_entropy, {}),
+                           (bench_attention_backward, {}), (bench_training_step, {})):
         try:
-            bench(table)
+            bench(table, **options)
         except Exception as exc:  # noqa: BLE001 - one failing bench must not lose the others' rows
             table.notes.append(f"{bench.__name__} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
         torch.cuda.empty_cache()

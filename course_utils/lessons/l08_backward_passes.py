@@ -151,12 +151,15 @@ def rmsnorm_backward_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_part_ptr,
 
 
 def rmsnorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
-                     dx: torch.Tensor, dw: torch.Tensor, programs: int | None = None) -> None:
-    """dx (rows, hidden) and dw (hidden,) fp32 of y = x * rstd * weight, given dy; rstd (rows,) fp32."""
+                     dx: torch.Tensor, dw: torch.Tensor, programs: int | None = None,
+                     block_m: int | None = None, num_warps: int | None = None) -> None:
+    """dx (rows, hidden) and dw (hidden,) fp32 of y = x * rstd * weight, given dy; rstd (rows,) fp32.
+    programs, block_m, num_warps: the launch (bench sweeps); by default backward_programs and row_config."""
     # BEGIN SOLUTION
     n_rows, n_cols = x.shape
     cfg = row_config(n_rows, n_cols)
-    cfg["BLOCK_M"] = min(cfg["BLOCK_M"], 4)  # one row of 4096 per step, or up to 4 short rows
+    cfg["BLOCK_M"] = block_m or min(cfg["BLOCK_M"], 4)  # one row of 4096 per step, or up to 4 short rows
+    cfg["num_warps"] = num_warps or cfg["num_warps"]
     P = programs or backward_programs(n_rows)
     rows_per_program = triton.cdiv(n_rows, P)
     part = torch.empty((P, n_cols), device=x.device, dtype=torch.float32)  # stage one's partial sums
