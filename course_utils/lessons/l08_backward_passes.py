@@ -154,12 +154,15 @@ def rmsnorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rs
                      dx: torch.Tensor, dw: torch.Tensor, programs: int | None = None,
                      block_m: int | None = None, num_warps: int | None = None) -> None:
     """dx (rows, hidden) and dw (hidden,) fp32 of y = x * rstd * weight, given dy; rstd (rows,) fp32.
-    programs, block_m, num_warps: the launch (bench sweeps); by default backward_programs and row_config."""
+    programs, block_m, num_warps: optional launch settings that the course's bench sweeps (the check
+    never passes them: your version may leave them out)."""
     # BEGIN SOLUTION
     n_rows, n_cols = x.shape
-    cfg = row_config(n_rows, n_cols)
-    cfg["BLOCK_M"] = block_m or min(cfg["BLOCK_M"], 4)  # one row of 4096 per step, or up to 4 short rows
-    cfg["num_warps"] = num_warps or cfg["num_warps"]
+    block_n = triton.next_power_of_2(n_cols)
+    # Up to 4 rows per step, ~16K elements (4 rows of 4096): each program keeps more loads in flight
+    # than with one row a step (the bench's sweep; with 4 warps such a tile spills).
+    block_m = block_m or max(1, min(4, 16384 // block_n, triton.next_power_of_2(n_rows)))
+    cfg = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps or (8 if block_m * block_n <= 16384 else 16))
     P = programs or backward_programs(n_rows)
     rows_per_program = triton.cdiv(n_rows, P)
     part = torch.empty((P, n_cols), device=x.device, dtype=torch.float32)  # stage one's partial sums

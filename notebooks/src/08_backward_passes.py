@@ -607,6 +607,17 @@ if data is not None and data.get("facts"):
 #   ({{ms:rmsnorm fwd+bwd bf16 16384x4096|triton (ours)}}), {{ratio:rmsnorm fwd+bwd bf16 16384x4096|triton (ours)|fastest}}
 #   the speed of the fastest peer, {{peer:rmsnorm fwd+bwd bf16 16384x4096|triton (ours)}}. Eager PyTorch
 #   took {{ms:rmsnorm fwd+bwd bf16 16384x4096|torch eager}}: it writes and re-reads its fp32 temporaries.
+#   Timed apart, our forward took {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) forward only}} and our backward
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) backward only}}, for 2 and 3 passes over a `(rows, hidden)` tensor. What
+#   the backward's launch is worth shows in the sweep rows (forward and backward kernels, no autograd):
+#   one row per step took {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=1 w8}}, four rows per step
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w8}} (more loads in flight in each program:
+#   the default), and four rows with 4 warps instead of 8
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w4}}: too many values per thread for the
+#   registers (a tile that spills). Two programs per SM:
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 2/SM BLOCK_M=4 w8}}; eight:
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 8/SM BLOCK_M=4 w8}} (each program's partial `dw` row is one
+#   more row for stage two to read).
 # - **SiLU * mul**: ours {{gbps:silu_mul fwd+bwd bf16 16384x14336|triton (ours)}}, `torch.compile`
 #   {{gbps:silu_mul fwd+bwd bf16 16384x14336|torch.compile}}, Liger-Kernel
 #   {{gbps:silu_mul fwd+bwd bf16 16384x14336|Liger-Kernel}}: {{ratio:silu_mul fwd+bwd bf16 16384x14336|triton (ours)|fastest}}
