@@ -305,9 +305,14 @@ class Table:
 
         With graph rows (`ours + " [graph]"` and the peers'), the target is judged on them: the GPU's work
         of every side, launches replayed as a serving stack replays a decode step; the plain ratio, which
-        adds each side's launch cost from Python, is reported beside it. Without, the plain ratio is judged.
+        adds each side's launch cost from Python, is reported beside it. Without, the plain ratio is judged:
+        also when a measured peer has no graph row (its capture failed), so that no peer drops out.
         """
-        graph = self.find(group, ours + GRAPH) is not None
+        measured_peers = [p for p in peers if self.find(group, p) is not None]
+        missing = [p for p in measured_peers if self.find(group, p + GRAPH) is None]
+        graph = self.find(group, ours + GRAPH) is not None and not missing
+        if missing and self.find(group, ours + GRAPH) is not None:
+            self.notes.append(f"{group}: judged on plain timings: no CUDA-graph row for {', '.join(missing)}")
         self.target(group, ours, peers, None if graph else minimum, None if graph else stretch)
         if graph:
             self.target(group, ours + GRAPH, [p + GRAPH for p in peers], minimum, stretch)

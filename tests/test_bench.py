@@ -376,3 +376,17 @@ def test_launch_bound_targets_are_judged_on_the_graph_timings():
         table.add("big", name, ms)
     table.target_plain_and_graph("big", "ours", ["peer"], 1.0)
     assert (table.targets[-1].minimum, table.targets[-1].met) == (1.0, False) and len(table.targets) == 3
+
+
+def test_a_peer_without_a_graph_row_keeps_the_target_on_plain_timings():
+    """A peer whose CUDA-graph capture failed must not drop out of the comparison: the target is then
+    judged on the plain rows (where the peer is), and a note says why."""
+    table = bench.Table("08")
+    for name, ms in [("ours", 0.30), ("ours [graph]", 0.18), ("compile", 0.20), ("liger", 0.25),
+                     ("liger [graph]", 0.24)]:
+        table.add("fwd+bwd", name, ms)
+    table.target_plain_and_graph("fwd+bwd", "ours", ["compile", "liger"], 1.0)
+    assert len(table.targets) == 1
+    t = table.targets[0]
+    assert (t.ours, t.peer, t.minimum, t.met) == ("ours", "compile", 1.0, False)
+    assert any("no CUDA-graph row for compile" in n for n in table.notes)
