@@ -73,9 +73,10 @@ def _close(got, want, tol=3e-2) -> None:
 
 
 def _peers(table: Table, group: str, eager, inputs, dy_of, n_bytes, liger=None, memory=False,
-           graph=False) -> list[str]:
+           graph=False, liger_dy_of=None) -> list[str]:
     """Time eager, torch.compile, Liger (each checked against eager first; graph=True: also replayed
-    from a CUDA graph); returns the rows recorded."""
+    from a CUDA graph); returns the rows recorded. liger_dy_of: Liger's own output gradient, for a
+    Liger backward that writes its result into it (the others' must stay as they are)."""
     want = _fwd_bwd(eager, inputs, dy_of)()
     names = []
     candidates = [("torch eager", lambda: eager), ("torch.compile", lambda: torch.compile(eager, dynamic=False))]
@@ -83,7 +84,7 @@ def _peers(table: Table, group: str, eager, inputs, dy_of, n_bytes, liger=None, 
         candidates.append(("Liger-Kernel", lambda: liger))
     for name, make in candidates:
         try:
-            step = _fwd_bwd(make(), inputs, dy_of)
+            step = _fwd_bwd(make(), inputs, liger_dy_of if name == "Liger-Kernel" and liger_dy_of else dy_of)
             _close(step(), want)
         except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
             table.notes.append(f"{group}: peer '{name}' skipped: {str(exc).splitlines()[0][:200]}")
@@ -132,7 +133,11 @@ def bench_rmsnorm(table: Table, rows: int = 16384, cols: int = 4096, sweep: bool
     # About 0.2 ms of GPU work per call, and as long on the CPU (autograd, the compiled wrapper, Triton's
     # launcher): timed plainly, torch.compile's row moved from 0.22 to 0.37 ms between two runs on one
     # H200. So every side is also replayed from a CUDA graph, and the target is judged on those rows.
-    peers = _peers(table, group, _rmsnorm_eager, (x, w), lambda y: dy, n_bytes, liger, graph=True)
+    # Liger's backward writes dx into dy (its default, in_place=True: dy is dead after a real backward), so
+    # it gets a dy of its own: after a few hundred timed calls its values have drifted, the work has not.
+    liger_dy = dy.clone()
+    peers = _peers(table, group, _rmsnorm_eager, (x, w), lambda y: dy, n_bytes, liger, graph=True,
+                   liger_dy_of=lambda y: liger_dy)
     ours = _fwd_bwd(lambda a, b: RMSNormFunction.apply(a, b, EPS), (x, w), lambda y: dy)
     _check_rmsnorm(ours(), x, w, dy)
     table.time(group, OURS, ours, n_bytes=n_bytes, graph=True)
