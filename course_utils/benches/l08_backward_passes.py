@@ -130,9 +130,9 @@ def bench_rmsnorm(table: Table, rows: int = 16384, cols: int = 4096, sweep: bool
     n_bytes = 5 * x.numel() * x.element_size()  # fwd: read x, write y; bwd: read dy and x, write dx
     fn = _liger("liger_kernel.ops.rms_norm", "LigerRMSNormFunction")
     liger = (lambda a, b: fn.apply(a, b, EPS)) if fn else None
-    # About 0.2 ms of GPU work per call, and as long on the CPU (autograd, the compiled wrapper, Triton's
-    # launcher): timed plainly, torch.compile's row moved from 0.22 to 0.37 ms between two runs on one
-    # H200. So every side is also replayed from a CUDA graph, and the target is judged on those rows.
+    # About 0.2 ms of GPU work per call, and about as much CPU work (autograd, the compiled wrapper,
+    # Triton's launcher): a plain timing depends on the CPU as much as on the GPU. So every side is also
+    # replayed from a CUDA graph, and the target is judged there.
     # Liger's backward writes dx into dy (its default, in_place=True: dy is dead after a real backward), so
     # it gets a dy of its own: after a few hundred timed calls its values have drifted, the work has not.
     liger_dy = dy.clone()
