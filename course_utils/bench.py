@@ -146,7 +146,7 @@ class Row:
 
 @dataclass
 class Target:
-    """A ratio the design asks for: metric(ours) / metric(peer) >= minimum (None: only reported).
+    """A target ratio: metric(ours) / metric(peer) >= minimum (None: only reported).
 
     With several candidate peers (`peers`), `peer` is the one that was fastest in this run: the ratio
     is against the strongest of them. A row name ending in " [graph]" is a CUDA-graph timing.

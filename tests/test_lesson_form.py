@@ -168,3 +168,23 @@ def test_every_name_a_function_reads_is_defined(path):
 
 def test_the_undefined_names_rule_can_fail():
     assert undefined_names("import json\ndef f(marks):\n    return bisect.bisect(marks, json.loads('1'))") == {"bisect"}
+
+
+STUDENT_WORDING = re.compile(r"\bthe design\b|\bdesign notes\b|\bdesign's\b", re.I)  # students have no design
+
+
+@pytest.mark.parametrize("notebook", ALL, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_student_text_speaks_of_targets_not_of_the_design(notebook):
+    """Students never read the course's design: a target is stated with its reason, not as 'the design'."""
+    said = [m.group(0) for cell in cells(notebook, "markdown") + cells(notebook, "code")
+            for m in STUDENT_WORDING.finditer(cell)]
+    assert not said, f"{notebook.parent.name}/{notebook.name} speaks of the design: {said}"
+
+
+def test_host_hints_say_outside_the_kernel():
+    """torch on a GPU tensor runs on the GPU: a hint about host-side computation says where it does not
+    belong (outside the kernel), never that torch ran 'on the host'."""
+    from course_utils.grading import exercises
+
+    wrong = {ex.id: ex.hint["host"] for ex in exercises() if "on the host" in ex.hint.get("host", "")}
+    assert not wrong, wrong

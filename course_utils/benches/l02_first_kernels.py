@@ -1,6 +1,6 @@
 """Lesson 02 on a GPU: vector add and ReLU against the copy ceiling and the fastest PyTorch peer.
 
-The design's targets compare GB/s with a device-to-device copy of the same size (the memory floor);
+The targets compare GB/s with a device-to-device copy of the same size (the memory floor);
 the ratio against the fastest of eager PyTorch, torch.compile and max-autotune is reported beside it.
 """
 from __future__ import annotations

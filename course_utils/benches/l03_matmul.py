@@ -21,7 +21,7 @@ from ..bench import Table, sweeping
 from ..checks.l03_matmul import dot_tolerance
 
 SIZES = (512, 1024, 2048, 4096, 8192)  # the TFLOP/s-vs-size sweep, N^3
-TARGET_SIZES = (4096, 8192)  # where the design sets targets; every config is timed here
+TARGET_SIZES = (4096, 8192)  # where the targets are set; every config is timed here
 NAIVE_SIZES = (512, 1024, 2048)  # the naive kernel gets slow fast: 2 N^3 loads
 GEM_SHAPES = ((64, 256, 128), (128, 256, 256), (1024, 1024, 1024))  # (M, N, K) of the GEM repo
 LINEAR_SHAPES = GEM_SHAPES + ((4096, 4096, 4096),)

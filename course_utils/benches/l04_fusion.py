@@ -306,7 +306,7 @@ def _launch_bound(table: Table) -> None:
             result = fn()
         torch.testing.assert_close(result, ref, **close)
         table.add(group, name, wall_ms(fn), n_bytes=bytes_moved(n, 4, 4, fused=True))
-    # Not targets of the design: the speed-ups are reported (minimum None).
+    # Not targets: the speed-ups are reported (minimum None).
     table.target(group, "torch eager graph", "torch eager 4 launches", None)
     table.target(group, "compile reduce-overhead", "torch.compile", None)
     table.target(group, "triton (ours) graph", "triton (ours) 1 launch", None)

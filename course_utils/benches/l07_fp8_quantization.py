@@ -2,7 +2,7 @@
 cuBLAS bf16 and torch._scaled_mm, and the W8A16 GEMV against the bf16 GEMV.
 
 Every configuration of our kernels is its own row ("triton (ours) ..."), checked before it is timed;
-the best one is then recorded again as "triton (ours)" and compared with the design's targets.
+the best one is then recorded again as "triton (ours)" and compared with the targets.
 A configuration that fails to compile (shared memory) or to match is noted and skipped.
 """
 from __future__ import annotations

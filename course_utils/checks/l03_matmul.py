@@ -351,7 +351,8 @@ register(Exercise(
           "launches": "one launch: the matmul kernel adds bias[n] to its fp32 accumulator and applies "
                       "max(., 0) before its one store; no separate bias or ReLU kernel",
           "fusion": "no (M, N) temporary: bias and ReLU are applied to the accumulator in registers",
-          "host": "no torch arithmetic on the host (no x @ w.T, no relu): it all happens in the kernel"},
+          "host": "no torch arithmetic outside your kernel (no x @ w.T, no relu): it all happens in "
+                  "your kernel"},
     fusion=Fusion("bias and ReLU are applied to the fp32 accumulator in the matmul kernel's epilogue, "
                   "before its one store of out (one launch, no (M, N) temporary)", _linear_temporary),
     speed=_matmul_speed("linear_relu", linear=True)))

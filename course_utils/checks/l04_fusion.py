@@ -112,8 +112,8 @@ register(Exercise(
                  "lane stores them: mask the store too",
           "launches": "one kernel: four tl.sin calls on the values in registers; a one-sin kernel launched "
                       "four times moves four times the bytes",
-          "host": "torch.sin on the host is the eager chain this exercise replaces: all four sins belong in "
-                  "your kernel"}))
+          "host": "torch.sin outside your kernel is the eager chain this exercise replaces: all four "
+                  "sins belong in your kernel"}))
 
 
 # --- 04.silu_mul ------------------------------------------------------------------------------
@@ -169,4 +169,5 @@ register(Exercise(
           "out_of_bounds": "mask = offsets < n (n = numel) on both loads and the store",
           "launches": "one kernel: silu and the product on the values in registers; F.silu then * is two "
                       "kernels and a temporary",
-          "host": "F.silu, torch.sigmoid and * on the host are the eager version: compute in your kernel"}))
+          "host": "F.silu, torch.sigmoid and * outside your kernel are the eager version: compute in "
+                  "your kernel"}))

@@ -503,8 +503,8 @@ register(Exercise(
                            "the store; address x and out with their own strides",
           "launches": "one kernel: the max, the exponentials, the sum and the division happen on the row in "
                       "registers (or in an online loop), never in separate launches",
-          "host": "torch.softmax, exp, max or sum on the host compute the answer with PyTorch: all of it "
-                  "belongs in your kernel"},
+          "host": "torch.softmax, exp, max or sum outside your kernel compute the answer with PyTorch: "
+                  "all of it belongs in your kernel"},
     speed=Speed(lambda: (randn((4096, 8192)), Out("out", (4096, 8192), torch.float32)),
                 lambda args: softmax_cost(4096, 8192, 4), "course_utils.lessons.l05_online_softmax:softmax",
                 "4096 x 8192, fp32")))
@@ -522,7 +522,7 @@ register(Exercise(
                            "store; address q, k, v and out with their four strides each (they may be views)",
           "launches": "one kernel: QK^T, the online softmax and P @ V all stay in registers; the (S, S) "
                       "scores are never written",
-          "host": "no torch matmul or softmax on the host: the scores exist only inside your kernel"},
+          "host": "no torch matmul or softmax outside your kernel: the scores exist only inside your kernel"},
     speed=Speed(lambda: (*(randn((4, 16, 4096, 128), _half()) for _ in range(3)),
                          Out("out", (4, 16, 4096, 128), _half()), False),
                 _attention_cost, "course_utils.lessons.l05_online_softmax:attention",

@@ -146,8 +146,8 @@ register(Exercise(
                        "cols < n_cols; BLOCK = triton.next_power_of_2(n_cols)",
           "out_of_bounds": "mask cols < n_cols (and rows < n_rows) on the loads of x and weight and on the "
                            "store; address x and out with their own row strides",
-          "host": "x.pow(2).mean() or torch.rsqrt on the host compute the statistics with PyTorch: they "
-                  "belong in your kernel",
+          "host": "x.pow(2).mean() or torch.rsqrt outside your kernel compute the statistics with "
+                  "PyTorch: they belong in your kernel",
           "launches": "one launch: the statistics and the normalization of a row happen in the same program"},
     speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), randn((HIDDEN,), _half()), 1e-6,
                          Out("out", (ROWS, HIDDEN), _half())),
@@ -234,7 +234,8 @@ register(Exercise(
                            "and cols < N; address x with its row stride",
           "nan": "a masked load without other= reads undefined values (NaN in the checker) into tl.dot: give "
                  "the K-tail loads other=0.0",
-          "host": "no torch matmul or silu on the host: both products and the epilogue happen in your kernel",
+          "host": "no torch matmul or silu outside your kernel: both products and the epilogue happen "
+                  "in your kernel",
           "launches": "one launch: every x tile you load feeds both tl.dot calls (gate and up), and the "
                       "epilogue applies silu(g) * u to the two accumulators before the one store",
           "fusion": "keep g and u in fp32 accumulators in registers: no (rows, intermediate) buffer for either"}))
@@ -309,8 +310,8 @@ register(Exercise(
                        "(or your own) over all of h",
           "out_of_bounds": "mask the K tail (k < K) of x, norm_weight and the weights, and each store with "
                            "rows < M and cols < N; address x with its row stride",
-          "host": "no torch matmul, rsqrt or silu on the host: weight packing aside, the arithmetic happens "
-                  "in your kernels",
+          "host": "no torch matmul, rsqrt or silu outside your kernel: weight packing aside, the "
+                  "arithmetic happens in your kernels",
           "launches": "two launches on the activations: the gate/up kernel with the norm folded in (sum of "
                       "x**2 in its K loop, rsqrt in its epilogue), then the down projection; no rmsnorm launch",
           "fusion": "the normalized x never goes to memory: scale x's tiles by norm_weight as you load them and "

@@ -338,8 +338,8 @@ register(Exercise(
                        "pass for amax, a second to quantize and store every block); store scale_out[row]",
           "out_of_bounds": "mask cols < n_cols on every load and store of the row; scale_out has one element "
                            "per row; address x with x.stride(0) and x.stride(1) (it may be transposed)",
-          "host": "x.abs().amax(), division or .to(float8) on the host quantize with PyTorch: do it in your "
-                  "kernel"}))
+          "host": "x.abs().amax(), division or .to(float8) outside your kernel quantize with PyTorch: "
+                  "do it in your kernel"}))
 register(Exercise(
     "07.fp8_matmul", "FP8 matmul with per-row scales", "fp8_matmul(a, a_scale, b, b_scale, out)",
     _matmul_cases,
@@ -357,7 +357,7 @@ register(Exercise(
                        "masked with rows < M and cols < N",
           "out_of_bounds": "mask the K tail of a and b (k < K) and the scales' loads (rows < M, cols < N), and "
                            "the store; address b with its own strides (it may be a transposed view)",
-          "host": "no torch matmul or dequantization on the host: the scales are applied to the fp32 "
+          "host": "no torch matmul or dequantization outside your kernel: the scales are applied to the fp32 "
                   "accumulator in your kernel"}))
 register(Exercise(
     "07.pack_int4", "pack two nibbles per byte", "pack_int4(lo, hi)", _pack_cases,

@@ -288,9 +288,11 @@ for b in range(B):
 # kernel read the K/V bytes at {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 8192|triton (ours) vs copy|copy ceiling (K/V bytes)}} the copy bandwidth and ran
 # {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 8192|triton (ours)|fastest}} the speed of the faster of SDPA (`enable_gqa`) and torch.compile. At a context of
 # 1024 the GPU's work is short: replayed from a CUDA graph ours ran {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]|fastest}} the
-# fastest peer's speed ({{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]}}), but launched plainly {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours)|fastest}}
-# ({{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours)}}): each Triton launch costs tens of microseconds of Python on the host, more than
-# the GPU needs for the whole attention. That is the launch overhead a CUDA graph removes (lesson 04).
+# fastest peer's speed ({{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]}}), and launched plainly {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours)|fastest}}
+# ({{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours)}}; the plain SDPA took {{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|SDPA enable_gqa}}, in a graph
+# {{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|SDPA enable_gqa [graph]}}). The difference between a plain and a graph row of one side is the
+# cost of launching from Python that a CUDA graph removes (lesson 04); at microseconds of GPU work it
+# can decide a ranking, which is why both are measured.
 #
 # Lesson 05's `merge_stats` does the `(m, l)` half on numbers:
 
