@@ -252,7 +252,7 @@ def _fp32(table: Table, every_config: bool = True) -> None:
                 ours, cublas = table.find(group, OURS), table.find(group, CUBLAS)
                 if ours and cublas:
                     table.notes.append(f"{group}: ours at {cublas.ms / ours.ms:.2f} x torch.matmul "
-                                       "({precision!r} float32 precision for both)")
+                                       f"({precision!r} float32 precision for both)")
     finally:
         torch.set_float32_matmul_precision(before)
 

@@ -1,11 +1,12 @@
 """Lesson 06 on a GPU: RMSNorm against torch.compile and Liger, the fused RMSNorm + MLP block against
 the Hugging Face block (post_attention_layernorm + mlp of the toy Llama) eager and torch.compile'd.
 
-Sizes: RMSNorm bf16 at 16384 x 4096 and 65536 x 1024; the block at the toy Llama's decode input (1, 16, 1024)
-(the paper's (1, 16, 4096) at hidden 1024; decode-sized: the weights dominate, launches matter) and a prefill-sized (4, 2048, 1024)
-(compute-bound: 8192 x 1024 x 22016 gate/up plus 8192 x 11008 x 1024 down), fp16 and bf16.
+Sizes: RMSNorm bf16 at 16384 x 4096 and 65536 x 1024; the block at the toy Llama's decode input
+(1, 16, 1024) and the paper's (1, 16, 4096) with intermediate 11008 (decode-sized: the weights dominate,
+launches matter), and a prefill-sized (4, 2048, 1024) (compute-bound: 8192 x 1024 x 22016 gate/up plus
+8192 x 11008 x 1024 down), fp16 and bf16.
 
-Our block is what FusedRMSNormMLP runs: the weights are packed ONCE, outside every timed region
+Our block runs FusedRMSNormMLP's kernels: the weights are packed ONCE, outside every timed region
 (pack_mlp_weights: gate and up interleaved in one (H, 2I) row-major w_gu, w_down.T row-major), and
 each timed call is rmsnorm_mlp_packed: the fused RMSNorm + gate/up + SiLU kernel, then lesson 03's
 matmul for the down projection. The time packing takes is in table.notes (once per model).

@@ -352,7 +352,7 @@ def softmax_ref(x: torch.Tensor) -> torch.Tensor:
 
 
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """The three-kernel attention: scores (B, H, S, S) in memory, softmax, then @ v."""
+    """The unfused attention: scores (B, H, S, S) in memory, scaled, softmax, then @ v."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, S, S): written to memory
     if causal:
         S = q.shape[-2]

@@ -134,7 +134,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
 # never written to memory. The `(BLOCK_K, BLOCK_N)` tile of `w.T` is element `(k, n)` of `w.T`, that
 # is `w[n, k]`, at `w_ptr + n * w.stride(0) + k * w.stride(1)`. (The other way to do it: one merged
 # weight, one accumulator of width `2 * BLOCK_N`, and an epilogue that splits it: 06.rmsnorm_mlp does
-# that, for speed.) FLOPs: 2 x M x N x K per weight, so 4MNK; `mlp_config` has tile sizes for few and
+# that; the course does not time the two forms against each other.) FLOPs: 2 x M x N x K per weight, so 4MNK; `mlp_config` has tile sizes for few and
 # for many rows.
 
 # %%
@@ -153,8 +153,8 @@ def mlp_config(M: int, element_size: int = 2) -> dict:
         return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
     if M <= 64:
         return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
-    # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile; 3 stages
-    # and groups of 4 tile rows were the fastest of the H200 sweep for the plain-matmul K loop.
+    # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile, 3 stages;
+    # the bench sweeps GROUP_M and stages around it (its notes name the fastest of each run).
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=4, num_warps=8, num_stages=3)
 
 
@@ -233,8 +233,8 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 # same `BLOCK_M` rows of `x` once more (from L2, no tensor-core work) adding up `sum(x**2)` in fp32, and
 # scales the accumulator's rows by `1 / sqrt(sum / K + eps)` before the SiLU. (Summing `x**2` inside
 # the K loop, the paper's way, works too, but it pulls every `x` tile out of shared memory into
-# registers beside the tensor cores' reads; on an H200 that loop ran slower than the plain one, in a
-# measurement made while writing this kernel that is not among the committed results.) Then `h`
+# registers beside the tensor cores' reads, work the plain loop does not have; the course does not
+# time an in-loop variant.) Then `h`
 # (rows, intermediate) is written once and the down projection is a second launch: two launches for
 # the block instead of Hugging Face's 13 (in fp16); at decode sizes the down projection splits K
 # (`down_split_k`, given), since 16 rows x 1024 columns are too few output tiles for a whole GPU.

@@ -407,18 +407,21 @@ else:
 # the warps matter. The bench sweeps both when run with `COURSE_BENCH_SWEEP=1`; its notes say whether
 # the committed run did.
 #
-# ## Attention, the three-kernel version
+# ## Attention, the unfused version
 #
 # Attention for one head: `O = softmax(Q K^T / sqrt(D)) V`, with `Q, K, V, O` of shape `(S, D)`. The
-# straightforward version runs three kernels and writes the `(S, S)` scores and probabilities to
-# memory in between (`attention_ref`):
+# straightforward version writes the `(S, S)` scores and probabilities to memory between its steps;
+# at best it is three kernels, the scale folded into the first:
 #
 # 1. `scores = Q @ K^T / sqrt(D)`: read Q, K; **write** S x S
 # 2. `P = softmax(scores)` (masked when causal): **read** S x S, **write** S x S
 # 3. `O = P @ V`: **read** S x S, read V; write O
 #
 # Four trips of an `S x S` matrix per head through HBM (one write, a read and a write, one read),
-# against `4 S D` values for Q, K, V and O.
+# against `4 S D` values for Q, K, V and O. Written as PyTorch ops one at a time it makes more:
+# `attention_ref` below divides the scores by `sqrt(D)` as an op of its own (a read and a write of
+# S x S), and the benchmark's unfused row (matmul, an in-place scale, the mask when causal, our softmax,
+# matmul) makes six trips, eight with the mask.
 
 # %% [inline] course_utils.lessons.l05_online_softmax: attention_ref
 
@@ -564,7 +567,7 @@ for causal in (False, True):
 # SDPA's speed without the mask ({{tflops:attention bf16 (4, 16, 4096, 128) causal=False|triton (ours)}}
 # against {{tflops:attention bf16 (4, 16, 4096, 128) causal=False|F.scaled_dot_product_attention}}) and
 # {{ratio:attention bf16 (4, 16, 4096, 128) causal=True|triton (ours)|F.scaled_dot_product_attention}}
-# with it; the unfused three-kernel version, with its four trips of the scores, ran at
+# with it; the unfused version, with its six trips of the scores, ran at
 # {{tflops:attention bf16 (4, 16, 4096, 128) causal=False|unfused: matmul, scale, (mask,) our softmax, matmul}}.
 
 # %%
