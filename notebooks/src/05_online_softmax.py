@@ -84,7 +84,7 @@ print(y)
 # each). Softmax does about 5 FLOPs per element (max, subtract, exp, add, multiply), and none of it is
 # a matrix product: it runs on the CUDA cores, not on the tensor cores. So the roof that matters is
 # the CUDA-core fp32 one, and its ridge point (computed below, from the datasheet peak and from a
-# measured one, with the measured copy bandwidth) is around 10 to 16 FLOP per byte. Softmax's 5 FLOPs per 8 bytes sit far left of
+# measured one, with the measured copy bandwidth) is a few tens of FLOP per byte at most. Softmax's 5 FLOPs per 8 bytes sit far left of
 # it: every version is memory-bound, and the time is bytes / bandwidth.
 #
 # | version | reads | writes | bytes |
