@@ -206,7 +206,7 @@ else:
 # cannot run it: it runs on the CUDA cores, whose fp32 roof is far lower. NVIDIA's datasheet gives
 # the H100 SXM and the H200 SXM the same fp32 CUDA-core peak, and lesson 01 measured a lower one with
 # an FMA-bound kernel; with the measured copy bandwidth either puts the ridge point at a few tens of
-# FLOP per byte at most (lesson 01's roofline prints both for each GPU), not in the hundreds.
+# FLOP per byte at most (lesson 01 computes it from the measured roofs), not in the hundreds.
 #
 # An accurate `sinf` (which `tl.sin` compiles to here: see the PTX section below) is an argument
 # reduction and a polynomial, tens of fp32 instructions. The cell takes the measured time of the
