@@ -611,3 +611,28 @@ def test_fp8_matmul_missing_scale_is_named():
     wrong = mutant("l07_fp8_quantization", "fp8_matmul",
                    ("acc = acc * a_scale[:, None] * b_scale[None, :]", "acc = acc * a_scale[:, None]"))
     fails("07.fp8_matmul", wrong, "without b_scale[None, :]")
+
+
+def test_the_persistent_launch_reads_one_config(monkeypatch):
+    """Hopper's FP8 tile is one triton.Config (FP8_HOPPER_CONFIG): the persistent launch passes its block
+    sizes, warps and stages through, and a program per SM (checked here without a GPU: the launch is faked)."""
+    launched = {}
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.update(kwargs, grid=grid)
+            return launch
+
+    monkeypatch.setattr(l07, "fp8_matmul_persistent_kernel", FakeKernel())
+    properties = type("Properties", (), {"multi_processor_count": 132})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
+    monkeypatch.setattr(l07.triton, "set_allocator", lambda allocator: None)
+    a, b = torch.zeros(512, 256, dtype=torch.float8_e4m3fn), torch.zeros(1024, 256, dtype=torch.float8_e4m3fn)
+    out = torch.empty(512, 1024, dtype=torch.bfloat16)
+    l07.fp8_matmul_persistent(a, torch.ones(512), b, torch.ones(1024), out)
+    cfg = l07.FP8_HOPPER_CONFIG
+    assert {k: launched[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")} == cfg.kwargs == dict(
+        BLOCK_M=128, BLOCK_N=256, BLOCK_K=128)
+    assert (launched["num_warps"], launched["num_stages"]) == (cfg.num_warps, cfg.num_stages) == (8, 3)
+    assert launched["grid"] == (min(132, (512 // 128) * (1024 // 256)),) and launched["NUM_SMS"] == 132
