@@ -385,10 +385,15 @@ else:
 # ## What the plot shows
 #
 # Each group compares our kernel, `torch.softmax` and a copy of the same tensor, in GB/s of the
-# bytes a softmax must move. The copy is the ceiling: a one-pass kernel moves exactly its bytes, so
-# the gap between the two bars is what the reductions, the exponentials and the scheduling of the
-# programs cost. A kernel that reads a row twice (the online kernel, or a three-pass one) can still
-# come close when the second read hits L2, but it cannot pass the copy.
+# bytes a softmax must move. The copy is the yardstick: a one-pass kernel moves exactly the copy's
+# bytes, so the gap between the two bars is what the reductions, the exponentials and the scheduling of
+# the programs cost. A kernel that reads a row twice (the online kernel, or a three-pass one) can still
+# come close when the second read hits L2. It is not a hard ceiling at every size: at 16384 x 1024
+# (64 MiB each way) the copy itself ran at {{gbps:softmax fp32 16384x1024|copy ceiling (x -> out)}} against
+# {{gbps:softmax fp32 4096x32768|copy ceiling (x -> out)}} at 4096 x 32768, and ours at
+# {{gbps:softmax fp32 16384x1024|triton (ours)}}, {{ratio:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} the copy's rate (on the H100
+# {{ratio@h100:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}}); why a copy of that size is slower was not
+# measured here (lesson 02 meets the same question for the vector add).
 #
 # The targets: at least the speed of the fastest peer (`torch.softmax`, `torch.compile`, its
 # max-autotune mode and Liger-Kernel, whichever wins in the same run: a fused kernel that moves 8 bytes
@@ -401,11 +406,11 @@ else:
 # | 32768 x 4096 | {{peer:softmax fp32 32768x4096|triton (ours)}} | {{ratio:softmax fp32 32768x4096|triton (ours)|fastest}} | {{ratio:softmax fp32 32768x4096|triton (ours)|torch.softmax}} | {{ratio:softmax fp32 32768x4096|triton (ours)|copy ceiling (x -> out)}} |
 # | 16384 x 1024 | {{peer:softmax fp32 16384x1024|triton (ours)}} | {{ratio:softmax fp32 16384x1024|triton (ours)|fastest}} | {{ratio:softmax fp32 16384x1024|triton (ours)|torch.softmax}} | {{ratio:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} |
 #
-# The short rows of 16384 x 1024 make the hardest case: the whole job lasts
-# {{us:softmax fp32 16384x1024|triton (ours)}}. Likely reasons, not profiled here: at that length the
-# last partial wave of programs and the cross-warp reductions weigh more, so the rows per program and
-# the warps matter. The bench sweeps both when run with `COURSE_BENCH_SWEEP=1`; its notes say whether
-# the committed run did.
+# The short rows of 16384 x 1024 make the shortest job: it lasts
+# {{us:softmax fp32 16384x1024|triton (ours)}}, so the last partial wave of programs and the cross-warp
+# reductions weigh more than at the larger sizes, and the rows per program and the warps matter (a
+# reason, not a profile). The bench sweeps both when run with `COURSE_BENCH_SWEEP=1`; its notes say
+# whether the committed run did.
 #
 # ## Attention, the unfused version
 #
