@@ -354,7 +354,10 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # the speed of cuBLAS's bf16 GEMV ({{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}} against {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS)}}), short of that target.
 # It read its int4 bytes at only {{gbps:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}}, far below the copy bandwidth: the memory is not
 # what limits it, the work per weight is (split the nibble off, make it a float, multiply, add, and the
-# per-group sums). Faster int4 kernels pre-arrange the packed weights for their loads and convert two
+# per-group sums). The two GPUs show it: the H200 and the H100 have the same SMs at about the same clock
+# and different memories (HBM3e against HBM3, datasheets), and ours took {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}} on
+# the H200 and {{us@h100:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}} on the H100, while cuBLAS's bf16 GEMV, which is
+# bound by its bytes, took {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS) [graph]}} and {{us@h100:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS) [graph]}}. Faster int4 kernels pre-arrange the packed weights for their loads and convert two
 # nibbles per instruction in packed half-precision arithmetic.
 
 # %% [inline] course_utils.lessons.l07_fp8_quantization: quantize_int8_ref w8a16_gemv_kernel w8a16_gemv
