@@ -621,8 +621,9 @@ if data is not None and data.get("facts"):
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w4}}: too many values per thread for the
 #   registers (a tile that spills). Two programs per SM:
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 2/SM BLOCK_M=4 w8}}; eight:
-#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 8/SM BLOCK_M=4 w8}} (each program's partial `dw` row is one
-#   more row for stage two to read).
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 8/SM BLOCK_M=4 w8}} (more programs bring more partial `dw`
+#   rows for stage one to write and stage two to read, but that traffic is small next to the tensors';
+#   why eight per SM cost this much was not profiled).
 # - **SiLU * mul**: ours {{gbps:silu_mul fwd+bwd bf16 16384x14336|triton (ours)}}, `torch.compile`
 #   {{gbps:silu_mul fwd+bwd bf16 16384x14336|torch.compile}}, Liger-Kernel
 #   {{gbps:silu_mul fwd+bwd bf16 16384x14336|Liger-Kernel}}: {{ratio:silu_mul fwd+bwd bf16 16384x14336|triton (ours)|fastest}}
