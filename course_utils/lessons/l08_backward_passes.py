@@ -159,8 +159,8 @@ def rmsnorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rs
     # BEGIN SOLUTION
     n_rows, n_cols = x.shape
     block_n = triton.next_power_of_2(n_cols)
-    # Up to 4 rows per step, ~16K elements (4 rows of 4096): each program keeps more loads in flight
-    # than with one row a step (the bench's sweep; with 4 warps such a tile spills).
+    # Up to 4 rows per step, ~16K elements (4 rows of 4096), 8 warps: more loads in flight per program
+    # than one row a step (the bench sweeps rows per step, warps and programs per SM around this).
     block_m = block_m or max(1, min(4, 16384 // block_n, triton.next_power_of_2(n_rows)))
     cfg = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps or (8 if block_m * block_n <= 16384 else 16))
     P = programs or backward_programs(n_rows)

@@ -616,10 +616,10 @@ if data is not None and data.get("facts"):
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) backward only}}, for 2 and 3 passes over a `(rows, hidden)` tensor. What
 #   the backward's launch is worth shows in the sweep rows (forward and backward kernels, no autograd):
 #   one row per step took {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=1 w8}}, four rows per step
-#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w8}} (more loads in flight in each program:
-#   the default), and four rows with 4 warps instead of 8
-#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w4}}: too many values per thread for the
-#   registers (a tile that spills). Two programs per SM:
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w8}} (the default: each program has four
+#   rows' loads in flight instead of one, our reading of the gain), and four rows with 4 warps instead
+#   of 8 {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w4}}: twice the values per thread, likely more than
+#   the registers hold (a guess: the compiler's spill report was not read). Two programs per SM:
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 2/SM BLOCK_M=4 w8}}; eight:
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 8/SM BLOCK_M=4 w8}} (more programs bring more partial `dw`
 #   rows for stage one to write and stage two to read, but that traffic is small next to the tensors';
