@@ -308,10 +308,10 @@ class Table:
         adds each side's launch cost from Python, is reported beside it. Without, the plain ratio is judged:
         also when a measured peer has no graph row (its capture failed), so that no peer drops out.
         """
-        measured_peers = [p for p in peers if self.find(group, p) is not None]
-        missing = [p for p in measured_peers if self.find(group, p + GRAPH) is None]
-        graph = self.find(group, ours + GRAPH) is not None and not missing
-        if missing and self.find(group, ours + GRAPH) is not None:
+        ours_graph = self.find(group, ours + GRAPH) is not None
+        missing = [p for p in peers if self.find(group, p) is not None and self.find(group, p + GRAPH) is None]
+        graph = ours_graph and not missing
+        if ours_graph and missing:
             self.notes.append(f"{group}: judged on plain timings: no CUDA-graph row for {', '.join(missing)}")
         self.target(group, ours, peers, None if graph else minimum, None if graph else stretch)
         if graph:

@@ -134,8 +134,8 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
 # never written to memory. The `(BLOCK_K, BLOCK_N)` tile of `w.T` is element `(k, n)` of `w.T`, that
 # is `w[n, k]`, at `w_ptr + n * w.stride(0) + k * w.stride(1)`. (The other way to do it: one merged
 # weight, one accumulator of width `2 * BLOCK_N`, and an epilogue that splits it: 06.rmsnorm_mlp does
-# that; the course does not time the two forms against each other.) FLOPs: 2 x M x N x K per weight, so 4MNK; `mlp_config` has tile sizes for few and
-# for many rows.
+# that; the course does not time the two forms against each other.) FLOPs: 2 x M x N x K per weight,
+# so 4MNK; `mlp_config` has tile sizes for few and for many rows.
 
 # %%
 def mlp_config(M: int, element_size: int = 2) -> dict:
