@@ -137,9 +137,9 @@ def test_attention_merged_without_rescaling_is_named(tmp_path, monkeypatch):
 
 @interpreter_only
 @pytest.mark.parametrize("replacements, words", [
-    ((("x_rows + j * stride_xk", "x_rows + (j ^ 1) * stride_xk"),), "nibbles swapped"),  # weight 2i + 1 read as 2i
+    ((("(8 * kw + j)", "(8 * kw + (j ^ 1))"),), "nibbles swapped"),  # weight 2i + 1 read as 2i
     ((("- (1.0 + 8.0 / (1 << (23 - shift)))", "- 1.0"),), "zero point forgotten"),
-    ((("groups[None, :] * stride_sg", "0 * stride_sg"),), "one scale per row"),
+    ((("(kw // WORDS) * stride_sg", "0 * stride_sg"),), "one scale per row"),
 ])
 def test_w4a16_mistakes_are_named(tmp_path, monkeypatch, replacements, words):
     monkeypatch.setattr(l09, "w4a16_gemv_kernel", _patched(l09.w4a16_gemv_kernel, tmp_path, *replacements))

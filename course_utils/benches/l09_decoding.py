@@ -110,8 +110,8 @@ def _attention(table: Table, context: int) -> None:
 
 # --- int4 GEMV --------------------------------------------------------------------------------
 
-GEMV_CONFIGS = (  # BLOCK_N, BLOCK_G (groups of 128 per step), warps
-    (16, 16, 4), (32, 16, 8), (16, 8, 4), (32, 8, 4), (32, 4, 4),
+GEMV_CONFIGS = (  # BLOCK_N, BLOCK_K (weights per row and step), warps
+    (64, 512, 4), (128, 512, 8), (64, 256, 4), (32, 512, 4), (64, 1024, 8),
 )
 
 
@@ -139,11 +139,11 @@ def _gemv(table: Table) -> None:
     if _try(table, f"{name_group} torch.compile", lambda: verify(compiled(x, w_packed, scales))):
         table.time(name_group, "torch.compile dequant + matmul", lambda: compiled(x, w_packed, scales),
                    n_bytes=bytes_int4, graph=True)
-    for bn, bg, warps in GEMV_CONFIGS:
-        name = f"triton (ours) BLOCK_N={bn} BLOCK_G={bg} w{warps}"
+    for bn, bk, warps in GEMV_CONFIGS:
+        name = f"triton (ours) BLOCK_N={bn} BLOCK_K={bk} w{warps}"
 
-        def run(bn=bn, bg=bg, warps=warps):
-            w4a16_gemv(x, w_packed, scales, group_size, out, BLOCK_N=bn, BLOCK_G=bg, num_warps=warps)
+        def run(bn=bn, bk=bk, warps=warps):
+            w4a16_gemv(x, w_packed, scales, group_size, out, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
 
         if _try(table, f"{name_group} {name}", lambda run=run: (run(), verify(out))):
             table.time(name_group, name, run, n_bytes=bytes_int4, graph=True)

@@ -379,10 +379,12 @@ def unpack_int4(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # int8 to fp32 in registers and applies the scale once per output. Activations stay 16-bit: "W8A16".
 #
 # One program computes BLOCK_N outputs: it walks along K, reading a (BLOCK_N, 4 * BLOCK_KW) int8 tile as
-# (BLOCK_N, BLOCK_KW) int32 words (four weights per 4-byte load), and adds each step's dot products into
-# BLOCK_N fp32 sums. The int -> float conversion instruction (I2F) runs at a fraction of the rate of
-# a float add (the CUDA C++ Programming Guide's table of arithmetic instruction throughputs); with one
-# conversion per weight byte it would be the busiest unit of the kernel. So the kernel makes the float
+# (BLOCK_N, BLOCK_KW) int32 words (four weights per 4-byte load), and adds each product into a
+# (BLOCK_N, BLOCK_KW) tile of fp32 running sums; it sums each row of that tile only once, after the
+# loop (a sum across threads in every step costs shuffles in every step). The int -> float conversion
+# instruction (I2F) runs at a fraction of the rate of a float add (the CUDA C++ Programming Guide's
+# table of arithmetic instruction throughputs); with one conversion per weight byte it would be the
+# busiest unit of the kernel. So the kernel makes the float
 # with integer and float arithmetic instead: a byte b (0..255)
 # ORed into the mantissa of 2^23 is the float 2^23 + b exactly; subtracting 2^23 + 128 from it gives
 # b - 128. XOR-ing each byte with 0x80 first turns the signed byte v into b = v + 128, so the result is
@@ -405,22 +407,20 @@ def w8a16_gemv_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, N, K_WORDS, stride_xm, s
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) output columns = weight rows
     n_in = offs_n % N  # rows past N load row n % N again; the store drops them
     offs_kw = tl.arange(0, BLOCK_KW)  # (BLOCK_KW,) int32 words: weights 4i .. 4i + 3 of the row
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_KW), dtype=tl.float32)  # a running sum per word slot
     for kw0 in range(0, K_WORDS, BLOCK_KW):
         kw = kw0 + offs_kw
         k_mask = kw < K_WORDS
         words = tl.load(w_ptr + n_in[:, None] * stride_wn + kw[None, :], mask=k_mask[None, :],
                         other=0)  # (BLOCK_N, BLOCK_KW) int32: 4 bytes each, 4 weights
         words = words ^ -0x7F7F7F80  # 0x80808080 as an int32: every byte v becomes v + 128, in 0..255
-        part = tl.zeros((BLOCK_N, BLOCK_KW), dtype=tl.float32)
         for j in tl.static_range(4):  # byte j of each word is weight 4i + j (little-endian)
             b = (words >> (8 * j)) & 0xFF
             w_j = (b | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0  # 2^23 + b - (2^23 + 128) = v
             x_j = tl.load(x_ptr + m * stride_xm + 4 * kw + j, mask=k_mask, other=0.0).to(tl.float32)
-            part += w_j * x_j[None, :]  # (BLOCK_N, BLOCK_KW)
-        acc += tl.sum(part, axis=1)  # BLOCK_N dot products of this step
+            acc += w_j * x_j[None, :]  # (BLOCK_N, BLOCK_KW)
     scale = tl.load(scale_ptr + n_in)
-    y = acc * scale  # (BLOCK_N,): the scale once per output, not per weight
+    y = tl.sum(acc, axis=1) * scale  # (BLOCK_N,): one sum across threads, the scale once per output
     tl.store(out_ptr + m * stride_om + offs_n, y.to(out_ptr.dtype.element_ty), mask=offs_n < N)
 
 
