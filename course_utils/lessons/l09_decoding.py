@@ -346,8 +346,8 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
     words = w_packed.view(torch.int32)  # (N, K // 8): 8 nibbles per load instead of 2
     BLOCK_M = BLOCK_M or min(triton.next_power_of_2(M), 4)  # each dequantized weight serves BLOCK_M rows
     # 64 rows x 512 weights per step: each thread holds 8 rows of 4 words, so one x value it loads
-    # serves 8 rows (the H200's best sweep row); with more rows of x, fewer rows of W keep the
-    # accumulators in registers.
+    # serves 8 rows (the best sweep row on the H100 and the H200); with more rows of x, fewer rows
+    # of W keep the accumulators in registers.
     BLOCK_N = BLOCK_N or 64 // BLOCK_M
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     w4a16_gemv_kernel[grid](x, words, scales, out, M, N, K, *x.stride(), *words.stride(), *scales.stride(),

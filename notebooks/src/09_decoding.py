@@ -342,7 +342,8 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 
 # %% [markdown]
 # The kernel never writes the dequantized matrix: it loads packed bytes, splits them with `& 0xF` and
-# `>> 4` in registers, multiplies by x, and applies a group's scale once to the group's sum. That is
+# `>> 4` in registers, multiplies by x, and applies a group's scale to sums of products, never to one
+# weight at a time (the exercise asks for once per group; the solution scales each word's sum). That is
 # exercise [09.w4a16_gemv](../exercises/09_decoding.ipynb#09.w4a16_gemv:-an-int4-GEMV-with-group-scales). Its sibling in full is lesson 07's int8 GEMV,
 # one scale per row, applied once per output (the next cell).
 #
@@ -354,7 +355,7 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # the speed of cuBLAS's bf16 GEMV ({{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}} against {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS)}}), short of that target.
 # It read its int4 bytes at only {{gbps:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}}, far below the copy bandwidth: the memory is not
 # what limits it, the work per weight is (split the nibble off, make it a float, multiply, add, and the
-# per-group sums). The two GPUs show it: the H200 and the H100 have the same SMs at about the same clock
+# scaled sums). The two GPUs show it: the H200 and the H100 have the same SMs at about the same clock
 # and different memories (HBM3e against HBM3, datasheets), and ours took {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}} on
 # the H200 and {{us@h100:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}} on the H100, while cuBLAS's bf16 GEMV, which is
 # bound by its bytes, took {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS) [graph]}} and {{us@h100:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS) [graph]}}. Faster int4 kernels pre-arrange the packed weights for their loads and convert two
