@@ -281,7 +281,7 @@ def _mlp_inputs(rows, hidden, inter, dtype, gen, strided=False):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("rows, hidden, inter, strided", [
-    (1, 40, 136, False), (5, 80, 136, True), (16, 48, 100, False), (37, 40, 200, True)])
+    (1, 40, 136, False), (5, 80, 136, True), (16, 48, 100, False), (37, 40, 200, True), (70, 40, 136, True)])
 def test_packed_path_matches_the_reference(dtype, rows, hidden, inter, strided):
     gen = torch.Generator().manual_seed(rows * 1000 + hidden)
     x, norm_weight, w_gate, w_up, w_down = _mlp_inputs(rows, hidden, inter, dtype, gen, strided)
@@ -294,6 +294,29 @@ def test_packed_path_matches_the_reference(dtype, rows, hidden, inter, strided):
     again = torch.empty_like(out)  # the packed weights are reusable: a second call gives the same answer
     l06.rmsnorm_mlp_packed(x, packed, 1e-6, again)
     assert torch.equal(again, out)
+
+
+@pytest.mark.parametrize("rows, hidden", [(5, 40), (9, 1100)])  # 1100: two column steps, the last one masked
+def test_row_rstd_matches_the_reference(rows, hidden):
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, hidden + 3, generator=gen)[:, 1:1 + hidden] * torch.rand(rows, 1, generator=gen)
+    x[-1] = 0.0  # an all-zero row: 1 / sqrt(eps)
+    rstd = torch.full((rows,), float("nan"))
+    l06.row_rstd(x, 1e-6, rstd)
+    torch.testing.assert_close(rstd.double(), torch.rsqrt(x.double().pow(2).mean(-1) + 1e-6), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("rows", [3, 70])
+def test_both_sources_of_the_statistics_give_the_block(rows):
+    """1 / rms from the kernel's epilogue or from row_rstd's pre-pass: the same block, whatever the rows."""
+    gen = torch.Generator().manual_seed(rows)
+    x, norm_weight, w_gate, w_up, w_down = _mlp_inputs(rows, 100, 136, torch.float32, gen, strided=True)
+    packed = l06.pack_mlp_weights(norm_weight, w_gate, w_up, w_down)
+    want = l06.rmsnorm_mlp_ref(*(t.double() for t in (x, norm_weight, w_gate, w_up, w_down)), 1e-6)
+    for prepass in (False, True):
+        out = torch.full((rows, 100), float("nan"))
+        l06.rmsnorm_mlp_packed(x, packed, 1e-6, out, stats_prepass=prepass)
+        torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
 
 
 def test_small_tiles_of_the_packed_kernel_match_the_reference():
@@ -542,6 +565,43 @@ def test_rmsnorm_mlp_writing_the_normalized_rows_is_not_fused():
 
     failure("06.rmsnorm_mlp", unfused, "launched 3 kernels on the activations",
             "the normalized activations", "rmsnorm(x) never goes to memory")
+
+
+def test_rmsnorm_mlp_with_the_statistics_pre_pass_passes():
+    """Three launches, the first (row_rstd) reading only x: a pre-pass, not an unfused norm."""
+    from course_utils.grading.provenance import course_solutions_allowed
+
+    def rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out):
+        packed = l06.pack_mlp_weights(norm_weight, w_gate, w_up, w_down)
+        l06.rmsnorm_mlp_packed(x, packed, eps, out, stats_prepass=True)
+
+    with course_solutions_allowed():
+        check("06.rmsnorm_mlp", rmsnorm_mlp, seed=SEED, quiet=True)
+
+
+def test_rmsnorm_mlp_normalizing_into_out_first_is_not_fused():
+    """The normalized rows written into `out` (no temporary), read back by the gate/up kernel: an
+    unfused norm, whose launch touches `out`, not only x."""
+    def unfused(x, norm_weight, w_gate, w_up, w_down, eps, out):
+        l06.rmsnorm(x, norm_weight, eps, out)
+        h = torch.empty((x.shape[0], w_gate.shape[0]), dtype=x.dtype, device=x.device)
+        l06.gate_up_silu(out, w_gate, w_up, h)
+        matmul(h, w_down.t(), out)
+
+    failure("06.rmsnorm_mlp", unfused, "launched 3 kernels on the activations (rmsnorm_kernel,")
+
+
+def test_a_pre_pass_writing_the_normalized_rows_is_not_fused():
+    """A launch that reads only x but writes all of rmsnorm(x) (flat, so no 2-D activation) is caught by
+    the size of what it writes into."""
+    def unfused(x, norm_weight, w_gate, w_up, w_down, eps, out):
+        flat = torch.empty(x.numel(), dtype=x.dtype, device=x.device)
+        l06.rmsnorm(x, norm_weight, eps, flat.view(x.shape))
+        h = torch.empty((x.shape[0], w_gate.shape[0]), dtype=x.dtype, device=x.device)
+        l06.gate_up_silu(flat.view(x.shape), w_gate, w_up, h)
+        matmul(h, w_down.t(), out)
+
+    failure("06.rmsnorm_mlp", unfused, "the normalized activations", "rmsnorm(x) never goes to memory")
 
 
 # --- wrong answers made from the solution by one edit (helpers.mutant) ---------------------------

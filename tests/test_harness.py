@@ -132,6 +132,16 @@ def test_an_autotuned_kernel_counts_as_one_launch(monkeypatch):
     assert torch.equal(out, 2 * x)
 
 
+def test_a_launch_records_which_of_its_tensors_are_inputs_of_the_call():
+    x, other = torch.randn(4, 8), torch.randn(4, 8)
+    out = torch.empty(32)
+    with watching(inputs=[x]) as watch:
+        autotuned_scale_kernel.fn[(1,)](x[:, 2:], out, 24, BLOCK=32)  # a view of the input
+        autotuned_scale_kernel.fn[(1,)](other, out, 24, BLOCK=32)
+    assert [launch.inputs for launch in watch.launched] == [(True, False), (False, False)]
+    assert watch.launched[0].shapes == ((4, 6), (32,))
+
+
 @pytest.fixture
 def scratch_exercises():
     """Register exercises for one test and remove them afterwards."""

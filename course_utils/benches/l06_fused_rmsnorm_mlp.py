@@ -8,8 +8,10 @@ launches matter), and a prefill-sized (4, 2048, 1024) (compute-bound: 8192 x 102
 
 Our block runs FusedRMSNormMLP's kernels: the weights are packed ONCE, outside every timed region
 (pack_mlp_weights: gate and up interleaved in one (H, 2I) row-major w_gu, w_down.T row-major), and
-each timed call is rmsnorm_mlp_packed: the fused RMSNorm + gate/up + SiLU kernel, then lesson 03's
-matmul for the down projection. The time packing takes is in table.notes (once per model).
+each timed call is rmsnorm_mlp_packed: above STATS_PREPASS_ROWS rows the statistics pre-pass (row_rstd),
+the fused RMSNorm + gate/up + SiLU kernel, then lesson 03's matmul for the down projection; every size
+also times the other source of 1 / rms(x) on the default tiles ("statistics in the epilogue" or
+"statistics pre-pass"). The time packing takes is in table.notes (once per model).
 With sweep=True (the `bench` command) a few tile configurations of each kernel are timed as rows of
 their own, "triton (ours)" is the fastest of them, and table.notes says which one that was. The
 unfused row runs the lesson's separate kernels (rmsnorm, gate_up_silu, matmul) on nn.Linear weights.
@@ -22,6 +24,7 @@ import triton
 from ..bench import Table, do_bench
 from ..lessons.l03_matmul import matmul
 from ..lessons.l06_fused_rmsnorm_mlp import (
+    STATS_PREPASS_ROWS,
     down_tile,
     gate_up_silu,
     mlp_config,
@@ -240,8 +243,8 @@ def _bench_block_at(table: Table, block, compiled, packed, shape: tuple[int, int
     want = rmsnorm_mlp_ref(x2.float(), nw.float(), wg.float(), wu.float(), wd.float(), EPS).to(dtype)
     torch.testing.assert_close(compiled(x).view(rows, hidden), want, atol=3e-2, rtol=3e-2)
 
-    def ours(config=None, down=None, weights=packed):
-        rmsnorm_mlp_packed(x2, weights, EPS, out, config=config, down=down)
+    def ours(config=None, down=None, weights=packed, stats_prepass=None):
+        rmsnorm_mlp_packed(x2, weights, EPS, out, config=config, down=down, stats_prepass=stats_prepass)
 
     ours()  # checked before timed
     torch.testing.assert_close(out, want, atol=3e-2, rtol=3e-2)
@@ -250,9 +253,17 @@ def _bench_block_at(table: Table, block, compiled, packed, shape: tuple[int, int
     table.time(group, "HF block eager", lambda: block(x), flops=flops, graph=graph)
     table.time(group, "HF block torch.compile", lambda: compiled(x), flops=flops, graph=graph)
     table.time(group, "triton (ours) default", ours, flops=flops, graph=graph)
+    # The other source of 1 / rms(x), on the default tiles: the lesson compares the two at both sizes.
+    prepass = rows > STATS_PREPASS_ROWS
+    other = "in the epilogue" if prepass else "pre-pass"
+    ours(stats_prepass=not prepass)
+    torch.testing.assert_close(out, want, atol=3e-2, rtol=3e-2)
+    table.time(group, f"triton (ours) default, statistics {other}", lambda: ours(stats_prepass=not prepass),
+               flops=flops, graph=graph)
     tile, down = mlp_config(rows, x.element_size()), down_tile(rows, x.element_size())
     table.notes.append(f"{group}: 'triton (ours) default' is gate/up {_tile_name(tile)}, "
-                       f"down {_down_name(down) if down else 'autotuned (lesson 03)'}")
+                       f"down {_down_name(down) if down else 'autotuned (lesson 03)'}, statistics "
+                       f"{'pre-pass (row_rstd)' if prepass else 'in the epilogue'}")
     if sweep:
         _sweep_block(table, group, ours, packed, wd, out, want, flops)
         _unfused(table, group, x2, nw, wg, wu, wd, want, flops)

@@ -289,21 +289,24 @@ def _mlp_temporary(case: Case) -> tuple[int, str] | None:
 register(Exercise(
     "06.rmsnorm_mlp", "RMSNorm + MLP, the norm fused into the gate/up matmul",
     "rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out)", _mlp_cases,
-    fusion=Fusion("the gate/up kernel reads x, sums x**2 per row as it walks K and scales its fp32 "
-                  "accumulators by rsqrt(mean + eps) in the epilogue, so rmsnorm(x) never goes to memory; "
-                  "then one more launch, the down projection (weight packing on weights is not counted)",
-                  _mlp_temporary, kernels=2),
+    fusion=Fusion("the gate/up kernel multiplies x by the weights (norm_weight folded in) and scales its fp32 "
+                  "accumulators by rsqrt(mean(x**2) + eps) in the epilogue, the sums of squares from the kernel "
+                  "itself or from a pre-pass that reads x and writes one value per row, so rmsnorm(x) never "
+                  "goes to memory; then one more launch, the down projection (weight packing on weights is not "
+                  "counted)",
+                  _mlp_temporary, kernels=2, pre_pass=True),
     speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), randn((HIDDEN,), _half()),
                          _weights_speed(INTER, HIDDEN), _weights_speed(INTER, HIDDEN),
                          _weights_speed(HIDDEN, INTER), 1e-6, Out("out", (ROWS, HIDDEN), _half())),
                 lambda args: Cost(6.0 * ROWS * HIDDEN * INTER, 2 * (2 * ROWS * HIDDEN + 3 * HIDDEN * INTER)),
                 f"{SOLUTIONS}:rmsnorm_mlp", f"{ROWS} tokens x hidden {HIDDEN}, intermediate {INTER}, bf16",
                 roof="bf16"),
-    hint={"wrong": "in the K loop load x, add sum(x.to(fp32)**2, axis=1) to a per-row accumulator, multiply "
-                   "the tile by norm_weight, then ONE tl.dot with the (BLOCK_K, 2 * BLOCK_N) tile of "
-                   "packed.w_gu (row-major, gate and up interleaved column by column); in the epilogue g, u = "
-                   "tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2))), scale both by rsqrt(sum / K + eps) "
-                   "BEFORE silu(g) * u; store h, then matmul(h, packed.w_down_t, out) (lesson 03)",
+    hint={"wrong": "per K step ONE tl.dot of x's tile with the (BLOCK_K, 2 * BLOCK_N) tile of packed.w_gu "
+                   "(row-major, norm_weight folded in, gate and up interleaved column by column); per row "
+                   "sum(x.to(fp32)**2) over all K (a second pass over the tile's rows, or row_rstd's pre-pass); "
+                   "in the epilogue g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2))), scale both by "
+                   "rsqrt(sum / K + eps) BEFORE silu(g) * u; store h, then matmul(h, packed.w_down_t, out) "
+                   "(lesson 03)",
           "nan": "a zero row has sum(x**2) = 0: rsqrt(0 / K + eps) is finite, keep eps inside; fp16 x * x "
                  "overflows above 256: square in fp32; give masked K-tail loads other=0.0",
           "unwritten": "the down projection writes every (row, hidden) element of out: run lesson 03's matmul "
@@ -312,7 +315,8 @@ register(Exercise(
                            "rows < M and cols < N; address x with its row stride",
           "host": "no torch matmul, rsqrt or silu outside your kernel: weight packing aside, the "
                   "arithmetic happens in your kernels",
-          "launches": "two launches on the activations: the gate/up kernel with the norm folded in (sum of "
-                      "x**2 in its K loop, rsqrt in its epilogue), then the down projection; no rmsnorm launch",
-          "fusion": "the normalized x never goes to memory: scale x's tiles by norm_weight as you load them and "
-                    "the accumulators by rsqrt(mean + eps) in the epilogue"}))
+          "launches": "two launches on the activations: the gate/up kernel with the norm folded in (rsqrt in "
+                      "its epilogue), then the down projection; a pre-pass that only reads x and writes one "
+                      "value per row (row_rstd) is not counted; no rmsnorm launch",
+          "fusion": "the normalized x never goes to memory: norm_weight goes into the packed weight and "
+                    "rsqrt(mean + eps) scales the accumulators in the epilogue"}))

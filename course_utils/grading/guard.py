@@ -22,7 +22,7 @@ import linecache
 import os
 import sys
 import sysconfig
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,6 +102,7 @@ class Launch:
     name: str  # the @triton.jit function's name
     module: str  # the module that defined it, e.g. "course_utils.lessons.l02_first_kernels"
     shapes: tuple[tuple[int, ...], ...]  # shapes of its tensor arguments
+    inputs: tuple[bool, ...] = ()  # per tensor argument: does it share storage with an input of the call?
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,9 @@ class Watch:
     # Host functions an autotuned kernel runs around its launches ("pre_hook of `k`"): host code the
     # op recorder does not watch (it pauses inside launches).
     hooks: list[str] = field(default_factory=list)
+    # Storages of the call's input tensors (watching(inputs=...)): Launch.inputs tells a kernel's
+    # arguments apart by them.
+    input_storages: set = field(default_factory=set)
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
@@ -541,8 +545,14 @@ def _user_hooks(tuner) -> list[str]:
     return found
 
 
-def _tensor_shapes(args, kwargs) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(a.shape) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    return Launch(_kernel_name(kernel), _kernel_module(kernel), tuple(tuple(t.shape) for t in tensors),
+                  tuple(_storage(t) in watch.input_storages for t in tensors))
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
 
 
 def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[[], None] | None = None):
@@ -571,7 +581,7 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
                 watch.hooks += _user_hooks(self)
             if outermost:
                 watch.launches.append(_kernel_name(self))
-                watch.launched.append(Launch(_kernel_name(self), _kernel_module(self), _tensor_shapes(args, kwargs)))
+                watch.launched.append(_launch_record(self, watch, args, kwargs))
             depth[0] += 1
             recorder.paused += 1
             try:
@@ -595,13 +605,15 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
 
 
 @contextlib.contextmanager
-def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | None = None):
+def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | None = None,
+             inputs: Iterable[torch.Tensor] = ()):
     """Record launches and torch ops of the code inside; guard interpreter memory accesses.
 
     after_launch: called after each (outermost) kernel launch returns, e.g. to snapshot outputs.
     tracker: follow where the bytes kernels read came from (Tracker; interpreter mode only).
+    inputs: the call's input tensors; each launch records which of its tensor arguments are (views of) them.
     """
-    watch = Watch()
+    watch = Watch(input_storages={_storage(t) for t in inputs})
     recorder = _RecordOps(watch)
     undo_launch = _patch_launchers(watch, recorder, after_launch)
     undo_interp = _patch_interpreter()

@@ -160,6 +160,9 @@ class Fusion:
     meaning: str  # said in the failure: what stays in registers
     temporary: Callable[["Case"], tuple[int, str] | None]  # (element count, what it is) of the intermediate
     kernels: int = 1  # most launches that touch the activations (a tensor with one row per output row)
+    # A launch whose only activations are the call's inputs (it reads them and writes no activations,
+    # e.g. a statistics pre-pass storing one value per row) is not counted: True allows it.
+    pre_pass: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -563,6 +566,13 @@ def _rows(case: Case) -> int | None:
     return None
 
 
+def _input_flags(launch) -> tuple[bool, ...]:
+    """Per tensor argument of a launch: is it an input of the call (False for all when unknown)."""
+    if len(launch.inputs) == len(launch.shapes):
+        return launch.inputs
+    return (False,) * len(launch.shapes)
+
+
 def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[str]:
     """Too many launches, or (fused exercises) an intermediate written to memory."""
     problems = []
@@ -572,7 +582,8 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
         limit = ex.fusion.kernels
         rows = _rows(case)
         counted = [launch.name for launch in launched
-                   if any(len(shape) >= 2 and shape[0] == rows for shape in launch.shapes)]
+                   if any(len(shape) >= 2 and shape[0] == rows and not (ex.fusion.pre_pass and is_input)
+                          for shape, is_input in zip(launch.shapes, _input_flags(launch)))]
         what = "kernels on the activations"
     if limit is not None and len(counted) > limit:
         shown = ", ".join(counted[:6]) + (", ..." if len(counted) > 6 else "")
@@ -657,7 +668,8 @@ def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
         for name, arg in zip(ex.params, call_args):
             if isinstance(arg, torch.Tensor):
                 tracker.add(arg, name)
-    with _quiet_numerics(), watching(after_launch=snapshot, tracker=tracker) as watch:
+    inputs = [arg for name, arg in zip(ex.params, call_args) if isinstance(arg, torch.Tensor) and name not in buffers]
+    with _quiet_numerics(), watching(after_launch=snapshot, tracker=tracker, inputs=inputs) as watch:
         try:
             result = candidate(*call_args)
         except OutOfBounds as exc:

@@ -321,8 +321,8 @@ def problems_in(pairs) -> list:
 def facts_out(facts) -> dict:
     return {"returned": facts.returned, "returned_other": bool(facts.returned_other),
             "host": problems_out(facts.host), "changed_later": list(facts.changed_later),
-            "launched": [{"name": x.name, "module": x.module, "shapes": [list(s) for s in x.shapes]}
-                         for x in facts.launched],
+            "launched": [{"name": x.name, "module": x.module, "shapes": [list(s) for s in x.shapes],
+                          "inputs": list(x.inputs)} for x in facts.launched],
             "allocations": [{"op": a.op, "shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""),
                              "site": a.site} for a in facts.allocations]}
 
@@ -341,6 +341,12 @@ def facts_in(data) -> Any:
             raise ProtocolError("a shape that is not a list of ints")
         return tuple(xs)
 
+    def flags(xs) -> tuple:
+        xs = _list(xs)
+        if not all(isinstance(x, bool) for x in xs):
+            raise ProtocolError("an input flag that is not a boolean")
+        return tuple(xs)
+
     def text(x) -> str:
         if not isinstance(x, str):
             raise ProtocolError("a text that is not a string")
@@ -352,7 +358,8 @@ def facts_in(data) -> Any:
         returned_other=data.get("returned_other") is True,
         host=problems_in(data.get("host", [])),
         changed_later=[text(n) for n in _list(data.get("changed_later", []))],
-        launched=[Launch(text(x.get("name")), text(x.get("module")), tuple(ints(s) for s in _list(x.get("shapes"))))
+        launched=[Launch(text(x.get("name")), text(x.get("module")), tuple(ints(s) for s in _list(x.get("shapes"))),
+                         flags(x.get("inputs", [])))
                   for x in _list(data.get("launched", [])) if isinstance(x, dict)],
         allocations=[Allocation(text(a.get("op")), ints(a.get("shape")), _dtype(a.get("dtype")), text(a.get("site")))
                      for a in _list(data.get("allocations", [])) if isinstance(a, dict)],

@@ -155,7 +155,7 @@ def mlp_config(M: int, element_size: int = 2) -> dict:
         return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
     # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile, 3 stages;
     # the bench sweeps GROUP_M and stages around it (its notes name the fastest of each run).
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=4, num_warps=8, num_stages=3)
+    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=8, num_warps=8, num_stages=3)
 
 
 @triton.jit
@@ -229,14 +229,23 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 #
 # `norm_weight` is constant along the rows, so it goes into the packed weight once
 # (`w_gu[k, :] *= norm_weight[k]`), and the K loop of the gate/up kernel is a plain matmul of `x`
-# with that weight. `1 / rms(x)` is a row scale for the epilogue: after the loop, the kernel walks the
-# same `BLOCK_M` rows of `x` once more (from L2, no tensor-core work) adding up `sum(x**2)` in fp32, and
-# scales the accumulator's rows by `1 / sqrt(sum / K + eps)` before the SiLU. (Summing `x**2` inside
-# the K loop, the paper's way, works too, but it pulls every `x` tile out of shared memory into
-# registers beside the tensor cores' reads, work the plain loop does not have; the course does not
-# time an in-loop variant.) Then `h`
-# (rows, intermediate) is written once and the down projection is a second launch: two launches for
-# the block instead of Hugging Face's 13 (in fp16); at decode sizes the down projection splits K
+# with that weight. `1 / rms(x) = 1 / sqrt(sum(x**2) / K + eps)` is a row scale for the epilogue,
+# applied to the accumulator's rows before the SiLU. Where the kernel gets `sum(x**2)` (in fp32)
+# depends on how many rows there are:
+#
+# - **few rows** (`M <= STATS_PREPASS_ROWS`, a decode step; `STATS_PREPASS=False`): after the loop
+#   the kernel walks its `BLOCK_M` rows of `x` once more (from L2, no tensor-core work) and adds up
+#   their squares. A second launch would cost more than this re-read of 16 short rows;
+# - **many rows** (`STATS_PREPASS=True`): each of the `cdiv(I, BLOCK_N)` programs that share a row
+#   block would re-read it, 86 times over at the intermediate size 11008, so `row_rstd` (given)
+#   computes `1 / rms` of every row once, before the kernel (it reads `x` once and writes 4 bytes a
+#   row), and the epilogue loads the `BLOCK_M` values of its rows from `rstd_ptr`.
+#
+# (Summing `x**2` inside the K loop, the paper's way, works too, but it pulls every `x` tile out of
+# shared memory into registers beside the tensor cores' reads, work the plain loop does not have; the
+# course does not time an in-loop variant.) Then `h` (rows, intermediate) is written once and the
+# down projection is the next launch: two launches for a decode step (three with the pre-pass)
+# instead of Hugging Face's 13 (in fp16); at decode sizes the down projection splits K
 # (`down_split_k`, given), since 16 rows x 1024 columns are too few output tiles for a whole GPU.
 #
 # **One merged weight, one accumulator.** The weights are packed **once**, as an inference engine
@@ -308,11 +317,38 @@ def pack_mlp_weights(norm_weight: torch.Tensor, w_gate: torch.Tensor, w_up: torc
     return PackedMLP(norm_weight, w_gu, w_down_t)
 
 
+STATS_PREPASS_ROWS = 64  # above this many rows, 1 / rms(x) comes from row_rstd, before the gate/up kernel
+
+
 @triton.jit
-def rmsnorm_gate_up_silu_kernel(x_ptr, w_ptr, h_ptr, M, N, K, eps,
+def row_rstd_kernel(x_ptr, rstd_ptr, n_rows, n_cols, stride_xm, stride_xn, eps,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """rstd[i] = 1 / sqrt(mean(x[i, :]**2) + eps) in fp32 for BLOCK_M rows, BLOCK_N columns per step."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    cols = tl.arange(0, BLOCK_N)
+    ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :] * stride_xn  # (BLOCK_M, BLOCK_N)
+    sum_sq = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # one running sum per column slot
+    for c0 in range(0, n_cols, BLOCK_N):
+        mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols - c0)
+        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        sum_sq += x * x
+        ptrs += BLOCK_N * stride_xn
+    tl.store(rstd_ptr + rows, tl.rsqrt(tl.sum(sum_sq, axis=1) / n_cols + eps), mask=rows < n_rows)
+
+
+def row_rstd(x: torch.Tensor, eps: float, rstd: torch.Tensor) -> None:
+    """rstd (rows,) fp32 = 1 / rms of each row of x (rows, hidden): reads x once, writes 4 bytes a row."""
+    n_rows, n_cols = x.shape
+    block_n = min(triton.next_power_of_2(n_cols), 1024)
+    row_rstd_kernel[(triton.cdiv(n_rows, 4),)](x, rstd, n_rows, n_cols, x.stride(0), x.stride(1), eps,
+                                               BLOCK_M=4, BLOCK_N=block_n, num_warps=4)
+
+
+@triton.jit
+def rmsnorm_gate_up_silu_kernel(x_ptr, w_ptr, rstd_ptr, h_ptr, M, N, K, eps,
                                 stride_xm, stride_xk, stride_wk, stride_wn, stride_hm, stride_hn,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                GROUP_M: tl.constexpr):
+                                GROUP_M: tl.constexpr, STATS_PREPASS: tl.constexpr):
     # BEGIN SOLUTION
     # Grouped order (lesson 03) over the (BLOCK_M, BLOCK_N) tiles of h (M, N); the weight tile is
     # 2 * BLOCK_N columns of w_gu (K, 2N): gate, up, gate, up, ...
@@ -335,15 +371,17 @@ def rmsnorm_gate_up_silu_kernel(x_ptr, w_ptr, h_ptr, M, N, K, eps,
         acc = tl.dot(x, w, acc)  # ONE dot for gate and up: a cuBLAS-sized tile
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
-    # Epilogue, first the statistics: a second pass over the same BLOCK_M rows of x (from L2, BLOCK_M x K
-    # elements, no tensor-core work), so that the K loop above stays a plain matmul.
-    x_ptrs = x_ptr + rows_in[:, None] * stride_xm + offs_k[None, :] * stride_xk
-    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        x = tl.load(x_ptrs, mask=(offs_k + k0 < K)[None, :], other=0.0).to(tl.float32)
-        sum_sq += tl.sum(x * x, axis=1)  # fp32: the statistic never sees fp16's range
-        x_ptrs += BLOCK_K * stride_xk
-    rstd = tl.rsqrt(sum_sq / K + eps)  # (BLOCK_M,) 1 / rms(x), eps inside the square root
+    # Epilogue, first the statistics, so that the K loop above stays a plain matmul.
+    if STATS_PREPASS:  # many rows: 1 / rms(x) of every row was computed once, by row_rstd
+        rstd = tl.load(rstd_ptr + rows_in)  # (BLOCK_M,) fp32
+    else:  # few rows: a second pass over the same BLOCK_M rows of x (from L2, no tensor-core work)
+        x_ptrs = x_ptr + rows_in[:, None] * stride_xm + offs_k[None, :] * stride_xk
+        sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = tl.load(x_ptrs, mask=(offs_k + k0 < K)[None, :], other=0.0).to(tl.float32)
+            sum_sq += tl.sum(x * x, axis=1)  # fp32: the statistic never sees fp16's range
+            x_ptrs += BLOCK_K * stride_xk
+        rstd = tl.rsqrt(sum_sq / K + eps)  # (BLOCK_M,) 1 / rms(x), eps inside the square root
     # Column 2j of the tile is gate j, column 2j + 1 is up j: (BLOCK_M, BLOCK_N, 2), split the last axis.
     g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))  # each (BLOCK_M, BLOCK_N)
     g = g * rstd[:, None]  # = rmsnorm(x) @ w_gate.T: the row scale goes in BEFORE the silu
@@ -432,24 +470,31 @@ def down_proj(h: torch.Tensor, w_down_t: torch.Tensor, out: torch.Tensor, down: 
 
 
 def rmsnorm_mlp_packed(x: torch.Tensor, packed: PackedMLP, eps: float, out: torch.Tensor,
-                       config: dict | None = None, down: triton.Config | None = None) -> None:
+                       config: dict | None = None, down: triton.Config | None = None,
+                       stats_prepass: bool | None = None) -> None:
     """out = down(silu(gate(n)) * up(n)), n = rmsnorm(x), from weights packed by pack_mlp_weights.
 
     x and out (rows, hidden), x with any strides. config: tiles of the fused gate/up kernel (default
     mlp_config; BLOCK_N counts columns of h, the weight tile is 2 * BLOCK_N wide); down: the down
-    projection's config (default down_tile), for down_proj.
+    projection's config (default down_tile), for down_proj. stats_prepass: 1 / rms(x) from row_rstd
+    before the kernel (default: above STATS_PREPASS_ROWS rows) instead of in the kernel's epilogue.
     """
     # BEGIN SOLUTION
     M, K = x.shape
     N = packed.w_gu.shape[1] // 2  # intermediate
     cfg = config or mlp_config(M, x.element_size())
+    prepass = M > STATS_PREPASS_ROWS if stats_prepass is None else stats_prepass
     h = torch.empty((M, N), device=x.device, dtype=x.dtype)  # (rows, intermediate): the only intermediate
+    rstd = h  # a placeholder: the kernel reads rstd_ptr only with the pre-pass
+    if prepass:
+        rstd = torch.empty(M, device=x.device, dtype=torch.float32)  # (rows,) 1 / rms(x)
+        row_rstd(x, eps, rstd)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)  # one program per tile of h
     rmsnorm_gate_up_silu_kernel[grid](
-        x, packed.w_gu, h, M, N, K, eps, x.stride(0), x.stride(1),
+        x, packed.w_gu, rstd, h, M, N, K, eps, x.stride(0), x.stride(1),
         packed.w_gu.stride(0), packed.w_gu.stride(1), h.stride(0), h.stride(1),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        STATS_PREPASS=prepass, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     # (rows, intermediate) @ (intermediate, hidden) on the row-major w_down.T
     down_proj(h, packed.w_down_t, out, down or down_tile(M, x.element_size()))
     # END SOLUTION

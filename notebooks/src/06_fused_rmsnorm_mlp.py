@@ -121,8 +121,10 @@ if netron_url is not None:
 #
 # The fused version is two kernels: (1) RMS statistics + norm weight + gate + up + SiLU-mul, which
 # reads `x` and the two weights and writes `h` (`M x I`); (2) the down projection, which reads `h` and
-# `W_down` and writes `out`. (It reads the weights in a layout packed once when the model is loaded:
-# that copy is not part of any call, so it is not counted here.)
+# `W_down` and writes `out`. With many rows a third, small one runs first: the statistics pre-pass,
+# which reads `x` once and writes `1 / rms` of each row (4 bytes a row; why, in "The norm inside the
+# matmul" below). (The kernels read the weights in a layout packed once when the model is loaded: that
+# copy is not part of any call, so it is not counted here.)
 #
 # Two model widths matter here. The "About GPU fuzed kernel" paper measured its fused block (section
 # 5) at the input `(1, 16, 4096)`: hidden 4096 and intermediate 11008, the MLP of a 7B Llama. The course's toy
@@ -131,6 +133,9 @@ if netron_url is not None:
 # the speed-ups cell further down prints every size the committed run measured.
 
 # %%
+from course_utils.lessons.l06_fused_rmsnorm_mlp import STATS_PREPASS_ROWS  # rows above which the pre-pass runs
+
+
 def traffic(M: int, H: int, I: int = 11008, b: int = 2) -> dict[str, float]:  # noqa: E741
     """Bytes moved by each kernel of the block, eager fp16 (HF) and fused (ours)."""
     f32 = 4
@@ -143,8 +148,11 @@ def traffic(M: int, H: int, I: int = 11008, b: int = 2) -> dict[str, float]:  # 
     }
     fused = {"norm + gate/up + silu*up": (M * H + 2 * H * I + M * I + H) * b,
              "down (lesson 03 matmul)": (M * I + I * H + M * H) * b}
+    if M > STATS_PREPASS_ROWS:  # many rows: 1 / rms of every row first (read x, write 4 bytes a row)
+        fused["statistics pre-pass"] = M * H * b + M * f32
     return {"eager": sum(eager.values()), "fused": sum(fused.values()), "flops": 6 * M * H * I,
-            "weights": 3 * H * I * b, "kernels": len(eager) + 1}  # + 1: "add eps, rsqrt" is two kernels
+            "weights": 3 * H * I * b, "kernels": len(eager) + 1,  # + 1: "add eps, rsqrt" is two kernels
+            "fused kernels": len(fused)}
 
 
 ceilings = reference_ceilings()  # measured copy bandwidth and matmul rate of the course's GPU run
@@ -156,7 +164,7 @@ for shape in [(1, 16, 1024), (1, 16, 4096), (4, 2048, 1024)]:
     t = traffic(M, H)
     print(f"{shape}: {t['flops'] / 1e9:7.1f} GFLOP, weights {t['weights'] / 1e6:5.1f} MB, "
           f"{t['flops'] / t['eager']:6.1f} FLOP/byte eager; bytes eager {t['eager'] / 1e6:7.1f} MB in "
-          f"{t['kernels']} kernels, fused {t['fused'] / 1e6:7.1f} MB in 2")
+          f"{t['kernels']} kernels, fused {t['fused'] / 1e6:7.1f} MB in {t['fused kernels']}")
     print(f"    floors: memory {t['eager'] / bandwidth * 1e6:7.1f} us eager, {t['fused'] / bandwidth * 1e6:7.1f} us "
           f"fused; compute {t['flops'] / tensor_peak * 1e6:7.1f} us")
 
@@ -321,22 +329,39 @@ print(f"linear_gelu matches on {tuple(rows.shape)} @ {tuple(w_lin.shape)}.T")
 # rows: it can go into the weight, `(x * norm_weight) @ W.T = x @ (norm_weight[:, None] * W.T)`, once,
 # when the weights are packed. `1 / rms(x)` is one number per row: it scales the accumulator's rows in
 # the epilogue, **before** the SiLU (the scale commutes with the matmul, not with the SiLU). Where
-# does the kernel get `sum(x**2)` of its rows? Two ways:
+# does the kernel get `sum(x**2)` of its rows? Three ways:
 #
 # - **inside the K loop** (the paper's way): every `(BLOCK_M, BLOCK_K)` tile of `x` already passes
 #   through the loop, so add `sum(x**2)` of its rows to a per-row fp32 accumulator on the way. The
 #   tile must then come out of shared memory into registers and be squared and summed on the CUDA
 #   cores, in every K step of every program that shares those rows;
-# - **in a second pass, in the epilogue** (the course's kernel): keep the K loop a plain matmul, and
-#   after it read the same `BLOCK_M` rows of `x` once more (they are in L2 by then) to add up their
-#   squares. The extra read is `BLOCK_M x K` elements per program, small next to the weight tiles.
+# - **in a second pass, in the epilogue** (the course's kernel with few rows): keep the K loop a plain
+#   matmul, and after it read the same `BLOCK_M` rows of `x` once more (they are in L2 by then) to add
+#   up their squares: `BLOCK_M x K` more elements per program;
+# - **in a pre-pass** (the course's kernel with many rows): a small kernel before the matmul reads
+#   `x` once and writes `1 / rms` of every row (4 bytes a row), and the epilogue loads the `BLOCK_M`
+#   values of its rows. One more launch, but `x` is read once in all instead of once per column tile.
 #
-# Either way the normalized `n` never exists in memory, and the RMSNorm costs no launch of its own.
-# Which of the two is faster is **not measured** in this course: the bench never times an in-loop
-# variant, so the extra work listed in the first item is a reason for the course's choice, not a
-# measured cost. What the committed runs do measure is the whole fused block against the **unfused**
-# path, three launches of the exercises' kernels (`rmsnorm`, which writes `n`, then `gate_up_silu`
-# and `matmul`); the section "What the plot shows" below compares the two.
+# Whichever way, the normalized `n` never exists in memory. The second and third are timed against
+# each other on the same tiles (rows "statistics in the epilogue" and "statistics pre-pass"). At the
+# prefill size `(4, 2048, 1024)` every block of 128 rows is shared by 86 programs (the intermediate
+# 11008 in tiles of 128 columns), so the epilogue's re-read happens 86 times over: the block took
+# {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours) default, statistics in the epilogue}} that way
+# and {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours) default}} with the pre-pass (H200; on the
+# H100 {{ms@h100:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours) default, statistics in the epilogue}}
+# and {{ms@h100:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours) default}}). At the decode size
+# `(1, 16, 1024)`, 16 rows re-read from L2 cost less than a launch: in a CUDA graph
+# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours) default [graph]}} in the epilogue against
+# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours) default, statistics pre-pass [graph]}} with the
+# pre-pass (H100: {{us@h100:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours) default [graph]}} and
+# {{us@h100:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours) default, statistics pre-pass [graph]}}). So
+# `rmsnorm_mlp_packed` runs the pre-pass above `STATS_PREPASS_ROWS` rows only. The in-loop way is
+# **not timed by the bench**. One exploratory run on the H200 (`results/explore/README.md`) found it
+# slower than the pre-pass at the prefill size, and, with triton 3.6, giving wrong values there (not
+# investigated further): reasons enough for the course's choice. The committed runs also measure the whole fused
+# block against the **unfused** path, three launches of the exercises' kernels (`rmsnorm`, which
+# writes `n`, then `gate_up_silu` and `matmul`); the section "What the plot shows" below compares the
+# two.
 #
 # The identity in float64:
 
@@ -527,7 +552,8 @@ assert diff < (1e-5 if dtype == torch.float32 else 2e-2), diff
 #   run holds), against the Hugging Face block eager and
 #   `torch.compile`'d, in TFLOP/s of the **whole block's** 6MHI FLOPs (every TFLOP/s figure below is
 #   of the whole block, never of one kernel). Ours runs the kernels of `FusedRMSNormMLP`: weights
-#   packed once, outside the timed region, then two launches per call; the row `triton (ours)` is the
+#   packed once, outside the timed region, then two launches per call (three with the statistics
+#   pre-pass, at the prefill size); the row `triton (ours)` is the
 #   fastest tile configuration of the bench's sweep (the notes of the results say which), and the
 #   sweep's rows include the defaults `FusedRMSNormMLP` runs. The bench also times the three
 #   separate kernels of the exercises (`rmsnorm`, the two-accumulator `gate_up_silu`, `matmul`) as
@@ -634,10 +660,10 @@ speedups(results)
 # {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton unfused (ours): 3 kernels}}. The cell below says which
 # of the two was faster in that run. At this size the matmul's own speed decides: fusing the norm
 # saves writing and reading the normalized `x` (16 MB), little next to hundreds of GFLOP of matrix
-# work. Work added to the matmul's K loop (the paper's in-loop `sum(x**2)`: each tile converted,
-# squared and summed on the CUDA cores in every K step, repeated by every program that shares those
-# rows) could then cost more than it saves; that reasoning, not a measurement (no in-loop variant is
-# timed), is why the course's kernel keeps its K loop a plain matmul.
+# work, so any work added to the matmul's program costs more than the fusion saves unless it is
+# tiny. That is what the epilogue's re-read of the rows showed (the section "The norm inside the
+# matmul" has both timings): the pre-pass keeps the gate/up kernel's work that of a plain matmul with
+# a cheap epilogue.
 
 # %%
 for group in [g for g in dict.fromkeys(r["group"] for r in (results or {}).get("rows", [])) if "2048" in g]:
