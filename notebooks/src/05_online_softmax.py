@@ -574,6 +574,17 @@ for causal in (False, True):
 # {{ratio:attention bf16 (4, 16, 4096, 128) causal=True|triton (ours)|F.scaled_dot_product_attention}}
 # with it; the unfused version, with its six trips of the scores, ran at
 # {{tflops:attention bf16 (4, 16, 4096, 128) causal=False|unfused: matmul, scale, (mask,) our softmax, matmul}}.
+# On the H100: {{ratio@h100:attention bf16 (4, 16, 4096, 128) causal=False|triton (ours)|F.scaled_dot_product_attention}}
+# and {{ratio@h100:attention bf16 (4, 16, 4096, 128) causal=True|triton (ours)|F.scaled_dot_product_attention}}.
+# The target is {{verdict:attention bf16 (4, 16, 4096, 128) causal=False|triton (ours)|F.scaled_dot_product_attention}}
+# on the H200 without the mask ({{verdict@h100:attention bf16 (4, 16, 4096, 128) causal=False|triton (ours)|F.scaled_dot_product_attention}}
+# on the H100). The course's kernel has every warp load, multiply and exponentiate in turn. Kernels
+# at SDPA's speed on Hopper (FlashAttention-3 is the published example) give loading its own warps
+# and overlap the softmax of one tile with the matrix products of another, so that the tensor cores
+# do not wait for the exponentials. Triton can split a loop that way
+# (`tl.range(..., warp_specialize=True)`, with tiles fetched by TMA descriptors), but with triton 3.6
+# on the H100 neither made this kernel faster, and some of those configurations returned NaN or did
+# not compile (`results/explore/README.md` lists what was tried).
 
 # %%
 if can_time():
