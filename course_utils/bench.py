@@ -201,6 +201,26 @@ class Table:
             row = row or graph_row
         return row
 
+    def time_alternating(self, group: str, runs: list[tuple[str, Callable[[], object]]], *,
+                         n_bytes: float | None = None, flops: float | None = None, rounds: int = 3,
+                         rep_ms: int = 100) -> list[Row]:
+        """Time several functions in turn, `rounds` times over, and record each one's median as its row.
+
+        For a target's pair of compute-bound kernels: a GPU at full tensor-core load slows its clock as it
+        heats (10 % between two runs of the same 8192^3 FP8 matmul on an H200), so timing one after the
+        other favours whichever ran first; taking turns gives both the same conditions.
+        """
+        import statistics
+
+        if not current().gpu:
+            return []
+        times: dict[str, list[float]] = {name: [] for name, _ in runs}
+        for _ in range(rounds):
+            for name, fn in runs:
+                times[name].append(do_bench(fn, rep_ms=rep_ms))
+        return [self.add(group, name, statistics.median(times[name]), n_bytes=n_bytes, flops=flops)
+                for name, _ in runs]
+
     def time_peers(self, group: str, fn: Callable[..., object], *args, n_bytes: float | None = None,
                    flops: float | None = None, graph: bool | str = False, liger: Callable | None = None,
                    check: Callable[[object], None] | None = None, eager: str = "torch eager",

@@ -533,7 +533,11 @@ def test_bench_runs_end_to_end_at_tiny_sizes(monkeypatch):
         fn()
         return self.add(group, name, 1.0, n_bytes=n_bytes, flops=flops)
 
+    def alternate_once(self, group, runs, *, n_bytes=None, flops=None, rounds=3, rep_ms=100):
+        return [call_once(self, group, name, fn, n_bytes=n_bytes, flops=flops) for name, fn in runs]
+
     monkeypatch.setattr(Table, "time", call_once)
+    monkeypatch.setattr(Table, "time_alternating", alternate_once)
     table = Table("07")
     bench07.run(table)
     names = {(r.group.split()[0], r.name) for r in table.rows}
@@ -634,5 +638,5 @@ def test_the_persistent_launch_reads_one_config(monkeypatch):
     cfg = l07.FP8_HOPPER_CONFIG
     assert {k: launched[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")} == cfg.kwargs == dict(
         BLOCK_M=128, BLOCK_N=256, BLOCK_K=128)
-    assert (launched["num_warps"], launched["num_stages"]) == (cfg.num_warps, cfg.num_stages) == (8, 3)
+    assert (launched["num_warps"], launched["num_stages"]) == (cfg.num_warps, cfg.num_stages) == (8, 4)
     assert launched["grid"] == (min(132, (512 // 128) * (1024 // 256)),) and launched["NUM_SMS"] == 132

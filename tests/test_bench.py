@@ -390,3 +390,26 @@ def test_a_peer_without_a_graph_row_keeps_the_target_on_plain_timings():
     t = table.targets[0]
     assert (t.ours, t.peer, t.minimum, t.met) == ("ours", "compile", 1.0, False)
     assert any("no CUDA-graph row for compile" in n for n in table.notes)
+
+
+def test_alternating_timings_take_turns_and_keep_each_median(fake_gpu, monkeypatch):
+    """A heating GPU slows down run after run: taking turns gives each kernel the same conditions."""
+    order = []
+    clock = iter([5.0, 1.0, 4.0, 2.0, 3.0, 9.0])  # peer, ours, peer, ours, peer, ours
+
+    def fake_bench(fn, **kw):
+        order.append(fn.__name__)
+        return next(clock)
+
+    monkeypatch.setattr(bench, "do_bench", fake_bench)
+
+    def peer():
+        return None
+
+    def ours():
+        return None
+
+    rows = bench.Table("99").time_alternating("mm", [("peer", peer), ("ours", ours)], flops=2e12)
+    assert order == ["peer", "ours"] * 3
+    assert [(r.name, r.ms) for r in rows] == [("peer", 4.0), ("ours", 2.0)]
+    assert rows[1].tflops == pytest.approx(1000.0)

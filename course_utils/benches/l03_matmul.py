@@ -9,7 +9,8 @@ One run measures:
 - what autotuning costs on a new shape, and which config it picks;
 - accuracy against float64 of fp32 (IEEE, TF32, TF32x3), fp16 and bf16 products;
 - linear_relu fp16 against eager and torch.compile'd relu(addmm) at the GEM shapes, 1024^3, 4096^3.
-Every kernel is checked against torch before it is timed.
+Every kernel is checked against torch before it is timed; cuBLAS and ours take turns (three rounds,
+medians: `Table.time_alternating`), so that neither runs on a hotter, slower-clocked GPU than the other.
 """
 from __future__ import annotations
 
@@ -199,8 +200,8 @@ def _sweep(table: Table, every_config: bool = True) -> None:
             matmul(a, b, out)  # the first call tunes (when the problem is large enough)
             _assert_close(out, ref, n, group)
             table.notes.append(f"{group}: autotune picked {config_name(matmul_kernel.best_config)}")
-            table.time(group, CUBLAS, lambda: torch.matmul(a, b, out=out), flops=flops)
-            table.time(group, OURS, lambda: matmul(a, b, out), flops=flops)
+            table.time_alternating(group, [(CUBLAS, lambda: torch.matmul(a, b, out=out)),
+                                           (OURS, lambda: matmul(a, b, out))], flops=flops)
             if label == "fp16" and n in NAIVE_SIZES:
                 matmul_naive(a, b, out)
                 _assert_close(out, ref, n, group + " naive")
@@ -231,8 +232,8 @@ def _fp32(table: Table, every_config: bool = True) -> None:
             ref = torch.matmul(a, b)
             matmul(a, b, out)
             _assert_close(out, ref, n, group)
-            table.time(group, CUBLAS, lambda: torch.matmul(a, b, out=out), flops=flops)
-            table.time(group, OURS, lambda: matmul(a, b, out), flops=flops)
+            table.time_alternating(group, [(CUBLAS, lambda: torch.matmul(a, b, out=out)),
+                                           (OURS, lambda: matmul(a, b, out))], flops=flops)
             if label == "tf32":
                 # The weight kept K-major once (as lesson 06 packs its weights): b_kmajor.t() is a (K, N)
                 # view with strides (1, K), which Hopper's tf32 wgmma reads directly, so matmul skips

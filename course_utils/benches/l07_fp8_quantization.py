@@ -2,7 +2,8 @@
 cuBLAS bf16 and torch._scaled_mm, and the W8A16 GEMV against the bf16 GEMV.
 
 Every configuration of our kernels is its own row ("triton (ours) ..."), checked before it is timed;
-the best one is then recorded again as "triton (ours)" and compared with the targets.
+the best one is then recorded again as "triton (ours)" and compared with the targets. The FP8
+matmul's peer with fast accumulation and our Hopper default take turns (`Table.time_alternating`).
 A configuration that fails to compile (shared memory) or to match is noted and skipped.
 """
 from __future__ import annotations
@@ -15,8 +16,8 @@ import triton.language as tl
 
 from ..bench import Table
 from ..fp8 import E4M3_MAX, fp8_matmul_ref, quantize_rowwise_ref
-from ..lessons.l07_fp8_quantization import (fp8_matmul, fp8_tma_ready, quantize_int8_ref, quantize_rowwise,
-                                            w8a16_gemv)
+from ..lessons.l07_fp8_quantization import (FP8_HOPPER_CONFIG, fp8_matmul, fp8_tma_ready, quantize_int8_ref,
+                                            quantize_rowwise, w8a16_gemv)
 
 E4M3 = torch.float8_e4m3fn
 DEVICE = "cuda"
@@ -128,8 +129,7 @@ def _matmul(table: Table) -> None:
 
     if _try(table, "torch._scaled_mm rowwise", lambda: verify(scaled_mm())):
         table.time(group, "torch._scaled_mm rowwise", scaled_mm, flops=flops)
-    if _try(table, "torch._scaled_mm rowwise fast_accum", lambda: verify(scaled_mm(True))):
-        table.time(group, "torch._scaled_mm rowwise fast_accum", lambda: scaled_mm(True), flops=flops)
+    fast_accum = _try(table, "torch._scaled_mm rowwise fast_accum", lambda: verify(scaled_mm(True)))
 
     def config_name(cfg, extra=""):
         bm, bn, bk, w, s = cfg
@@ -148,11 +148,17 @@ def _matmul(table: Table) -> None:
     if best is None:
         return
     best_cfg = next(c for c in MATMUL_CONFIGS if config_name(c) == best.name)
-    if fp8_tma_ready(a, b, out):  # fp8_matmul's default on Hopper: the persistent TMA kernel
-        name = "triton (ours) persistent TMA warp-specialized 128x256x128 w8 s3"
+    # The target's pair takes turns (Table.time_alternating): the peer with fast accumulation and, on
+    # Hopper, fp8_matmul's default there, the persistent TMA kernel.
+    pair = [("torch._scaled_mm rowwise fast_accum", lambda: scaled_mm(True))] if fast_accum else []
+    if fp8_tma_ready(a, b, out):
+        kw = FP8_HOPPER_CONFIG.kwargs
+        name = (f"triton (ours) persistent TMA {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} "
+                f"w{FP8_HOPPER_CONFIG.num_warps} s{FP8_HOPPER_CONFIG.num_stages}")
         default = lambda: fp8_matmul(a, sa, b, sb, out)  # noqa: E731
         if _try(table, name, lambda: (default(), verify(out))):
-            table.time(group, name, default, flops=flops)
+            pair.append((name, default))
+    table.time_alternating(group, pair, flops=flops)
     table.add_best(group, flops=flops)
 
     # The same kernel and config, accumulating in fp32 every BLOCK_K instead of in the tensor cores'

@@ -435,7 +435,7 @@ print(f"W8A16 against its own reference: {((y.double() - y_ref).norm() / y_ref.n
 # The rest is what gets close to cuBLAS: BLOCK_K = 128 (128 bytes of e4m3 per row, a full cache line),
 # 128 x 128 or 128 x 256 output tiles, a deep pipeline (several stages of tiles in flight in shared
 # memory) and the grouped order of lesson 03. The course's `fp8_matmul` uses 128 x 256 x 128 tiles,
-# 8 warps and 3 stages on Hopper (`FP8_HOPPER_CONFIG`, in a persistent kernel); the benchmark sweeps
+# 8 warps and 4 stages on Hopper (`FP8_HOPPER_CONFIG`, in a persistent kernel); the benchmark sweeps
 # tiles around it, records the fastest row as `triton (ours)`, and the cell after the exercise link
 # prints every row against it, the default's included.
 #
