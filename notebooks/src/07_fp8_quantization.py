@@ -670,7 +670,8 @@ print("signed -2..1 as 2-bit codes:", bits2.tolist(), "| sign-extended back:", (
 # - **fp8_matmul** at 8192^3 against `torch.matmul` in bf16 (target at least 1.6 x: FP8 doubles the
 #   tensor-core peak) and `torch._scaled_mm` with row-wise scales (the library's FP8 matmul), with
 #   several tile configurations as separate rows, the promoted accumulation, and the same kernel with
-#   b in the (K, N) layout;
+#   b in the (K, N) layout; `_scaled_mm` with fast accumulation and our default take turns, three
+#   rounds, each row the median (a GPU at full load slows down as it heats: lesson 03 says more);
 # - the **W8A16 GEMV** at Llama-3-8B's up and down projections against the bf16 GEMV of `torch.matmul`.
 #
 # Elsewhere it shows the committed results of such a run.
