@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import math
 import os
 import random
 import traceback
@@ -160,8 +161,8 @@ class Fusion:
     meaning: str  # said in the failure: what stays in registers
     temporary: Callable[["Case"], tuple[int, str] | None]  # (element count, what it is) of the intermediate
     kernels: int = 1  # most launches that touch the activations (a tensor with one row per output row)
-    # A launch whose only activations are the call's inputs (it reads them and writes no activations,
-    # e.g. a statistics pre-pass storing one value per row) is not counted: True allows it.
+    # True: a launch whose other tensors are the call's inputs or hold at most two values per row (a
+    # statistics pre-pass: it reads the activations and cannot write them) is not counted.
     pre_pass: bool = False
 
 
@@ -573,6 +574,13 @@ def _input_flags(launch) -> tuple[bool, ...]:
     return (False,) * len(launch.shapes)
 
 
+def _statistics_pass(launch, rows: int) -> bool:
+    """Does a launch only read the call's inputs and write at most two values per row (statistics)?
+    Every tensor it gets is an input or holds at most 2 * rows elements, so it cannot store activations."""
+    return all(is_input or math.prod(shape) <= 2 * rows
+               for shape, is_input in zip(launch.shapes, _input_flags(launch)))
+
+
 def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[str]:
     """Too many launches, or (fused exercises) an intermediate written to memory."""
     problems = []
@@ -582,8 +590,8 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
         limit = ex.fusion.kernels
         rows = _rows(case)
         counted = [launch.name for launch in launched
-                   if any(len(shape) >= 2 and shape[0] == rows and not (ex.fusion.pre_pass and is_input)
-                          for shape, is_input in zip(launch.shapes, _input_flags(launch)))]
+                   if any(len(shape) >= 2 and shape[0] == rows for shape in launch.shapes)
+                   and not (ex.fusion.pre_pass and _statistics_pass(launch, rows))]
         what = "kernels on the activations"
     if limit is not None and len(counted) > limit:
         shown = ", ".join(counted[:6]) + (", ..." if len(counted) > 6 else "")

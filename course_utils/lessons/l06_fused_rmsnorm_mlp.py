@@ -243,7 +243,8 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 #
 # (Summing `x**2` inside the K loop, the paper's way, works too, but it pulls every `x` tile out of
 # shared memory into registers beside the tensor cores' reads, work the plain loop does not have; the
-# course does not time an in-loop variant.) Then `h` (rows, intermediate) is written once and the
+# bench does not time it, and one exploratory run found it slower than the pre-pass at many rows.)
+# Then `h` (rows, intermediate) is written once and the
 # down projection is the next launch: two launches for a decode step (three with the pre-pass)
 # instead of Hugging Face's 13 (in fp16); at decode sizes the down projection splits K
 # (`down_split_k`, given), since 16 rows x 1024 columns are too few output tiles for a whole GPU.
