@@ -646,10 +646,13 @@ speedups(results)
 # (H100: {{measured@h100}}; each ratio is followed by its target's verdict in that run.)
 # Per byte of weights ours is slower at the small size (the facts' times: four times the weights,
 # less than four times our time), which suggests costs that do not scale with the bytes, such as the
-# start and tail of each kernel, rather than memory (a reading of the numbers, not profiled). The
-# unfused path (three plain launches, no graph row; in the H200 run only) took
+# start and tail of each kernel. A profile with Nsight Compute on the H100 (`results/explore/README.md`)
+# agrees: each of the two kernels kept the memory at about two thirds of its peak bandwidth with few
+# warps resident (the gate/up kernel runs 86 programs of 4 warps, one per 128 columns of the
+# intermediate, on 132 SMs), and the split-K down projection needs `out` zeroed first, by a small
+# kernel of its own. The unfused path (three plain launches, no graph row) took
 # {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton unfused (ours): 3 kernels}} at `(1, 16, 1024)`, against
-# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)}} for the two-kernel block launched plainly.
+# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)}} for the two-kernel block launched plainly (H200).
 #
 # **The block at (4, 2048, 1024)** is compute-bound. Our fused block took
 # {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}} ({{tflops:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}}

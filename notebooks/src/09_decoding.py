@@ -294,6 +294,15 @@ for b in range(B):
 # cost of launching from Python that a CUDA graph removes (lesson 04); at microseconds of GPU work it
 # can decide a ranking, which is why both are measured.
 #
+# Against the copy of the same K/V bytes the short context is the hard case: at 1024 ours read them at
+# {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
+# the copy bandwidth on the H200 and {{ratio@h100:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
+# on the H100, where the target of 0.8 was {{verdict:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
+# and {{verdict@h100:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}. A profile with Nsight Compute on the
+# H100 (`results/explore/README.md`) shows where the time goes: the split kernel kept the memory at
+# about two thirds of its peak bandwidth with few warps resident, and the merge is a second, short
+# kernel, whose start and tail weigh more when the whole step lasts only microseconds.
+#
 # Lesson 05's `merge_stats` does the `(m, l)` half on numbers:
 
 # %%
