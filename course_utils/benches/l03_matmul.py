@@ -9,10 +9,8 @@ One run measures:
 - what autotuning costs on a new shape, and which config it picks;
 - accuracy against float64 of fp32 (IEEE, TF32, TF32x3), fp16 and bf16 products;
 - linear_relu fp16 against eager and torch.compile'd relu(addmm) at the GEM shapes, 1024^3, 4096^3.
-Every kernel is checked against torch before it is timed; cuBLAS and ours (and for linear_relu, the two
-peers and ours) take turns (three rounds, medians: `Table.time_alternating`), so that none runs on a
-hotter, slower-clocked GPU than the others; launch-bound linear_relu sizes are then also timed in CUDA
-graphs.
+Every kernel is checked against torch before it is timed; cuBLAS and ours take turns (three rounds,
+medians: `Table.time_alternating`), so that neither runs on a hotter, slower-clocked GPU than the other.
 """
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ import time
 
 import torch
 
-from ..bench import LAUNCH_BOUND_MS, Table, sweeping
+from ..bench import Table, sweeping
 from ..checks.l03_matmul import dot_tolerance
 
 SIZES = (512, 1024, 2048, 4096, 8192)  # the TFLOP/s-vs-size sweep, N^3
@@ -374,12 +372,9 @@ def _linear_relu(table: Table, every_config: bool = True) -> None:
         linear_relu(x, w, bias, out)
         _assert_close(out, ref, K, group)
         flops = matmul_flops(M, N, K)
-        runs = [(EAGER, lambda: eager(x, w, bias)), (COMPILED, lambda: compiled(x, w, bias)),
-                (OURS, lambda: linear_relu(x, w, bias, out))]
-        rows = table.time_alternating(group, runs, flops=flops)
-        if any(row.ms < LAUNCH_BOUND_MS for row in rows):  # launch-bound: every side in a CUDA graph too
-            for name, fn in runs:
-                table.time(group, name, fn, flops=flops, graph="only")
+        table.time(group, EAGER, lambda: eager(x, w, bias), flops=flops, graph="auto")
+        table.time(group, COMPILED, lambda: compiled(x, w, bias), flops=flops, graph="auto")
+        table.time(group, OURS, lambda: linear_relu(x, w, bias, out), flops=flops, graph="auto")
         saved = linear_relu_bytes(M, N, K, 2, False) - linear_relu_bytes(M, N, K, 2, True)
         ours, peer = table.find(group, OURS), table.find(group, COMPILED)
         ratio = f"; ours at {peer.ms / ours.ms:.2f} x torch.compile" if ours and peer else ""

@@ -577,9 +577,8 @@ for M_, N_, K_ in [(64, 256, 128), (128, 256, 256), (1024, 1024, 1024), (4096, 4
 # sides, and `linear_relu` against eager and `torch.compile`d `relu(addmm(...))`. On a GPU this
 # runs the quick part of `course_utils/benches/l03_matmul.py`; `python -m course_utils bench 03` runs
 # it all (every autotune config on its own row, the tile-size, launch-order, autotune-cost and
-# accuracy experiments) and writes the results file of this GPU under `results/`. cuBLAS and ours
-# (for `linear_relu`, both peers and ours) take turns, three rounds, and each row is the median of its
-# three timings (`Table.time_alternating`): a
+# accuracy experiments) and writes the results file of this GPU under `results/`. cuBLAS and ours take
+# turns, three rounds, and each row is the median of its three timings (`Table.time_alternating`): a
 # GPU at full tensor-core load lowers its clock as it heats, so the side timed second in one long
 # stretch would run on a slower GPU than the first.
 
