@@ -207,8 +207,9 @@ class Table:
         """Time several functions in turn, `rounds` times over, and record each one's median as its row.
 
         For a target's pair of compute-bound kernels: a GPU at full tensor-core load slows its clock as it
-        heats (10 % between two runs of the same 8192^3 FP8 matmul on an H200), so timing one after the
-        other favours whichever ran first; taking turns gives both the same conditions.
+        heats (results/explore/README.md, lesson 07: the same peer, slower in the second of two rounds of
+        one script), so timing one after the other favours whichever ran first; taking turns gives both
+        the same conditions.
         """
         import statistics
 
