@@ -391,6 +391,7 @@ def test_exercise_stub_keeps_the_packing_and_asks_for_the_kernel_and_host():
     assert 'raise NotImplementedError("rmsnorm_mlp_packed: not written yet")' in source
     assert "copy_2d(w_gate.t(), w_gu[:, 0::2]" in source  # pack_mlp_weights is given
     assert "rmsnorm_mlp_packed(x, pack_mlp_weights(" in source  # rmsnorm_mlp is given too
+    assert "row_rstd_kernel[(triton.cdiv(n_rows, 4),)]" in source  # so is the statistics pre-pass
     assert "tl.split" not in source.split("def rmsnorm_gate_up_silu_kernel")[1].split("def down_tile")[0]
 
 
