@@ -65,7 +65,9 @@ GATE_UP_SWEEP = {
     "small": [_tile(16, 16, 256, 4, 4), _tile(16, 32, 256, 4, 3), _tile(16, 64, 128, 4, 4),
               _tile(16, 64, 64, 4, 6),
               # fewer bytes of shared memory per program: more programs resident per SM, a shorter tail
-              _tile(16, 32, 128, 4, 2), _tile(16, 16, 128, 4, 3), _tile(16, 64, 64, 4, 3)],
+              _tile(16, 32, 128, 4, 2), _tile(16, 16, 128, 4, 3), _tile(16, 64, 64, 4, 3),
+              # the default tile with 8 warps: more loads in flight per program (hidden 4096 on the H100)
+              _tile(16, 128, 64, 8, 4)],
     "large": [_tile(128, 128, 64, 8, 3, 8), _tile(128, 128, 64, 8, 4, 8), _tile(128, 64, 64, 8, 4, 8),
               _tile(256, 64, 64, 8, 3, 8)],
 }
@@ -77,7 +79,9 @@ def _split(bm, bn, bk, split, warps, stages) -> triton.Config:
 
 
 DOWN_SWEEP = {  # few rows: split-K (down_split_k); many rows: lesson 03's matmul
-    "small": [_split(16, 64, 128, 8, 4, 4), _split(16, 32, 256, 8, 4, 4), _split(16, 16, 256, 4, 4, 4)],
+    "small": [_split(16, 64, 128, 8, 4, 4), _split(16, 32, 256, 8, 4, 4), _split(16, 16, 256, 4, 4, 4),
+              # 128-column tiles: half the programs, each twice as wide (hidden 4096: 32 tiles x splits)
+              _split(16, 128, 64, 8, 4, 4), _split(16, 128, 128, 4, 8, 3)],
     "large": [_down(128, 256, 64, 8, 3, 8)],
 }
 KMAJOR_DOWN = _down(16, 16, 256, 4, 4)  # few rows: the down tile of the nn.Linear layout, for comparison
