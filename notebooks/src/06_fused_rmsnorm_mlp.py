@@ -650,7 +650,20 @@ speedups(results)
 # agrees: each of the two kernels kept the memory at about two thirds of its peak bandwidth with few
 # warps resident (the gate/up kernel runs 86 programs of 4 warps, one per 128 columns of the
 # intermediate, on 132 SMs), and the split-K down projection needs `out` zeroed first, by a small
-# kernel of its own. The unfused path (three plain launches, no graph row) took
+# kernel of its own. Two changes that this reading calls for did not help at `(1, 16, 1024)`, measured
+# on the H100 (`results/explore/rmsnorm_mlp_decode_tiled.h100.json`): narrower tiles, so that every SM
+# gets programs (64, 32 or 16 columns of the intermediate, 2 to 8 warps), and the weights repacked in
+# column blocks, so that each program reads one contiguous stretch of memory instead of a short piece
+# of every row. Each version of each kernel was as fast as the default or slower; in the same kind of
+# profile (`results/explore/ncu_gemv.h100.csv`) lesson 07's int8 GEMV, a read with little arithmetic,
+# kept the memory only a little busier. At the paper's width the sweep did find a faster pair than the
+# defaults on both GPUs: the gate/up kernel with 8 warps instead of 4
+# ({{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) gate/up 16x(2x128)x64 w8 s4 g1 [graph]}} against
+# {{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) default [graph]}} for the defaults, H200) and the down projection in
+# 128-column tiles ({{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) down 16x128x128 w8 s3 split-K 4 [graph]}}); together,
+# the row `triton (ours)`, {{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) [graph]}} on the H200 and
+# {{us@h100:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) [graph]}} on the H100 (defaults: {{us@h100:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) default [graph]}}).
+# The unfused path (three plain launches, no graph row) took
 # {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton unfused (ours): 3 kernels}} at `(1, 16, 1024)`, against
 # {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)}} for the two-kernel block launched plainly (H200).
 #
