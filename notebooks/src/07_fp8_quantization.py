@@ -742,7 +742,9 @@ else:
 #   {{ratio@h100:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16|read only (no math)}} and {{ratio@h100:W8A16 GEMV 1x14336 @ (4096x14336).T|triton (ours) W8A16|read only (no math)}} on the H100. The two GPUs have the same SMs at about the same
 #   clock, and the H100's HBM3 delivers fewer bytes per second than the H200's HBM3e (datasheets): on
 #   the H100 each byte leaves the SMs more time for its arithmetic, which then costs less of the
-#   read's speed.
+#   read's speed. Nsight Compute on the H100 (`results/explore/README.md`) finds it waiting on its
+#   loads: the memory at about three quarters of its peak bandwidth, an instruction issued on under
+#   half of the cycles; other tiles, warps and stages were no faster (`gemv_warps.h100.json`).
 #   `torch.compile` of "dequantize, then matmul" was slower than the plain bf16 GEMV:
 #   {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.compile int8 dequant + matmul}}.
 

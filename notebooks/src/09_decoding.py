@@ -301,7 +301,11 @@ for b in range(B):
 # and {{verdict@h100:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}. A profile with Nsight Compute on the
 # H100 (`results/explore/README.md`) shows where the time goes: the split kernel kept the memory at
 # about two thirds of its peak bandwidth with few warps resident, and the merge is a second, short
-# kernel, whose start and tail weigh more when the whole step lasts only microseconds.
+# kernel, whose start and tail weigh more when the whole step lasts only microseconds. The merge is
+# the smaller part: a version in which the last split program of each (sequence, K/V head) merges the
+# partials itself (an atomic counter tells it that it is last), one launch instead of two, was only
+# slightly faster on the H100 (`results/explore/decode_attention_one_launch.h100.json`), and no split
+# count, key tile or warp count moved the split kernel much.
 #
 # Lesson 05's `merge_stats` does the `(m, l)` half on numbers:
 
@@ -364,7 +368,12 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # the speed of cuBLAS's bf16 GEMV ({{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}} against {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS)}}), short of that target.
 # It read its int4 bytes at only {{gbps:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}}, far below the copy bandwidth: the memory is not
 # what limits it, the work per weight is (split the nibble off, make it a float, multiply, add, and the
-# scaled sums). The two GPUs show it: the H200 and the H100 have the same SMs at about the same clock
+# scaled sums). Nsight Compute on the H100 (`results/explore/README.md`, `ncu_gemv.h100.csv`) says how:
+# the kernel used under half of the memory's peak bandwidth and issued an instruction on under half
+# of its cycles, with about five instructions per weight; its running sums take so many registers
+# per thread that only a few programs fit on an SM, and its grid does not fill one wave of the GPU. So
+# few warps are resident, each waiting on its own chain of dependent instructions. More warps per
+# program or narrower tiles made it slower (`gemv_warps.h100.json`). The two GPUs show it: the H200 and the H100 have the same SMs at about the same clock
 # and different memories (HBM3e against HBM3, datasheets), and ours took {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}} on
 # the H200 and {{us@h100:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}} on the H100, while cuBLAS's bf16 GEMV, which is
 # bound by its bytes, took {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS) [graph]}} and {{us@h100:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS) [graph]}}. Faster int4 kernels pre-arrange the packed weights for their loads and convert two
