@@ -324,6 +324,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
 # are multiples of 16 bytes. So `matmul` takes this path only for large problems on Hopper with a
 # row-major `a` and a K-major `b` (an `nn.Linear` weight `w.t()`, or the tf32 copy above), both aligned:
 # `b` is described as the `(N, K)` matrix it is in memory, and the dot reads its tile as `b_tile.T`.
+# The kernel is also **persistent**: one program per SM walks the output tiles `pid, pid + NUM_SMS, ...`
+# in the grouped order, and its loop over tiles is **flattened** with the K loop inside it
+# (`tl.range(..., flatten=True)`), so the compiler pipelines across tiles: the loads of the next tile's
+# first K steps are in flight while this tile's epilogue runs (lesson 07 adds more to this kernel).
 # The lesson's benchmark times both paths at 4096^3 (tf32, and linear_relu in fp16). The descriptors are
 # built on the GPU, in a scratch buffer that the kernel gets through `triton.set_allocator` (set by
 # `matmul_tma` when it launches, not at import); triton >= 3.4.
@@ -358,28 +362,33 @@ def tma_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
 def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K) row-major, b (N, K) row-major: b.T is (K, N)
                       M, N, K, stride_am, stride_bn, stride_cm, stride_cn,
                       HAS_BIAS: tl.constexpr, RELU: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      GROUP_M: tl.constexpr):
+                      NUM_SMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     # BEGIN SOLUTION
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
                                        block_shape=[BLOCK_M, BLOCK_K])  # row-major a
     b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
                                        block_shape=[BLOCK_N, BLOCK_K])  # b.T as it lies in memory
-    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K), zeros past M and K
-        b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])  # (BLOCK_N, BLOCK_K), zeros past N and K
-        acc = tl.dot(a, b.T, acc, input_precision=INPUT_PRECISION)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols % N).to(tl.float32)[None, :]
-    if RELU:
-        acc = tl.maximum(acc, 0.0)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=mask)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # Persistent: this program takes tiles pid, pid + NUM_SMS, ...; flattened with the K loop, so the
+    # next tile's first loads are issued while this tile's epilogue runs.
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_SMS, flatten=True):
+        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K), zeros past M and K
+            b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])  # (BLOCK_N, BLOCK_K), zeros past N and K
+            acc = tl.dot(a, b.T, acc, input_precision=INPUT_PRECISION)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + cols % N).to(tl.float32)[None, :]
+        if RELU:
+            acc = tl.maximum(acc, 0.0)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+                 mask=mask)
     # END SOLUTION
 
 
@@ -390,13 +399,14 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.
     N = b.shape[1]
     # The kernel writes its descriptors (128 bytes each) to a scratch buffer it asks this allocator for.
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
+    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
 
-    def grid(meta):
-        return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    def grid(meta):  # persistent: one program per SM, or one per tile when there are fewer tiles
+        return (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
 
     matmul_tma_kernel[grid](a, b, out, out if bias is None else bias, M, N, K, a.stride(0), b.stride(1),
                             out.stride(0), out.stride(1), HAS_BIAS=bias is not None, RELU=relu,
-                            INPUT_PRECISION=precision)
+                            INPUT_PRECISION=precision, NUM_SMS=sms)
 
 
 # %% [check] 03.matmul

@@ -663,8 +663,9 @@ if rows:
 #   `linear_relu` reads the K-major `w.t()`, the plain fp16 matmul a row-major `b` (compare their
 #   rows above; the autotuner keys on the strides, so each layout gets its own tile). On Hopper a
 #   large problem with a K-major `b` (the TF32 copy, `linear_relu`'s `w.t()`) runs the same loop with
-#   tiles fetched by TMA descriptors (the optional section of the exercise notebook); the notes
-#   printed below say which path each benchmark row ran.
+#   tiles fetched by TMA descriptors, in a persistent kernel whose loop over tiles is flattened with
+#   the K loop (the optional section of the exercise notebook); the notes printed below say which path
+#   each benchmark row ran.
 # - **Autotuning has noise.** For each candidate the tuner keeps a `do_bench` median; two
 #   configurations within a few percent of each other can still swap places from run to run, which
 #   is why the sweep rows (every config timed on its own) are in the results too.
