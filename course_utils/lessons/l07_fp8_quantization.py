@@ -258,8 +258,8 @@ def fp8_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
 # ### Optional, Hopper only: a persistent kernel with TMA and a flattened loop
 #
 # Not needed for the check. At 8192^3 the kernel above is bound by how well loads and tensor-core work
-# overlap. Four Hopper techniques close the gap to cuBLAS (Triton's tutorial 09 shows them); the first
-# three are those of lesson 03's optional kernel:
+# overlap. Four Hopper techniques close the gap to cuBLAS (Triton's tutorial 09 shows them), those of
+# lesson 03's optional kernel:
 # - **TMA descriptors**: a copy engine fetches each tile, zero-filled past the edges, and the threads
 #   compute no addresses;
 # - **persistent**: one program per SM, looping over the output tiles `tile = pid, pid + NUM_SMS, ...`,
@@ -267,7 +267,7 @@ def fp8_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
 # - **a flattened loop** (`tl.range(..., flatten=True)`): the compiler merges the loop over tiles and
 #   the K loop inside it into one loop and pipelines across it, so the loads of the next tile's first
 #   K steps are in flight while this tile's epilogue runs;
-# - new here, **the epilogue in two halves**: the output tile goes through shared memory on its way to the TMA
+# - **the epilogue in two halves**: the output tile goes through shared memory on its way to the TMA
 #   store; two `(BLOCK_M, BLOCK_N / 2)` stores need half of that space, which leaves room for a fourth
 #   stage of loads (4 x 48 KiB of the 228 KiB).
 #
