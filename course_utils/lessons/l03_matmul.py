@@ -314,7 +314,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
 
 
 # %% [markdown]
-# ### Optional, Hopper only: the same loop with TMA descriptors
+# ### Optional, Hopper only: the same loop with TMA descriptors, in a persistent kernel
 #
 # Not needed for the check. On Hopper (sm_90) a copy engine beside each SM, the Tensor Memory
 # Accelerator, fetches a whole tile from a **descriptor**: `tl.make_tensor_descriptor(ptr, shape, strides,
