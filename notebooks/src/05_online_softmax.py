@@ -581,7 +581,11 @@ for causal in (False, True):
 # on the H100). The course's kernel has every warp load, multiply and exponentiate in turn. Kernels
 # at SDPA's speed on Hopper (FlashAttention-3 is the published example) give loading its own warps
 # and overlap the softmax of one tile with the matrix products of another, so that the tensor cores
-# do not wait for the exponentials. Triton can split a loop that way
+# do not wait for the exponentials. Nsight Compute on the H100 shows the difference
+# (`results/explore/ncu_attention.h100.csv`): the tensor cores of our kernel were busy about half of
+# its cycles, those of SDPA's kernel (cuDNN's, on that machine: one program per SM, three groups of
+# four warps) about three quarters, with as many exponentials to compute (and ours with a fifth more
+# multiply-add instructions). Triton can split a loop that way
 # (`tl.range(..., warp_specialize=True)`, with tiles fetched by TMA descriptors), but with triton 3.6
 # on the H100 neither made this kernel faster, and some of those configurations returned NaN or did
 # not compile (`results/explore/README.md` lists what was tried).
