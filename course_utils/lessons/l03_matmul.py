@@ -21,6 +21,8 @@
 
 # %%
 from course_utils import check, current, progress  # noqa: F401
+import functools  # noqa: E402
+
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -202,6 +204,12 @@ def select_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> 
 def hopper() -> bool:
     """A Hopper GPU (sm_90), whose wgmma instruction wants tf32 operands K-major."""
     return current().gpu and torch.cuda.get_device_capability()[0] == 9
+
+
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    """The GPU's SM count, asked once per device (the query costs microseconds, a launch's budget)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -406,7 +414,7 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.
     N = b.shape[1]
     # The kernel writes its descriptors (128 bytes each) to a scratch buffer it asks this allocator for.
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
-    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    sms = sm_count(a.device)
 
     def grid(meta):  # persistent: one program per SM, or one per tile when there are fewer tiles
         return (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)

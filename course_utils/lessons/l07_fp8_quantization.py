@@ -25,6 +25,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from course_utils.lessons.l03_matmul import grouped_tile, sm_count  # noqa: E402
+
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn: 0 1111 110 = 1.75 * 2^8
 
 # %% [markdown]
@@ -172,14 +174,7 @@ def fp8_matmul_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, out_ptr, M, N, K,
                       GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, PROMOTE: tl.constexpr):
     # BEGIN SOLUTION
     # Grouped order (lesson 03): GROUP_M rows of tiles share columns of b while they sit in L2.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_pid_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_m
-    pid_n = (pid % per_group) // group_m
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
@@ -302,12 +297,8 @@ def fp8_matmul_persistent_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, out_ptr
                                          block_shape=[BLOCK_M, BLOCK_N // 2])  # half a tile, clipped at M, N
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_pid_n
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_SMS, flatten=True):
-        first_m = (tile // per_group) * GROUP_M  # the grouped order of fp8_matmul_kernel, per tile
-        group_m = tl.minimum(num_pid_m - first_m, GROUP_M)
-        pid_m = first_m + (tile % per_group) % group_m
-        pid_n = (tile % per_group) // group_m
+        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)  # the grouped order, per tile
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])  # (BLOCK_M, BLOCK_K) e4m3, zeros past the edges
@@ -331,7 +322,7 @@ def fp8_matmul_persistent(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tenso
     block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
     # The descriptors are written to a scratch buffer the kernel asks this allocator for.
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
-    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    sms = sm_count(a.device)
     grid = (min(sms, triton.cdiv(M, block_m) * triton.cdiv(N, block_n)),)
     fp8_matmul_persistent_kernel[grid](
         a, a_scale, b, b_scale, out, M, N, K, a.stride(0), b.stride(0), out.stride(0),

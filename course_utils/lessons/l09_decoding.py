@@ -18,14 +18,13 @@
 # %% [setup]
 
 # %%
-import functools
-
 from course_utils import check, progress  # noqa: F401
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from course_utils.lessons.l03_matmul import sm_count  # noqa: E402
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402
 from course_utils.lessons.l06_fused_rmsnorm_mlp import rmsnorm  # noqa: E402
 
@@ -214,12 +213,6 @@ def decode_attention_merge_kernel(part_ptr, out_ptr, H_q, stride_ob, stride_oh, 
     # END SOLUTION
 
 
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    """The GPU's SM count, asked once per device (the query costs microseconds, a launch's budget)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, lengths: torch.Tensor,
                      out: torch.Tensor, num_splits: int | None = None, BLOCK_N: int | None = None,
                      num_warps: int = 4, num_stages: int = 3) -> None:
@@ -231,7 +224,7 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
     if BLOCK_N is None:
         BLOCK_N = 64 if q.is_cuda else 32
     if num_splits is None:  # about 2 programs per SM fill the GPU; one split per tile at most
-        programs = 2 * _sm_count(q.device) if q.is_cuda else 8
+        programs = 2 * sm_count(q.device) if q.is_cuda else 8
         num_splits = max(1, min(programs // (B * H_kv), triton.cdiv(S_max, BLOCK_N)))
     split_len = triton.cdiv(triton.cdiv(S_max, num_splits), BLOCK_N) * BLOCK_N  # whole tiles per split
     num_splits = triton.cdiv(S_max, split_len)
@@ -441,7 +434,7 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, accumulat
     if not accumulate:
         out.zero_()
     if split_k is None:  # about 2 programs per SM
-        programs = 2 * _sm_count(x.device) if x.is_cuda else 4
+        programs = 2 * sm_count(x.device) if x.is_cuda else 4
         split_k = max(1, min(programs // triton.cdiv(N, BLOCK_N), triton.cdiv(K, BLOCK_K)))
     k_per_split = triton.cdiv(triton.cdiv(K, split_k), BLOCK_K) * BLOCK_K
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(K, k_per_split))

@@ -21,7 +21,6 @@
 # %% [setup]
 
 # %%
-import functools
 import math
 
 import matplotlib.pyplot as plt
@@ -31,6 +30,7 @@ import triton.language as tl
 
 from course_utils import half_dtype, size
 from course_utils.bench import load_results, show_results
+from course_utils.lessons.l03_matmul import sm_count
 from course_utils.lessons.l05_online_softmax import kv_cache_bytes, merge_stats
 from course_utils.llama import toy_config, toy_llama
 
@@ -327,7 +327,7 @@ print(f"merged: m = {m:.6f}, l = {l:.6f}; in one pass: {scores.max().item():.6f}
 # atomic adds (sums in another order each run: fine for decoding, not for a bitwise-reproducible run).
 # The decode loop below uses it for every projection:
 
-# %% [inline] course_utils.lessons.l09_decoding: _sm_count skinny_linear_kernel skinny_linear
+# %% [inline] course_utils.lessons.l09_decoding: skinny_linear_kernel skinny_linear
 
 # %%
 x = torch.randn(3, 1000, device=dev)
