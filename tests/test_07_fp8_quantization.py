@@ -629,8 +629,7 @@ def test_the_persistent_launch_reads_one_config(monkeypatch):
             return launch
 
     monkeypatch.setattr(l07, "fp8_matmul_persistent_kernel", FakeKernel())
-    properties = type("Properties", (), {"multi_processor_count": 132})
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
+    monkeypatch.setattr(l07, "sm_count", lambda device: 132)  # not the cached query: no fake left behind
     monkeypatch.setattr(l07.triton, "set_allocator", lambda allocator: None)
     a, b = torch.zeros(512, 256, dtype=torch.float8_e4m3fn), torch.zeros(1024, 256, dtype=torch.float8_e4m3fn)
     out = torch.empty(512, 1024, dtype=torch.bfloat16)
