@@ -207,6 +207,25 @@ def test_cross_entropy_function_scales_by_dloss(scale):
     torch.testing.assert_close(ours.grad, ref.grad)
 
 
+@pytest.mark.parametrize("compiling", [False, True])
+def test_silu_mul_function_writes_in_place_only_when_eager(monkeypatch, compiling):
+    """Eagerly the backward writes dg, du into the saved g, u (no new tensors); traced by torch.compile it
+    writes new buffers, since the compiler copies a graph input before a kernel writes into it."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+    gen = torch.Generator().manual_seed(0)
+    g0, u0 = torch.randn(5, 300, generator=gen), torch.randn(5, 300, generator=gen)
+    g, u = g0.clone().requires_grad_(), u0.clone().requires_grad_()
+    h = l08.SiluMulFunction.apply(g, u)
+    saved_g, saved_u = h.grad_fn.saved_tensors  # (5, 300) each: g and u as the forward saved them
+    h.backward(torch.ones_like(h))
+    ref_g, ref_u = g0.clone().requires_grad_(), u0.clone().requires_grad_()
+    (torch.nn.functional.silu(ref_g) * ref_u).backward(torch.ones_like(h))
+    torch.testing.assert_close(g.grad, ref_g.grad)
+    torch.testing.assert_close(u.grad, ref_u.grad)
+    overwritten = not torch.equal(saved_g, g0) and not torch.equal(saved_u, u0)
+    assert overwritten is not compiling
+
+
 # --- wrong autograd Functions -----------------------------------------------------------------
 
 class _SavesXhat(torch.autograd.Function):

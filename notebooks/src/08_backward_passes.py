@@ -536,6 +536,18 @@ print(f"softmax backward vs autograd: {(gx.double().cpu() - xs.grad).abs().max()
 # on the host (`if dloss.item() == 1`) would stall the CPU until the GPU catches up; `scale_unless_one`
 # reads it inside a kernel instead: each program loads the 4 bytes and, when they hold 1, stops. The
 # count of non-ignored targets is computed once and serves both the kernel's gradient and the mean.
+#
+# Writing in place saves memory when the model runs eagerly; under `torch.compile` it costs copies. The
+# compiler traces the backward as a graph whose inputs include the saved tensors, and it does not let a
+# kernel write into a graph input: it copies the tensor first (functionalization). A profile of the
+# compiled training step on an H100 ([`results/explore`](../results/explore/README.md), "Lesson 08")
+# found three such copies: `g` and `u` before `silu_mul_backward` (8192 x 11008 bf16, 180 MB each) and
+# the logits' gradient (8192 x 32000 bf16, 524 MB), which the backward hands to `scale_unless_one` (the
+# copy stayed when the forward wrote the gradient into a new buffer instead). So `SiluMulFunction`
+# decides in its forward, which Dynamo traces (`torch.compiler.is_compiling()` is true there, and not
+# in the backward, which AOTAutograd traces later), and writes new buffers when compiled. The loss keeps
+# its copy: its gradient is written in the forward, before `dL/dloss` is known, and scaling it into a
+# new buffer would move the same bytes as the copy does.
 
 # %%
 # What these modules call: your exercises' functions. Here the course's solutions are imported (their
