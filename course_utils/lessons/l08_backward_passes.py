@@ -424,7 +424,7 @@ class SiluMulFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dh: torch.Tensor):
         g, u = ctx.saved_tensors
-        # In place: g and u are dead after this (the matmuls that made them kept their inputs, not
+        # Eagerly in place: g and u are dead after this (the matmuls that made them kept their inputs, not
         # their outputs), so their memory takes the gradients: no new (rows, intermediate) tensors.
         dg, du = (g, u) if ctx.in_place else (torch.empty_like(g), torch.empty_like(u))
         silu_mul_backward(dh.contiguous(), g, u, dg, du)
