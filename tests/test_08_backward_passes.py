@@ -207,6 +207,37 @@ def test_cross_entropy_function_scales_by_dloss(scale):
     torch.testing.assert_close(ours.grad, ref.grad)
 
 
+@pytest.mark.parametrize("scale", [1.0, 2.5, 0.0])
+def test_linear_cross_entropy_function_matches_autograd(scale):
+    """The output layer and the loss in one Function: loss, d hidden and d weight as autograd gives them,
+    for any dL/dloss, ignored rows included."""
+    gen = torch.Generator().manual_seed(0)
+    hidden0, weight0 = torch.randn(6, 40, generator=gen), torch.randn(700, 40, generator=gen) * 0.3
+    targets = torch.tensor([1, -100, 3, 699, 512, 0])
+    hidden, weight = hidden0.clone().requires_grad_(), weight0.clone().requires_grad_()
+    loss = l08.LinearCrossEntropyFunction.apply(hidden, weight, targets)
+    (loss * scale).backward()
+    ref_h, ref_w = hidden0.clone().requires_grad_(), weight0.clone().requires_grad_()
+    want = torch.nn.functional.cross_entropy(ref_h @ ref_w.T, targets, ignore_index=-100)
+    (want * scale).backward()
+    torch.testing.assert_close(loss.detach(), want.detach())
+    torch.testing.assert_close(hidden.grad, ref_h.grad)
+    torch.testing.assert_close(weight.grad, ref_w.grad)
+
+
+def test_training_loss_keeps_no_logits_for_the_backward():
+    """The training step's loss saves gradients of the size of hidden and the output layer's weight, not
+    the (tokens, vocab) logits or their gradient: the backward of the whole model runs without them."""
+    config = toy_config(small=True)
+    ids = torch.randint(config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    model = l08.swap_in_training_kernels(toy_llama(small=True).train())
+    loss = l08.causal_lm_loss(model, ids, ids)
+    saved = loss.grad_fn.saved_tensors
+    assert saved, "the loss's backward keeps its gradients"
+    shapes = sorted(tuple(t.shape) for t in saved)
+    assert shapes == sorted([(ids.numel(), config.hidden_size), (config.vocab_size, config.hidden_size)]), shapes
+
+
 @pytest.mark.parametrize("compiling", [False, True])
 def test_silu_mul_function_writes_in_place_only_when_eager(monkeypatch, compiling):
     """Eagerly the backward writes dg, du into the saved g, u (no new tensors); traced by torch.compile it

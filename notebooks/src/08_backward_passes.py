@@ -528,8 +528,17 @@ print(f"softmax backward vs autograd: {(gx.double().cpu() - xs.grad).abs().max()
 #
 # The given Functions for SwiGLU and the loss, and the modules that replace Hugging Face's: every
 # RMSNorm (two per layer and the final one) becomes `RMSNormTrain` (your `rmsnorm_train`), every MLP
-# keeps its three `nn.Linear` matmuls around `SiluMulFunction`, and the loss is `CrossEntropyFunction`
-# on the bf16 logits, in place. Attention and the matmuls stay PyTorch's (cuBLAS, SDPA).
+# keeps its three `nn.Linear` matmuls around `SiluMulFunction`, and the output layer and the loss become
+# one Function, `LinearCrossEntropyFunction`. Attention and the matmuls stay PyTorch's (cuBLAS, SDPA).
+#
+# Why the output layer joins the loss: your `cross_entropy` writes the logits' gradient in the forward,
+# and from there the output layer's backward is two matmuls that need nothing else,
+# `d hidden = dlogits @ W_vocab` and `d W_vocab = dlogits.T @ hidden`. Run in the forward too, they let
+# the logits (8192 x 32000 bf16 in the bench's step, 524 MB) die before the backward starts; what waits
+# for the backward is 82 MB of gradients of the size of `hidden` and `W_vocab`. The FLOPs are the ones
+# autograd would spend, moved earlier. (Liger's fused linear cross-entropy does the same per chunk of
+# tokens, so that even the forward never holds all the logits.) `CrossEntropyFunction` is the loss alone
+# on given logits, its gradient in their memory: what the cross-entropy bench below times.
 #
 # The loss's backward must multiply the gradient by `dL/dloss`, which is 1 whenever the loss itself is
 # differentiated (training), and any number otherwise (a loss scaled or summed with another). Reading it
@@ -541,13 +550,13 @@ print(f"softmax backward vs autograd: {(gx.double().cpu() - xs.grad).abs().max()
 # compiler traces the backward as a graph whose inputs include the saved tensors, and it does not let a
 # kernel write into a graph input: it copies the tensor first (functionalization). A profile of the
 # compiled training step on an H100 ([`results/explore`](../results/explore/README.md), "Lesson 08")
-# found three such copies: `g` and `u` before `silu_mul_backward` (8192 x 11008 bf16, 180 MB each) and
-# the logits' gradient (8192 x 32000 bf16, 524 MB), which the backward hands to `scale_unless_one` (the
-# copy stayed when the forward wrote the gradient into a new buffer instead). So `SiluMulFunction`
-# decides in its forward, which Dynamo traces (`torch.compiler.is_compiling()` is true there, and not
-# in the backward, which AOTAutograd traces later), and writes new buffers when compiled. The loss keeps
-# its copy: its gradient is written in the forward, before `dL/dloss` is known, and scaling it into a
-# new buffer would move the same bytes as the copy does.
+# found such copies of `g` and `u` before `silu_mul_backward` (8192 x 11008 bf16, 180 MB each) and of
+# the logits' gradient (524 MB), which the loss's backward then handed to `scale_unless_one` (when the
+# loss was still `CrossEntropyFunction`). So `SiluMulFunction` decides in its forward, which Dynamo
+# traces (`torch.compiler.is_compiling()` is true there, and not in the backward, which AOTAutograd
+# traces later), and writes new buffers when compiled. The loss keeps its copies, now of 82 MB: its
+# gradients are written in the forward, before `dL/dloss` is known, and scaling them into new buffers
+# would move the same bytes as the copies do.
 
 # %%
 # What these modules call: your exercises' functions. Here the course's solutions are imported (their
@@ -557,7 +566,7 @@ from torch import nn  # noqa: E402
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402, F401
 from course_utils.lessons.l08_backward_passes import cross_entropy, rmsnorm_train, silu_mul_backward  # noqa: E402, F401
 
-# %% [inline] course_utils.lessons.l08_backward_passes: SiluMulFunction scale_unless_one_kernel scale_unless_one CrossEntropyFunction RMSNormTrain SwiGLUTrain swap_in_training_kernels shifted_targets causal_lm_loss
+# %% [inline] course_utils.lessons.l08_backward_passes: SiluMulFunction scale_unless_one_kernel scale_unless_one CrossEntropyFunction LinearCrossEntropyFunction RMSNormTrain SwiGLUTrain swap_in_training_kernels shifted_targets causal_lm_loss
 
 # %% [markdown]
 # One step of the small config (on the CPU: fp32, 2 x 16 tokens) against the Hugging Face model's own
