@@ -383,10 +383,20 @@ def format_rows(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def ratio_text(ratio: float, minimum: float | None = None) -> str:
+    """A ratio with two decimals, more where two would show a miss as its threshold: 0.9996 against
+    1.00 reads "0.9996", not "1.00". A ratio that meets its threshold never rounds below it."""
+    for digits in (2, 3, 4):
+        text = f"{ratio:.{digits}f}"
+        if minimum is None or (float(text) >= minimum) == (ratio >= minimum):
+            return text
+    return f"{int(ratio * 1e4) / 1e4:.4f}"  # a miss within 0.00005 of its threshold: cut, not rounded
+
+
 def format_targets(targets: list[Target]) -> str:
     lines = [f"{'target':<60} {'ratio':>6} {'needs':>6}  met"]
     for t in targets:
-        ratio = f"{t.ratio:6.2f}" if t.ratio is not None else f"{'-':>6}"
+        ratio = f"{ratio_text(t.ratio, t.minimum):>6}" if t.ratio is not None else f"{'-':>6}"
         met = {True: "yes", False: "NO", None: "not measured"}[t.met] if t.minimum is not None else "reported"
         needs = f"{t.minimum:6.2f}" if t.minimum is not None else f"{'-':>6}"
         peer = f"fastest of {len(t.peers)} ({t.peer})" if t.peers else t.peer

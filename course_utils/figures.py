@@ -22,6 +22,8 @@ import re
 from functools import cache
 from pathlib import Path
 
+from .bench import ratio_text
+
 
 DEVICES = ("h200", "h100")  # the reference GPU first: placeholders without @device read its file
 PLACEHOLDER = re.compile(r"\{\{\s*(?:(?P<stem>\d\d_[a-z0-9_]+)/)?(?P<kind>[a-z]+)(?:@(?P<device>[a-z0-9]+))?"
@@ -114,7 +116,7 @@ def render_one(match: re.Match, default_stem: str) -> str:
             return f"{_row(data, group, peer)['ms'] / _row(data, group, ours)['ms']:.2f} x"  # two rows' speeds
         if t is None:
             raise MissingFigure(f"no measured ratio {group!r}: {ours!r} vs {peer!r} in results of {stem}")
-        return f"{t['ratio']:.2f} x" if kind == "ratio" else t["peer"]
+        return f"{ratio_text(t['ratio'], t.get('minimum'))} x" if kind == "ratio" else t["peer"]
     if kind in ("ms", "us", "gbps", "tflops"):
         row = _row(data, *args)
         if kind == "ms":

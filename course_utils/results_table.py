@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from .bench import device_key
+from .bench import device_key, ratio_text
 from .lessons_index import LESSONS, course_root
 
 
@@ -40,7 +40,7 @@ def _cell(t: dict | None) -> str:
     if t is None or t.get("ratio") is None:
         return "not measured"
     met = "" if t["minimum"] is None else (" ok" if t["met"] else " **miss**")
-    return f"{t['ratio']:.2f} x {t['peer']}{met}"
+    return f"{ratio_text(t['ratio'], t['minimum'])} x {t['peer']}{met}"
 
 
 def targets_table(results: list[dict]) -> str:

@@ -29,6 +29,24 @@ def test_targets_compare_speed_or_rates():
     assert "NO" in text and "not measured" in text
 
 
+@pytest.mark.parametrize("ratio, minimum, text", [
+    (0.9996, 1.0, "0.9996"),  # a miss never reads as its threshold
+    (0.996, 1.0, "0.996"),
+    (0.99999, 1.0, "0.9999"),  # cut, not rounded up to the threshold
+    (1.004, 1.0, "1.00"),  # a met ratio keeps two decimals
+    (0.8496, 0.85, "0.8496"),
+    (0.8449, 0.85, "0.84"),
+    (0.9996, None, "1.00"),  # reported, no threshold: two decimals
+])
+def test_ratio_text_never_shows_a_miss_as_met(ratio, minimum, text):
+    assert bench.ratio_text(ratio, minimum) == text
+    table = bench.Table("99")
+    table.add("op", "peer", ratio, n_bytes=None)
+    table.add("op", "triton (ours)", 1.0, n_bytes=None)
+    table.target("op", "triton (ours)", "peer", minimum)
+    assert f" {text} " in bench.format_targets(table.targets)
+
+
 def test_time_refuses_in_the_interpreter(capsys, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert bench.can_time() is False
@@ -243,6 +261,13 @@ def test_results_table_puts_both_devices_side_by_side(course):
     results_md = files[course / "results" / "README.md"]
     assert "## 99_test on H100" in results_md and "## 99_test on H200" in results_md
     assert "fact `span`: 1.2 us on h100" in results_md
+    path = course / "results" / "99_test.h200.json"
+    data = json.loads(path.read_text())
+    data["targets"][0]["ratio"] = 0.9996
+    path.write_text(json.dumps(data))
+    fastest = results_table.targets_table(results_table._load()).splitlines()[2]
+    assert fastest.endswith("| 2.00 x torch eager ok | 0.9996 x torch.compile **miss** |")  # not "1.00 ... miss"
+    assert figures.render("{{ratio:op|triton (ours)|fastest}}", "99_test") == "0.9996 x"
 
 
 def test_a_failing_bench_keeps_its_rows_and_the_next_lesson_runs(course, monkeypatch):
