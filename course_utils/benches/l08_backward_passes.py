@@ -384,7 +384,8 @@ def bench_training_step(table: Table, batch: int = 8, seq: int = 1024) -> None:
     _memory_target(table, group, f"peak MiB {group} ", OURS_COMPILED, "HF eager", 0.8)
     _memory_target(table, group, f"peak MiB {group} ", OURS, "HF eager", 0.8)
     table.notes.append(f"{group}: a step is zero_grad + forward + loss + backward (no optimizer, the same "
-                       "for every row); ours swaps every RMSNorm, the MLP's SiLU * mul and the loss, "
+                       "for every row); ours swaps every RMSNorm, the MLP's SiLU * mul, and the output layer "
+                       "with the loss (its gradients computed in the forward), "
                        f"attention and matmuls stay PyTorch's; '{OURS_COMPILED}' is the same model with "
                        "torch.compile around the loss function, our autograd Functions inside it")
 
