@@ -536,8 +536,9 @@ print(f"softmax backward vs autograd: {(gx.double().cpu() - xs.grad).abs().max()
 # `d hidden = dlogits @ W_vocab` and `d W_vocab = dlogits.T @ hidden`. Run in the forward too, they let
 # the logits (8192 x 32000 bf16 in the bench's step, 524 MB) die before the backward starts; what waits
 # for the backward is 82 MB of gradients of the size of `hidden` and `W_vocab`. The FLOPs are the ones
-# autograd would spend, moved earlier. (Liger's fused linear cross-entropy does the same per chunk of
-# tokens, so that even the forward never holds all the logits.) `CrossEntropyFunction` is the loss alone
+# autograd would spend, moved earlier. It did not lower the step's peak memory in the bench: the forward
+# still holds all the logits at once. Liger's fused linear cross-entropy does the same per chunk of
+# tokens, so that even the forward never holds all the logits: that lowers the peak. `CrossEntropyFunction` is the loss alone
 # on given logits, its gradient in their memory: what the cross-entropy bench below times.
 #
 # The loss's backward must multiply the gradient by `dL/dloss`, which is 1 whenever the loss itself is
