@@ -64,7 +64,8 @@ def targets_table(results: list[dict]) -> str:
                      f"{_num(t['stretch'], '.2f')} | {cells} |")
     lines += ["", "Ratios are peer time / our time (or our rate / peer rate for GB/s and TFLOP/s), each against "
               "the peer named in its cell: the fastest of the candidates in that run. A name ending in "
-              "[graph] is a CUDA-graph replay (launch-bound sizes are timed both ways)."]
+              "[graph] is a CUDA-graph replay (launch-bound sizes are timed both ways). Two decimals, "
+              "or more where two would round a miss up to its threshold."]
     seen = {}
     for data in results:
         dev = data.get("device_key") or device_key(data["device"])
