@@ -235,7 +235,8 @@ def test_training_loss_keeps_no_logits_for_the_backward():
     saved = loss.grad_fn.saved_tensors
     assert saved, "the loss's backward keeps its gradients"
     shapes = sorted(tuple(t.shape) for t in saved)
-    assert shapes == sorted([(ids.numel(), config.hidden_size), (config.vocab_size, config.hidden_size)]), shapes
+    want = sorted([(ids.numel(), config.hidden_size), (config.vocab_size, config.hidden_size)])
+    assert shapes == want, shapes
 
 
 @pytest.mark.parametrize("compiling", [False, True])
