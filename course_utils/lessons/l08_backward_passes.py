@@ -452,16 +452,22 @@ def scale_unless_one(x: torch.Tensor, scale: torch.Tensor) -> None:
     scale_unless_one_kernel[grid](x, scale, x.numel(), BLOCK=BLOCK, num_warps=8)
 
 
+def mean_loss_grad_in_place(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The mean cross-entropy over non-ignored rows; `logits` are overwritten with its gradient."""
+    loss = torch.empty(logits.shape[0], device=logits.device, dtype=torch.float32)
+    count = count_targets(targets)  # n, once: the kernel divides the gradient by it, the mean the loss
+    cross_entropy(logits, targets, loss, logits, count=count)  # dlogits in place: logits not needed again
+    return loss.sum() / count.clamp_min(1)[0]
+
+
 class CrossEntropyFunction(torch.autograd.Function):
     """Mean cross-entropy over non-ignored rows; the forward overwrites `logits` with their gradient."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = torch.empty(logits.shape[0], device=logits.device, dtype=torch.float32)
-        count = count_targets(targets)  # n, once: the kernel divides the gradient by it, the mean the loss
-        cross_entropy(logits, targets, loss, logits, count=count)  # dlogits in place: logits not needed again
-        ctx.save_for_backward(logits)
-        return loss.sum() / count.clamp_min(1)[0]
+        mean = mean_loss_grad_in_place(logits, targets)
+        ctx.save_for_backward(logits)  # now dlogits
+        return mean
 
     @staticmethod
     def backward(ctx, dloss: torch.Tensor):
@@ -483,13 +489,11 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = hidden @ weight.T  # (tokens, vocab) in the model's dtype: never upcast to fp32
-        loss = torch.empty(logits.shape[0], device=logits.device, dtype=torch.float32)
-        count = count_targets(targets)
-        cross_entropy(logits, targets, loss, logits, count=count)  # logits now hold dlogits
+        mean = mean_loss_grad_in_place(logits, targets)  # logits now hold dlogits
         dhidden = logits @ weight  # (tokens, hidden): 2 * tokens * vocab * hidden FLOPs, as in the backward
         dweight = logits.T @ hidden  # (vocab, hidden): the same FLOPs again
         ctx.save_for_backward(dhidden, dweight)  # bf16 (8192, 1024) + (32000, 1024): 16.8 + 65.5 MB
-        return loss.sum() / count.clamp_min(1)[0]  # the logits (524 MB) are freed here, not after backward
+        return mean  # the logits (524 MB) are freed here, not after the backward
 
     @staticmethod
     def backward(ctx, dloss: torch.Tensor):

@@ -538,8 +538,9 @@ print(f"softmax backward vs autograd: {(gx.double().cpu() - xs.grad).abs().max()
 # for the backward is 82 MB of gradients of the size of `hidden` and `W_vocab`. The FLOPs are the ones
 # autograd would spend, moved earlier. It did not lower the step's peak memory in the bench: the forward
 # still holds all the logits at once. Liger's fused linear cross-entropy does the same per chunk of
-# tokens, so that even the forward never holds all the logits: that lowers the peak. `CrossEntropyFunction` is the loss alone
-# on given logits, its gradient in their memory: what the cross-entropy bench below times.
+# tokens, so that even the forward never holds all the logits: that lowers the peak. Both Functions
+# start from `mean_loss_grad_in_place`; `CrossEntropyFunction` is the loss alone on given logits, its
+# gradient in their memory: what the cross-entropy bench below times.
 #
 # The loss's backward must multiply the gradient by `dL/dloss`, which is 1 whenever the loss itself is
 # differentiated (training), and any number otherwise (a loss scaled or summed with another). Reading it
@@ -567,7 +568,7 @@ from torch import nn  # noqa: E402
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402, F401
 from course_utils.lessons.l08_backward_passes import cross_entropy, rmsnorm_train, silu_mul_backward  # noqa: E402, F401
 
-# %% [inline] course_utils.lessons.l08_backward_passes: SiluMulFunction scale_unless_one_kernel scale_unless_one CrossEntropyFunction LinearCrossEntropyFunction RMSNormTrain SwiGLUTrain swap_in_training_kernels shifted_targets causal_lm_loss
+# %% [inline] course_utils.lessons.l08_backward_passes: SiluMulFunction scale_unless_one_kernel scale_unless_one mean_loss_grad_in_place CrossEntropyFunction LinearCrossEntropyFunction RMSNormTrain SwiGLUTrain swap_in_training_kernels shifted_targets causal_lm_loss
 
 # %% [markdown]
 # One step of the small config (on the CPU: fp32, 2 x 16 tokens) against the Hugging Face model's own
