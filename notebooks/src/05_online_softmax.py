@@ -588,7 +588,13 @@ for causal in (False, True):
 # multiply-add instructions). Triton can split a loop that way
 # (`tl.range(..., warp_specialize=True)`, with tiles fetched by TMA descriptors), but with triton 3.6
 # on the H100 neither made this kernel faster, and some of those configurations returned NaN or did
-# not compile (`results/explore/README.md` lists what was tried).
+# not compile (`results/explore/README.md` lists what was tried). Two ways of overlapping without
+# warp specialization were slower still: computing the next key tile's scores before the current
+# tile's softmax (the loop carries them: FlashAttention-3's order, written in the source; the compiler
+# decides when each matrix product is waited for, and the extra live tile costs registers), and tiles
+# of 64 queries, one warp group each, so that two programs share an SM and fill each other's pauses
+# (`results/explore/attention_scores_ahead.h100.json`,
+# `results/explore/attention_scores_ahead_small_tiles.h100.json`).
 
 # %%
 if can_time():

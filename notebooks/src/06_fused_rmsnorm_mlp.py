@@ -656,7 +656,13 @@ speedups(results)
 # column blocks, so that each program reads one contiguous stretch of memory instead of a short piece
 # of every row. Each version of each kernel was as fast as the default or slower; in the same kind of
 # profile (`results/explore/ncu_gemv.h100.csv`) lesson 07's int8 GEMV, a read with little arithmetic,
-# kept the memory only a little busier. At the paper's width the sweep did find a faster pair than the
+# kept the memory only a little busier. Shortening the chain of launches helped a little on the H100
+# (`results/explore/decode_launch_gaps.h100.json`), not enough to reach 0.8 of the floor: the gate/up
+# kernel's programs zeroing `out` (no fill kernel), and the down projection started early with
+# programmatic dependent launch (on Hopper a kernel can launch while the one before it finishes and
+# wait for it inside). The course keeps the simpler kernels: the zeroing would be a duty of your
+# kernel that only a GPU's split-K down projection needs, so a kernel that forgot it would pass on
+# the CPU. At the paper's width the sweep did find a faster pair than the
 # defaults on both GPUs: the gate/up kernel with 8 warps instead of 4
 # ({{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) gate/up 16x(2x128)x64 w8 s4 g1 [graph]}} against
 # {{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) default [graph]}} for the defaults, H200) and the down projection in

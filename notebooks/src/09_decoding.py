@@ -305,7 +305,9 @@ for b in range(B):
 # the smaller part: a version in which the last split program of each (sequence, K/V head) merges the
 # partials itself (an atomic counter tells it that it is last), one launch instead of two, was only
 # slightly faster on the H100 (`results/explore/decode_attention_one_launch.h100.json`), and no split
-# count, key tile or warp count moved the split kernel much.
+# count, key tile or warp count moved the split kernel much. Starting the merge early with
+# programmatic dependent launch (on Hopper a kernel can launch while the one before it finishes and
+# wait for it inside) gained about as little (`results/explore/decode_launch_gaps.h100.json`).
 #
 # Lesson 05's `merge_stats` does the `(m, l)` half on numbers:
 
