@@ -205,17 +205,17 @@ def _accumulation(table: Table) -> None:
 
 # --- W8A16 GEMV -------------------------------------------------------------------------------
 
-GEMV_CONFIGS = (  # BLOCK_N, BLOCK_KW (int32 words: 4 weights each), warps, stages
-    (16, 128, 4, 4),
-    (8, 512, 4, 3),
-    (4, 512, 4, 3),
-    (8, 256, 4, 3),
-    (16, 256, 4, 3),
-    (4, 256, 4, 4),
-    (32, 128, 8, 3),
-    (16, 64, 4, 4),
-    (4, 1024, 8, 2),
-    (8, 512, 8, 4),
+GEMV_CONFIGS = (  # BLOCK_N, BLOCK_KW (int32 words: 4 weights each), warps; no stages: no pipelined loop
+    (16, 128, 4),
+    (8, 512, 4),
+    (4, 512, 4),
+    (8, 256, 4),
+    (16, 256, 4),
+    (4, 256, 4),
+    (32, 128, 8),
+    (16, 64, 4),
+    (4, 1024, 8),
+    (8, 512, 8),
 )
 
 
@@ -240,13 +240,13 @@ def _read_floor(table: Table, group: str, w_int8: torch.Tensor, n_bytes: int) ->
     N = w_int8.shape[0]
     words = w_int8.view(torch.int32)
     out = torch.empty(N, device=DEVICE, dtype=torch.int32)
-    for bn, bkw, warps, stages in GEMV_CONFIGS:
-        def run(bn=bn, bkw=bkw, warps=warps, stages=stages):
+    for bn, bkw, warps in GEMV_CONFIGS:
+        def run(bn=bn, bkw=bkw, warps=warps):
             read_words_kernel[(triton.cdiv(N, bn),)](words, out, N, words.shape[1], words.stride(0), BLOCK_N=bn,
-                                                     BLOCK_KW=bkw, num_warps=warps, num_stages=stages)
+                                                     BLOCK_KW=bkw, num_warps=warps)
         if _try(table, f"{group} read only {bn}x{4 * bkw}", lambda run=run: (run(), torch.testing.assert_close(
                 out, words.sum(1, dtype=torch.int32)))):
-            table.time(group, f"read only (no math) {bn}x{4 * bkw} w{warps} s{stages}", run, n_bytes=n_bytes)
+            table.time(group, f"read only (no math) {bn}x{4 * bkw} w{warps}", run, n_bytes=n_bytes)
     table.add_best(group, "read only (no math)", n_bytes=n_bytes)
 
 
@@ -267,7 +267,7 @@ def _gemv_sass(table: Table) -> None:
     out = torch.empty(1, N, device=DEVICE, dtype=torch.bfloat16)
     try:
         kernel = w8a16_gemv_kernel[(N // 16, 1)](x, words, scale, out, N, K // 4, x.stride(0), words.stride(0),
-                                                out.stride(0), BLOCK_N=16, BLOCK_KW=128, num_warps=4, num_stages=4)
+                                                out.stride(0), BLOCK_N=16, BLOCK_KW=128, num_warps=4)
         sass = kernel.asm["sass"]
     except Exception as exc:  # noqa: BLE001 - no disassembler on this machine: no fact
         table.notes.append(f"W8A16 GEMV SASS not read: {type(exc).__name__}: {str(exc)[:120]}")
@@ -306,11 +306,11 @@ def _gemv_shape(table: Table, N: int, K: int) -> None:
         table.time(group, "torch.compile int8 dequant + matmul", lambda: dequant(x, w_int8, scale),
                    n_bytes=bytes_int8)
     table.time(group, "triton (ours) W8A16 default", lambda: w8a16_gemv(x, w_int8, scale, out), n_bytes=bytes_int8)
-    for bn, bkw, warps, stages in GEMV_CONFIGS:
-        name = f"triton (ours) W8A16 {bn}x{4 * bkw} w{warps} s{stages}"
+    for bn, bkw, warps in GEMV_CONFIGS:
+        name = f"triton (ours) W8A16 {bn}x{4 * bkw} w{warps}"
 
-        def run(bn=bn, bkw=bkw, warps=warps, stages=stages):
-            w8a16_gemv(x, w_int8, scale, out, BLOCK_N=bn, BLOCK_KW=bkw, num_warps=warps, num_stages=stages)
+        def run(bn=bn, bkw=bkw, warps=warps):
+            w8a16_gemv(x, w_int8, scale, out, BLOCK_N=bn, BLOCK_KW=bkw, num_warps=warps)
 
         if _try(table, f"{group} {name}", lambda run=run: (run(), verify(out))):
             table.time(group, name, run, n_bytes=bytes_int8)

@@ -427,10 +427,12 @@ def w8a16_gemv_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, N, K_WORDS, stride_xm, s
 
 
 def w8a16_gemv(x: torch.Tensor, w_int8: torch.Tensor, scale: torch.Tensor, out: torch.Tensor,
-               BLOCK_N: int | None = None, BLOCK_KW: int | None = None, num_warps: int = 4,
-               num_stages: int = 3) -> None:
+               BLOCK_N: int | None = None, BLOCK_KW: int | None = None, num_warps: int = 4) -> None:
     """out (M, N) = x (M, K) @ (w_int8 (N, K) * scale[:, None]).T; x and out with unit last stride,
-    w_int8 contiguous with K a multiple of 4 (it is read as int32 words)."""
+    w_int8 contiguous with K a multiple of 4 (it is read as int32 words).
+
+    No num_stages: Triton pipelines only loads that feed a tl.dot (or a tl.range that asks), and these
+    do not; the loads of other programs on the SM hide each one's wait (lesson 07 measures both)."""
     M, K = x.shape
     N = w_int8.shape[0]
     if K % 4 or not w_int8.is_contiguous():
@@ -442,7 +444,7 @@ def w8a16_gemv(x: torch.Tensor, w_int8: torch.Tensor, scale: torch.Tensor, out: 
     BLOCK_KW = BLOCK_KW or (128 if wide else 512)
     grid = (triton.cdiv(N, BLOCK_N), M)
     w8a16_gemv_kernel[grid](x, words, scale, out, N, K // 4, x.stride(0), words.stride(0), out.stride(0),
-                            BLOCK_N=BLOCK_N, BLOCK_KW=BLOCK_KW, num_warps=num_warps, num_stages=num_stages)
+                            BLOCK_N=BLOCK_N, BLOCK_KW=BLOCK_KW, num_warps=num_warps)
 
 
 # %% [progress] 07

@@ -326,7 +326,7 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
 
 def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, group_size: int,
                out: torch.Tensor, BLOCK_N: int | None = None, BLOCK_K: int = 512,
-               BLOCK_M: int | None = None, num_warps: int = 4, num_stages: int = 2) -> None:
+               BLOCK_M: int | None = None, num_warps: int = 4) -> None:
     """out (M, N) = x (M, K) @ W.T, W[n, k] = (nibble k of w_packed[n] - 8) * scales[n, k // group_size]."""
     # BEGIN SOLUTION
     M, K = x.shape
@@ -346,7 +346,7 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
     w4a16_gemv_kernel[grid](x, words, scales, out, M, N, K, *x.stride(), *words.stride(), *scales.stride(),
                             *out.stride(), GROUP=group_size, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                             BLOCK_K=min(BLOCK_K, K & -K),  # a power of 2 that divides K: no masks along K
-                            num_warps=num_warps, num_stages=num_stages)
+                            num_warps=num_warps)
     # END SOLUTION
 
 
