@@ -737,7 +737,9 @@ else:
 #   {{ratio@h100:W8A16 GEMV 1x14336 @ (4096x14336).T|read only (no math)|copy ceiling (1 GiB, read + write)}} on the H100 ({{measured@h100}}). The course's target for this GEMV is
 #   0.85 of the copy's rate; a GEMV that reads with these tiles cannot beat its own reads, so where
 #   the read alone stays below 0.85 the target is out of reach for this read pattern, arithmetic or not (a
-#   different read pattern would have to come first). The arithmetic costs the rest: our GEMV
+#   different read pattern would have to come first; fetching the same tiles into shared memory by
+#   TMA descriptors, Hopper's copy engine, read them more slowly on the H100:
+#   `results/explore/w8a16_tma.h100.json`). The arithmetic costs the rest: our GEMV
 #   ran at {{ratio:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16|read only (no math)}} and {{ratio:W8A16 GEMV 1x14336 @ (4096x14336).T|triton (ours) W8A16|read only (no math)}} of the read's speed on the H200,
 #   {{ratio@h100:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16|read only (no math)}} and {{ratio@h100:W8A16 GEMV 1x14336 @ (4096x14336).T|triton (ours) W8A16|read only (no math)}} on the H100. The two GPUs have the same SMs at about the same
 #   clock, and the H100's HBM3 delivers fewer bytes per second than the H200's HBM3e (datasheets): on
