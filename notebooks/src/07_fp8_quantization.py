@@ -746,10 +746,11 @@ else:
 #   the H100 each byte leaves the SMs more time for its arithmetic, which then costs less of the
 #   read's speed. Nsight Compute on the H100 (`results/explore/README.md`) finds it waiting on its
 #   loads: the memory at about three quarters of its peak bandwidth, an instruction issued on under
-#   half of the cycles; other tiles and warps were no faster (`gemv_warps.h100.json`). The stages of
-#   the sweep change nothing here: Triton pipelines a loop's loads (copies into shared memory issued
-#   iterations ahead) only when they feed a `tl.dot`, or when the loop asks for it with
-#   `tl.range(..., num_stages=n)`, and the compiled kernel (`kernel.asm["ttgir"]`) has no such copies.
+#   half of the cycles; other tiles and warps were no faster (`gemv_warps.h100.json`). There are no
+#   stages to tune here (`num_stages` changed nothing in that sweep): Triton pipelines a loop's loads
+#   (copies into shared memory issued iterations ahead) only when they feed a `tl.dot`, or when the
+#   loop asks for it with `tl.range(..., num_stages=n)`, and the compiled kernel (`kernel.asm["ttgir"]`)
+#   has no such copies.
 #   Asked for, the pipeline made the GEMV slower (`results/explore/pipelined_loops.h100.json`): it
 #   hides its loads behind other resident warps, not behind its own arithmetic.
 #   `torch.compile` of "dequantize, then matmul" was slower than the plain bf16 GEMV:
