@@ -307,7 +307,10 @@ for b in range(B):
 # slightly faster on the H100 (`results/explore/decode_attention_one_launch.h100.json`), and no split
 # count, key tile or warp count moved the split kernel much. Starting the merge early with
 # programmatic dependent launch (on Hopper a kernel can launch while the one before it finishes and
-# wait for it inside) gained about as little (`results/explore/decode_launch_gaps.h100.json`).
+# wait for it inside) gained about as little (`results/explore/decode_launch_gaps.h100.json`). And
+# a kernel that does nothing but read all the K/V bytes once takes most of the time the target
+# allows (`results/explore/read_floors.h100.json`, H100), which leaves about a microsecond for the
+# softmax, the merge and its launch.
 #
 # Lesson 05's `merge_stats` does the `(m, l)` half on numbers:
 
