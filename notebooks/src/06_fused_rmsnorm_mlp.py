@@ -665,8 +665,8 @@ speedups(results)
 # the CPU. Why no pair of kernels reaches the target at this size: two kernels that do nothing but
 # read `w_gu` and then `w_down.T` already take longer than the target allows, before any arithmetic,
 # and only one kernel reading both weights reads them within it (`results/explore/read_floors.h100.json`,
-# H100): at tens of megabytes a kernel's start and tail weigh on its rate. At the paper's width the sweep did find a faster pair than the
-# defaults on both GPUs: the gate/up kernel with 8 warps instead of 4
+# H100): at tens of megabytes a kernel's start and tail weigh on its rate. At the paper's width the
+# sweep did find a faster pair than the defaults on both GPUs: the gate/up kernel with 8 warps instead of 4
 # ({{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) gate/up 16x(2x128)x64 w8 s4 g1 [graph]}} against
 # {{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) default [graph]}} for the defaults, H200) and the down projection in
 # 128-column tiles ({{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) down 16x128x128 w8 s3 split-K 4 [graph]}}); together,
