@@ -665,7 +665,12 @@ speedups(results)
 # the CPU. Why no pair of kernels reaches the target at this size: two kernels that do nothing but
 # read `w_gu` and then `w_down.T` already take longer than the target allows, before any arithmetic,
 # and only one kernel reading both weights reads them within it (`results/explore/read_floors.h100.json`,
-# H100): at tens of megabytes a kernel's start and tail weigh on its rate. At the paper's width the
+# H100): at tens of megabytes a kernel's start and tail weigh on its rate. Such a kernel can be
+# written, since the down projection is linear in h: the program that computes some columns of h
+# multiplies them at once by the matching rows of `w_down.T` and adds its share of `out` with atomic
+# adds, so h never goes to memory. Measured on the H100 (`results/explore/mlp_one_kernel.h100.json`),
+# it was only a little faster than the pair, still short of the target, and its many fp16 additions
+# into each output more than doubled the error; the lesson keeps the two kernels. At the paper's width the
 # sweep did find a faster pair than the defaults on both GPUs: the gate/up kernel with 8 warps instead of 4
 # ({{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) gate/up 16x(2x128)x64 w8 s4 g1 [graph]}} against
 # {{us:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) default [graph]}} for the defaults, H200) and the down projection in

@@ -752,7 +752,10 @@ else:
 #   loop asks for it with `tl.range(..., num_stages=n)`, and the compiled kernel (`kernel.asm["ttgir"]`)
 #   has no such copies.
 #   Asked for, the pipeline made the GEMV slower (`results/explore/pipelined_loops.h100.json`): it
-#   hides its loads behind other resident warps, not behind its own arithmetic.
+#   hides its loads behind other resident warps, not behind its own arithmetic. Loading the next
+#   tile's words into registers before this tile's arithmetic, written in the loop, was slower too,
+#   though the same change made the read without arithmetic a little faster
+#   (`results/explore/gemv_register_prefetch.h100.json`).
 #   `torch.compile` of "dequantize, then matmul" was slower than the plain bf16 GEMV:
 #   {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.compile int8 dequant + matmul}}.
 

@@ -379,7 +379,9 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # per thread that only a few programs fit on an SM, and its grid does not fill one wave of the GPU. So
 # few warps are resident, each waiting on its own chain of dependent instructions. More warps per
 # program or narrower tiles made it slower (`gemv_warps.h100.json`), and so did more programs
-# (split-K) and one scale per group applied to each thread's sum (`w4_variants.h100.json`), while a
+# (split-K) and one scale per group applied to each thread's sum (`w4_variants.h100.json`), and so
+# did loading the next step's words into registers before this step's arithmetic
+# (`gemv_register_prefetch.h100.json`), while a
 # read of the same packed bytes with no arithmetic took much less time than the kernel: the bytes are
 # not the limit. The two GPUs show it: the H200 and the H100 have the same SMs at about the same clock
 # and different memories (HBM3e against HBM3, datasheets), and ours took {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}} on
