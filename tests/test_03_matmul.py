@@ -427,6 +427,23 @@ def _fixed(acc_fp16: bool):
     return matmul_fixed
 
 
+@interpreter_only
+def test_matmul_autotuned_over_several_configs_is_told_the_interpreter_cannot_time_them():
+    """The autotuner times each config through the GPU driver, which the interpreter lacks: Triton's own
+    error ("0 active drivers") becomes what to do about it."""
+    second = triton.Config({**TILE.kwargs, "BLOCK_M": 32}, num_warps=4)
+    tuned = triton.autotune(configs=[TILE, second], key=["M", "N", "K"])(matmul_kernel.fn)
+
+    def several_configs(a, b, out):
+        M, K = a.shape
+        N = b.shape[1]
+        tuned[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)](
+            a, b, out, out, M, N, K, *a.stride(), *b.stride(), *out.stride(), HAS_BIAS=False, RELU=False,
+            INPUT_PRECISION="ieee")
+
+    failure("03.matmul", several_configs, "could not be launched", "single config")
+
+
 def test_matmul_with_out_strides_hard_coded_fails_on_a_strided_out():
     err = failure("03.matmul", _fixed(False), "out padded", "address out with its strides")
     assert "written between its rows" in str(err) or "never written" in str(err)

@@ -204,7 +204,8 @@ def _whole_row(bug):
 @triton.jit
 def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, son, BLOCK_N: tl.constexpr,
                                  BUG: tl.constexpr):
-    """The online kernel for every row length. BUG 1: d not rescaled; 2: no guard for lanes still at -inf."""
+    """The online kernel for every row length. BUG 1: d not rescaled; 2: no guard for lanes still at -inf;
+    3: no max subtracted at all (exp(x) summed as it is)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     safe_rows = tl.minimum(rows, n_rows - 1)
     cols = tl.arange(0, BLOCK_N)
@@ -217,15 +218,21 @@ def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, 
         m_new = tl.maximum(m, x)
         if BUG == 2:
             m_ref = m_new
+        elif BUG == 3:
+            m_ref = tl.zeros_like(m_new)
         else:
             m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        if BUG == 1:
+        if BUG == 1 or BUG == 3:
             d = d + tl.exp(x - m_ref)
         else:
             d = d * tl.exp(m - m_ref) + tl.exp(x - m_ref)
         m = m_new
     m_row = tl.max(m, 1)
-    d_row = tl.sum(d * tl.exp(m - m_row[:, None]), 1)
+    if BUG == 3:
+        m_row = tl.zeros_like(m_row)
+        d_row = tl.sum(d, 1)
+    else:
+        d_row = tl.sum(d * tl.exp(m - m_row[:, None]), 1)
     for start in range(0, n_cols, BLOCK_N):
         mask = start + cols[None, :] < n_cols
         x = tl.load(x_ptr + safe_rows[:, None] * sxm + (start + cols[None, :]) * sxn, mask=mask,
@@ -260,6 +267,14 @@ def test_softmax_online_without_rescaling_fails():
     failure("05.softmax", _online(1), "longer than one block, the running max changes", "rescale d by exp")
 
 
+def test_softmax_online_without_max_subtraction_fails():
+    """Right on rows of one block, where the values near 100 are: long rows need large values of their own."""
+    def two_paths(x, out):
+        (_whole_row(0) if x.shape[1] <= 8192 else _online(3))(x, out)
+
+    failure("05.softmax", two_paths, "rows of 40000 near +100", "subtract each row's max")
+
+
 def test_softmax_online_without_minus_inf_guard_fails():
     failure("05.softmax", _online(2), "must subtract 0, not -inf")
 
@@ -287,9 +302,15 @@ def _attention_buggy_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, S, qk_scale,
                             sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sos, sod,
                             CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
                             BLOCK_N: tl.constexpr, BUG: tl.constexpr):
-    """One masked loop over all key tiles. BUG 1: causal j <= i + 1; 2: no key mask; 3: acc not rescaled."""
+    """One masked loop over all key tiles. BUG 1: causal j <= i + 1; 2: no key mask; 3: acc not rescaled;
+    4: k's last stride taken as 1; 5: batch and head flattened into one index (true of contiguous inputs)."""
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
+    if BUG == 4:
+        skd = 1
+    if BUG == 5:
+        b = 0
+        h = tl.program_id(1)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
@@ -353,6 +374,14 @@ def test_attention_without_key_mask_on_the_last_tile_fails():
 
 def test_attention_without_rescaling_acc_fails():
     failure("05.attention", _buggy_attention(3), "rescale acc and l")
+
+
+def test_attention_with_k_strides_assumed_fails():
+    failure("05.attention", _buggy_attention(4), "k a (B, H, D, S) one", "use every stride")
+
+
+def test_attention_with_batch_and_head_flattened_fails():
+    failure("05.attention", _buggy_attention(5), "(B, S, H, D) tensors", "use every stride")
 
 
 def test_attention_without_the_scale_fails():

@@ -96,6 +96,18 @@ def test_rmsnorm_in_torch_on_the_host_is_rejected():
     assert "no Triton kernel was launched" in message
 
 
+def test_rmsnorm_on_a_contiguous_copy_of_x_is_named_a_copy():
+    """x.contiguous() of a strided x computes nothing, it copies: the message and the hint say so and point
+    at the strides, not at statistics computed outside the kernel."""
+    def rmsnorm(x, weight, eps, out):
+        l06.rmsnorm(x.contiguous(), weight, eps, out)
+
+    message = fails("06.rmsnorm", rmsnorm)
+    body, hint = message.split("hint:")
+    assert "copied tensor data outside your Triton kernel" in body and "x.contiguous()" in body, message
+    assert "strides" in hint and "statistics" not in hint, message
+
+
 # --- wrong gate/up kernels ----------------------------------------------------------------------
 
 @triton.jit

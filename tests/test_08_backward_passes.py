@@ -280,7 +280,41 @@ class _SavesXhat(torch.autograd.Function):
         return dx.view(x.shape), dw.to(weight.dtype), None
 
 
+class _InTorch(torch.autograd.Function):
+    """Right values and the right saved tensors, computed with PyTorch: no kernel of the student's."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return (x.float() * rstd[..., None] * weight.float()).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        xhat, wdy = x.float() * rstd[..., None], dy.float() * weight.float()
+        dx = (wdy - xhat * (wdy * xhat).mean(-1, keepdim=True)) * rstd[..., None]
+        dw = (dy.float() * xhat).reshape(-1, x.shape[-1]).sum(0)
+        return dx.to(x.dtype), dw.to(weight.dtype), None
+
+
+class _BackwardInTorch(_InTorch):
+    """The forward on the kernel, the backward in PyTorch: half of it is not the student's kernels."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rows = x.reshape(-1, x.shape[-1])
+        y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0])
+        l08.rmsnorm_forward(rows, weight, eps, y, rstd)
+        ctx.save_for_backward(x, weight, rstd.view(x.shape[:-1]))
+        return y.view(x.shape)
+
+
 def test_rmsnorm_train_mistakes_are_named():
+    failure("08.rmsnorm_train", lambda x, weight, eps: _InTorch.apply(x, weight, eps),
+            "no Triton kernel was launched", seed=SEED)
+    failure("08.rmsnorm_train", lambda x, weight, eps: _BackwardInTorch.apply(x, weight, eps),
+            "the backward launched no Triton kernel", seed=SEED)
     failure("08.rmsnorm_train", lambda x, weight, eps: _SavesXhat.apply(x, weight, eps),
             "keeps a (rows, hidden) tensor besides x", seed=SEED)
     failure("08.rmsnorm_train", lambda x, weight, eps: l08.rmsnorm_train(x, weight, eps).detach(),

@@ -86,6 +86,22 @@ def test_append_off_by_one_is_named():
     assert "instead of positions[" in message or "written before its start" in message
 
 
+def test_append_with_positions_read_on_the_host_fails():
+    """Right values, one launch per sequence at a position the host read: the statement forbids it (a
+    read of device memory on the host stalls the step and cannot be captured in a CUDA graph)."""
+    def host_positions(k_new, v_new, cache_k, cache_v, positions):
+        B, H, D = k_new.shape
+        zero = torch.zeros_like(positions)  # the kernel writes at the start of the slice it is given
+        for b in range(B):
+            pos = positions[b].item()
+            _append_at_kernel[(H,)](k_new[b:], v_new[b:], cache_k[b:, :, pos:], cache_v[b:, :, pos:], zero,
+                                    H, D, *k_new.stride(), *v_new.stride(), *cache_k.stride(), *cache_v.stride(),
+                                    BLOCK_D=triton.next_power_of_2(D), SHIFT=0, FIRST=True)
+
+    message = failure("09.kv_append", host_positions)
+    assert "on the host (Tensor.item)" in message and "tl.load" in message, message
+
+
 def test_append_that_also_clears_the_cache_fails():
     def wrong(k_new, v_new, cache_k, cache_v, positions):
         cache_k.zero_()  # "a fresh cache": the earlier tokens are gone
@@ -153,6 +169,42 @@ def test_w4a16_must_refuse_a_k_that_is_no_multiple_of_the_group():
             l09.w4a16_gemv(x, w_packed, scales, group_size, out)
 
     assert "must be refused: raise ValueError" in failure("09.w4a16_gemv", accepts_anything)
+
+
+@triton.jit
+def _w4a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, GROUP, stride_xm, stride_wn, stride_sn,
+                      stride_om, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """W4A16 the GEMM way: each (BLOCK_K, BLOCK_N) tile of W dequantized to x's dtype for a 16-bit tl.dot."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k0 in range(0, K, BLOCK_K):  # BLOCK_K divides K (a multiple of the group size)
+        k = k0 + tl.arange(0, BLOCK_K)
+        n_ok = offs_n[None, :] < N
+        byte = tl.load(w_ptr + offs_n[None, :] * stride_wn + (k // 2)[:, None], mask=n_ok, other=0)
+        nibble = tl.where(k[:, None] % 2 == 0, byte & 0xF, byte >> 4)  # (BLOCK_K, BLOCK_N): W.T
+        scale = tl.load(s_ptr + offs_n[None, :] * stride_sn + (k // GROUP)[:, None], mask=n_ok, other=0.0)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=offs_m[:, None] < M, other=0.0)
+        w = ((nibble.to(tl.float32) - 8.0) * scale.to(tl.float32)).to(x.dtype)  # rounded once to x's dtype
+        acc = tl.dot(x, w, acc)
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def test_w4a16_that_dequantizes_to_the_activations_dtype_for_tl_dot_passes():
+    """The usual W4A16 GEMM rounds each dequantized weight to x's dtype once, for a 16-bit tl.dot: a
+    correct answer whose error is that rounding's random walk, which the tolerance must allow."""
+    def w4a16_gemv(x, w_packed, scales, group_size, out):
+        M, K = x.shape
+        N = w_packed.shape[0]
+        if K % group_size:
+            raise ValueError(f"K = {K} is no multiple of group_size = {group_size}")
+        _w4a16_dot_kernel[(triton.cdiv(N, 32),)](x, w_packed, scales, out, M, N, K, group_size, x.stride(0),
+                                                  w_packed.stride(0), scales.stride(0), out.stride(0),
+                                                  BLOCK_M=16, BLOCK_N=32, BLOCK_K=16)
+
+    for seed in range(3):
+        check("09.w4a16_gemv", w4a16_gemv, seed=seed, quiet=True)
 
 
 # --- the decode loop --------------------------------------------------------------------------

@@ -567,3 +567,112 @@ def test_honest_kernels_that_store_twice_or_accumulate_pass(name):
 
     setup(quiet=True)
     check("02.vector_add", _candidate(HONEST_VARIANTS[name], name)["add"], seed=1, quiet=True)
+
+
+# --- in-process attacks on what the checker counts: the host computes element by element, a launch hides
+# in another's grid callable or behind flat views, the course's kernel runs under another name ----------
+
+_IN_PROCESS = _KERNELS + """
+import types
+import course_utils.lessons.l02_first_kernels as lesson
+def copy_2d(x, out):  # the strided gather done by the host, one element at a time, with no arithmetic op
+    tmp = torch.empty_like(out)
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            tmp[i, j].fill_(x[i, j])
+    _copied(tmp, out)
+def relu(x, out):  # the values read into Python with .item(), computed there, written back with fill_
+    tmp = torch.empty_like(out)
+    for i, value in enumerate(x.reshape(-1)):
+        tmp.view(-1)[i].fill_(max(value.item(), 0.0))
+    _copied(tmp, out)
+def relu_dlpack(x, out):  # the same, the values read through NumPy's DLPack import
+    tmp = torch.empty_like(out)
+    for i, value in enumerate(np.from_dlpack(x).reshape(-1)):
+        tmp.view(-1)[i].fill_(max(float(value), 0.0))
+    _copied(tmp, out)
+@triton.jit
+def _sin2(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(src + offs, mask=offs < n).to(tl.float32)
+    tl.store(dst + offs, tl.sin(tl.sin(x)).to(dst.dtype.element_ty), mask=offs < n)
+def sin4(x, out):  # two launches, the first one from inside the second one's grid callable
+    tmp = torch.empty(x.shape, dtype=torch.float32)
+    def grid(meta):
+        _sin2[(triton.cdiv(x.numel(), 1024),)](x, tmp, x.numel(), BLOCK=1024)
+        return (triton.cdiv(x.numel(), 1024),)
+    _sin2[grid](tmp, out, x.numel(), BLOCK=1024)
+@triton.jit
+def _matmul(x, w, c, M, N, K, sxm, sxk, swn, swk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k0 in range(0, K, BK):
+        k = k0 + tl.arange(0, BK)
+        a_ok, b_ok = (rm[:, None] < M) & (k[None, :] < K), (rn[None, :] < N) & (k[:, None] < K)
+        a = tl.load(x + rm[:, None] * sxm + k[None, :] * sxk, mask=a_ok, other=0.0)
+        b = tl.load(w + rn[None, :] * swn + k[:, None] * swk, mask=b_ok, other=0.0)
+        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+@triton.jit
+def _bias_relu(c, bias, out, N, som, son, BN: tl.constexpr):
+    m = tl.program_id(0)
+    for n0 in range(0, N, BN):
+        n = n0 + tl.arange(0, BN)
+        v = tl.load(c + m * N + n, mask=n < N) + tl.load(bias + n, mask=n < N).to(tl.float32)
+        tl.store(out + m * som + n * son, tl.maximum(v, 0.0).to(out.dtype.element_ty), mask=n < N)
+def linear_relu(x, w, bias, out):  # unfused, the matmul's tensors flat and its temporary one element longer
+    (M, K), N = x.shape, w.shape[0]
+    tmp = torch.empty(M * N + 1, dtype=torch.float32)
+    flat_x, flat_w = x.as_strided((x.numel(),), (1,)), w.as_strided((w.numel(),), (1,))
+    _matmul[(triton.cdiv(M, 16), triton.cdiv(N, 16))](flat_x, flat_w, tmp, M, N, K, *x.stride(), *w.stride(),
+                                                     BM=16, BN=16, BK=16)
+    _bias_relu[(M,)](tmp, bias, out, N, *out.stride(), BN=64)
+_fn = lesson.add_kernel.fn  # the course's kernel, copied under another module name
+_renamed = triton.jit(types.FunctionType(_fn.__code__, dict(_fn.__globals__, __name__="mine"), _fn.__name__))
+def add(x, y, out):
+    _renamed[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
+"""
+
+
+@pytest.mark.parametrize("exercise, func, message", [
+    ("02.copy_2d", "copy_2d", "Tensor.fill_(a tensor's element)"),
+    ("02.relu", "relu", "read tensor data into Python/NumPy on the host (Tensor.item)"),
+    ("02.relu", "relu_dlpack", "read tensor data into Python/NumPy on the host (Tensor.__dlpack__)"),
+    ("04.sin4", "sin4", "launched 2 kernels (_sin2, _sin2)"),
+    ("03.linear_relu", "linear_relu", "launched 2 kernels on the activations (_matmul, _bias_relu)"),
+    ("02.vector_add", "add", "your function launches `add_kernel`, the course's solution"),
+])
+def test_what_the_checker_counts_cannot_be_dodged(exercise, func, message, refuse_course_solutions):
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    setup(quiet=True)
+    with pytest.raises(CheckFailed) as failed:
+        check(exercise, _candidate(_IN_PROCESS, "in_process")[func], seed=1, quiet=True)
+    assert message in str(failed.value), str(failed.value)
+
+
+class _Yes(int):
+    """An int that equals anything: a function exercise must judge the value, not what == says."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = int.__hash__
+
+
+@pytest.mark.parametrize("exercise, candidate", [
+    ("01.contiguous_strides", lambda shape: tuple(_Yes(0) for _ in shape)),
+    ("04.bytes_moved", lambda n_elements, bytes_per_element, n_ops, fused: _Yes(0)),
+])
+def test_a_result_whose_equality_lies_fails(exercise, candidate):
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    with pytest.raises(CheckFailed, match="returned"):
+        check(exercise, candidate, seed=1, quiet=True)

@@ -225,7 +225,11 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
     solution = json.loads((ROOT / "solutions" / "08_backward_passes.ipynb").read_text())
     for name, old, new in (("right", "", ""),
                            ("wrong_dw", "dw.to(weight.dtype), None", "(2 * dw).to(weight.dtype), None"),
-                           ("saves_copy", "ctx.save_for_backward(x, weight", "ctx.save_for_backward(x.clone(), weight")):
+                           ("saves_copy", "ctx.save_for_backward(x, weight", "ctx.save_for_backward(x.clone(), weight"),
+                           ("torch_backward", "rmsnorm_backward(dy_rows, rows, weight, rstd, dx, dw)",
+                            "xhat, g = rows.float() * rstd[:, None], dy_rows.float() * weight.float()\n"
+                            "        dx.copy_((g - xhat * (g * xhat).mean(1, keepdim=True)) * rstd[:, None])\n"
+                            "        dw.copy_((dy_rows.float() * xhat).sum(0))")):
         nb = copy.deepcopy(solution)
         at = _index(nb, "class RMSNormFunction")
         source = "".join(nb["cells"][at]["source"])
@@ -238,3 +242,5 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
     assert found["right.ipynb"].status == batch.PASS, found["right.ipynb"]
     assert found["wrong_dw.ipynb"].status == batch.FAIL and "weight.grad" in found["wrong_dw.ipynb"].reason
     assert found["saves_copy.ipynb"].status == batch.FAIL and "keeps a (rows, hidden)" in found["saves_copy.ipynb"].reason
+    assert found["torch_backward.ipynb"].status == batch.FAIL, found["torch_backward.ipynb"]
+    assert "the backward launched no Triton kernel" in found["torch_backward.ipynb"].reason

@@ -314,6 +314,8 @@ def _softmax_cases(gen):
                         randn((long_rows, long_cols), gen=gen, scale=2))
     yield _softmax_case(f"ascending rows of {long_cols}: the max grows in every block (rescale the sum)",
                         randn((3, long_cols), gen=gen, scale=3).sort(dim=1).values)
+    yield _softmax_case(f"rows of {long_cols} near +100: exp overflows in every block unless you subtract "
+                        "the running max", randn((3, long_cols), gen=gen, scale=2, offset=100.0))
     x = randn((3, long_cols), gen=gen, scale=2, offset=-100.0)
     x[:, : long_cols // 2] = NEG_INF
     x[:, -1] = 50.0
@@ -448,7 +450,7 @@ def _attention_cases(gen):
         yield Case(label, (q, k, v, Out("out", shape, dtype), causal),
                    {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(dtype),
                    explain=_attention_explain)
-    B, H, S, D = size((2, 4, 300, 64), (1, 2, 45, 16))
+    B, H, S, D = size((2, 4, 300, 64), (2, 2, 45, 16))  # B > 1: batch and head each have their stride
     for causal in (False, True):
         # Peaked scores: the running max jumps often, so a missing rescale shows.
         q, k, v = qkv((B, H, S, D), torch.float32, scale=3.0)
@@ -456,8 +458,10 @@ def _attention_cases(gen):
                    (q, k, v, Out("out", (B, H, S, D), torch.float32), causal),
                    {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(torch.float32, 3.0),
                    explain=_attention_explain)
-    q, k, v = (randn((B, S, H, D), gen=gen).transpose(1, 2) for _ in range(3))  # (B, H, S, D) views
-    yield Case("q, k, v are (B, S, H, D) tensors transposed to (B, H, S, D): use the strides",
+    q, v = (randn((B, S, H, D), gen=gen).transpose(1, 2) for _ in range(2))  # (B, H, S, D) views
+    k = randn((B, H, D, S), gen=gen).transpose(2, 3)  # K stored transposed: stride 1 along S, not D
+    yield Case("q, v are (B, S, H, D) tensors and k a (B, H, D, S) one, all viewed as (B, H, S, D): use "
+               "every stride",
                (q, k, v, Out("out", (B, H, S, D), torch.float32), True),
                {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32),
                explain=_attention_explain)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from ..grading import Case, Exercise, Out, register
+from ..grading.guard import watching
 from ..grading.harness import compare
 from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
 from ..mode import current, size
@@ -355,9 +356,13 @@ def _train_verify(x, weight, eps, dy):
         problems = _saved_problems(fn, x, weight, rows, hidden)
         problems += compare("y", result.detach(), y64.view(x.shape), *tol_y)
         try:
-            result.backward(dy)
-        except Exception as exc:  # the student's backward
+            with watching() as watch:  # the student's backward: it must run their kernels too
+                result.backward(dy)
+        except Exception as exc:
             return problems + [f"backward raised {type(exc).__name__}: {exc}"]
+        if not watch.launches:
+            problems.append("the backward launched no Triton kernel: compute dx and dw with your "
+                            "rmsnorm_backward kernel, not with PyTorch")
         for name, t in (("x", x), ("weight", weight)):
             if t.grad is None:
                 problems.append(f"no gradient reached `{name}`: backward returns (dx, dw, None), one per input")
@@ -409,7 +414,7 @@ def _train_cases(gen):
 
 register(Exercise(
     "08.rmsnorm_train", "a differentiable RMSNorm: torch.autograd.Function on the two kernels",
-    "rmsnorm_train(x, weight, eps)", _train_cases, kernel=False,
+    "rmsnorm_train(x, weight, eps)", _train_cases, kernel=False, needs_kernels=True,
     hint="forward: rows = x.reshape(-1, hidden), y and rstd (rows,) fp32 from rmsnorm_forward, "
          "ctx.save_for_backward(x, weight, rstd), return y.view(x.shape); backward: dx, dw from rmsnorm_backward "
          "on dy.reshape(rows.shape).contiguous(), return dx.view(x.shape), dw.to(weight.dtype), None"))

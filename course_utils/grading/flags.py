@@ -18,6 +18,7 @@ that somebody tried to reach the grader, the expected answers or the host past t
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Iterable
 
 MODULES = {
@@ -185,6 +186,12 @@ class _Scan(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+# The batch grader scans notebooks from several threads at once (grade(jobs=...)), and CPython 3.11's
+# ast.parse is not thread-safe: two at a time can fail with "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905). One parse at a time.
+_PARSING = threading.Lock()
+
+
 def scan(sources: Iterable[str], course_cells: set[str] = frozenset()) -> list[str]:
     """The flags of a notebook's code cells, in order, each with the cells it was found in.
 
@@ -196,7 +203,8 @@ def scan(sources: Iterable[str], course_cells: set[str] = frozenset()) -> list[s
         if source.strip() in course_cells:
             continue
         try:
-            tree = ast.parse(_python(source))
+            with _PARSING:
+                tree = ast.parse(_python(source))
         except SyntaxError:
             continue
         visitor = _Scan()

@@ -6,7 +6,7 @@ What the checker wants to know about a student's function, beyond its output:
   (`op_sites`), and inside which PyTorch reference (`references`: functions named `*_ref`)?
   `F.softmax(x)` copied into `out` gives the right numbers but teaches nothing, so kernel exercises
   reject it, naming the function as the student wrote it (`TORCH_NAMES`: aten.mm -> torch.matmul / @);
-- did it hand tensor data to NumPy or Python (`host_reads`: Tensor.numpy, tolist)? Printing a
+- did it hand tensor data to NumPy or Python (`host_reads`: Tensor.numpy, tolist, item)? Printing a
   tensor while debugging is not counted;
 - in interpreter mode, did a kernel touch memory outside the tensors it was given? The interpreter
   does no bounds checking: an unmasked `tl.store` past the end of a buffer silently overwrites
@@ -79,6 +79,7 @@ TORCH_NAMES = {
     "index_select": "torch.index_select", "masked_fill": "Tensor.masked_fill",
     "masked_fill_": "Tensor.masked_fill_", "sort": "torch.sort", "topk": "torch.topk",
     "embedding": "F.embedding", "round": "torch.round", "floor": "torch.floor", "ceil": "torch.ceil",
+    "fill_.Tensor": "Tensor.fill_(a tensor's element)",
 }
 
 
@@ -89,8 +90,11 @@ def torch_name(op: str) -> str:
 
 # Tensor methods that hand the data to Python or NumPy, where a kernel exercise could compute the
 # answer without torch ops or a kernel. Formatting a tensor (print) is not counted.
-HOST_READS = {"numpy", "tolist", "__array__"}
+HOST_READS = {"numpy", "tolist", "__array__", "__dlpack__"}
 _FORMATTING = {"__repr__", "__str__", "__format__"}
+# The same one element at a time: x[i].item(), float(x[i]), int(x[i]) and `if x[i]:` run this aten op.
+# The value is then Python's to compute with, and Tensor.fill_ can hand the result back to a kernel.
+_SCALAR_READ = "_local_scalar_dense"
 
 
 class OutOfBounds(RuntimeError):
@@ -103,6 +107,9 @@ class Launch:
     module: str  # the module that defined it, e.g. "course_utils.lessons.l02_first_kernels"
     shapes: tuple[tuple[int, ...], ...]  # shapes of its tensor arguments
     inputs: tuple[bool, ...] = ()  # per tensor argument: does it share storage with an input of the call?
+    # Per tensor argument: the shape of the call's tensor (input or output) whose storage it shares, () if
+    # none. A flat view of x still belongs to x: it is x's (rows, hidden) that makes a launch one on the rows.
+    bases: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,7 @@ class Watch:
     op_sites: dict[str, str] = field(default_factory=dict)
     # Functions named *_ref (the PyTorch references) that were running when such an op ran.
     references: list[str] = field(default_factory=list)
-    host_reads: list[str] = field(default_factory=list)  # Tensor.numpy / tolist / __array__ outside launches
+    host_reads: list[str] = field(default_factory=list)  # Tensor.numpy / tolist / item ... outside launches
     # Each outermost launch: which kernel, where it was defined, the shapes of its tensor arguments.
     launched: list[Launch] = field(default_factory=list)
     # Tensors the host code allocated (outside launches): what a fused exercise must not need.
@@ -141,6 +148,7 @@ class Watch:
     # Storages of the call's input tensors (watching(inputs=...)): Launch.inputs tells a kernel's
     # arguments apart by them.
     input_storages: set = field(default_factory=set)
+    call_shapes: dict = field(default_factory=dict)  # storage of each of the call's tensors -> its shape
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
@@ -234,6 +242,10 @@ class _RecordOps(TorchDispatchMode):
             tracker.resync(t)
         if not self.paused:
             name = func.overloadpacket.__name__
+            if name == _SCALAR_READ:
+                self.watch.host_reads.append("item")
+            if name in _FILLS and any(isinstance(a, torch.Tensor) for a in args[1:]):
+                name = "fill_.Tensor"  # filled with a tensor's element: a copy of data, not a constant
             self.watch.torch_ops.append(name)
             if name not in HOST_OPS:
                 _caller(self.watch, name)
@@ -379,6 +391,14 @@ class Tracker:
 
 
 _trackers: list[Tracker] = []  # the active tracker (at most one: the call being checked)
+_watches: list[Watch] = []  # the active watches, innermost last
+
+
+def record_launches(names: list[str]) -> None:
+    """Kernels launched elsewhere on this code's behalf (a sandbox running a student's backward for
+    the batch grader's stand-in node): every active watch counts them as its own launches."""
+    for watch in _watches:
+        watch.launches += names
 _FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
 
 
@@ -525,10 +545,13 @@ def _kernel_name(obj) -> str:
 
 
 def _kernel_module(obj) -> str:
-    """The module of the Python function behind a JITFunction, Autotuner or Heuristics object."""
+    """The module of the Python function behind a JITFunction, Autotuner or Heuristics object (the lesson
+    whose file its code comes from, whatever its __module__ says: provenance.lesson_module)."""
+    from .provenance import lesson_module
+
     for _ in range(6):
         if inspect.isfunction(obj):
-            return obj.__module__ or ""
+            return lesson_module(obj) or obj.__module__ or ""
         obj = getattr(obj, "fn", None)
         if obj is None:
             break
@@ -548,7 +571,8 @@ def _user_hooks(tuner) -> list[str]:
 def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     return Launch(_kernel_name(kernel), _kernel_module(kernel), tuple(tuple(t.shape) for t in tensors),
-                  tuple(_storage(t) in watch.input_storages for t in tensors))
+                  tuple(_storage(t) in watch.input_storages for t in tensors),
+                  tuple(watch.call_shapes.get(_storage(t), ()) for t in tensors))
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -558,8 +582,10 @@ def _storage(t: torch.Tensor) -> int:
 def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[[], None] | None = None):
     """Count launches of @triton.jit functions (compiled or interpreted); pause op recording inside.
 
-    Only outermost launches count: an autotuner's benchmark runs and its final launch are one launch.
-    `after_launch` runs (with recording paused) after each outermost launch returns.
+    A launch inside an autotuner is not counted: its benchmark runs and its final launch are the
+    autotuner's one launch. Any other launch counts, a nested one too: a kernel launched from inside
+    another launch (from its grid callable, say) is a second kernel all the same.
+    `after_launch` runs (with recording paused) after each counted launch returns.
     """
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
@@ -572,23 +598,23 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
     # The autotuner's own timing loop allocates and clears buffers: pause recording there too.
     originals = {cls: cls.run for cls in (*counted, Autotuner)}
 
-    depth = [0]
+    in_tuner = []  # per launch in progress, innermost last: is it an autotuner's?
 
     def wrap(cls, orig):
         def run(self, *args, **kwargs):
-            outermost = depth[0] == 0 and not kwargs.get("warmup", False)
+            counts = not (in_tuner and in_tuner[-1]) and not kwargs.get("warmup", False)
             if isinstance(self, Autotuner):
                 watch.hooks += _user_hooks(self)
-            if outermost:
+            if counts:
                 watch.launches.append(_kernel_name(self))
                 watch.launched.append(_launch_record(self, watch, args, kwargs))
-            depth[0] += 1
+            in_tuner.append(isinstance(self, Autotuner))
             recorder.paused += 1
             try:
                 return orig(self, *args, **kwargs)
             finally:
-                depth[0] -= 1
-                if outermost and after_launch is not None:
+                in_tuner.pop()
+                if counts and after_launch is not None:
                     after_launch()
                 recorder.paused -= 1
 
@@ -606,23 +632,29 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
 
 @contextlib.contextmanager
 def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | None = None,
-             inputs: Iterable[torch.Tensor] = ()):
+             inputs: Iterable[torch.Tensor] = (), outputs: Iterable[torch.Tensor] = ()):
     """Record launches and torch ops of the code inside; guard interpreter memory accesses.
 
-    after_launch: called after each (outermost) kernel launch returns, e.g. to snapshot outputs.
+    after_launch: called after each counted kernel launch returns, e.g. to snapshot outputs.
     tracker: follow where the bytes kernels read came from (Tracker; interpreter mode only).
     inputs: the call's input tensors; each launch records which of its tensor arguments are (views of) them.
+    outputs: the call's output tensors; each launch records the shape of the input or output each of its
+    tensor arguments views (Launch.bases).
     """
-    watch = Watch(input_storages={_storage(t) for t in inputs})
+    inputs = list(inputs)
+    watch = Watch(input_storages={_storage(t) for t in inputs},
+                  call_shapes={_storage(t): tuple(t.shape) for t in (*inputs, *outputs)})
     recorder = _RecordOps(watch)
     undo_launch = _patch_launchers(watch, recorder, after_launch)
     undo_interp = _patch_interpreter()
     if tracker is not None:
         _trackers.append(tracker)
+    _watches.append(watch)
     try:
         with _RecordHostCalls(watch, recorder), recorder:
             yield watch
     finally:
+        _watches.remove(watch)
         if tracker is not None:
             _trackers.remove(tracker)
         undo_interp()

@@ -35,7 +35,8 @@ SHOW = 5  # how many mismatching elements a failure message lists
 PAD = 5  # elements of padding after each row of an output laid out "padded"
 
 # What kind of failure a problem is: the hint shown is chosen by the first problem's kind.
-KINDS = ("unwritten", "out_of_bounds", "wrong", "nan", "host", "launches", "fusion", "input", "solution")
+KINDS = ("unwritten", "out_of_bounds", "wrong", "nan", "host", "copy", "launches", "fusion", "input",
+         "solution")
 
 # Hints for any exercise; an exercise's own hints (Exercise.hint) replace them kind by kind.
 DEFAULT_HINTS = {
@@ -47,6 +48,9 @@ DEFAULT_HINTS = {
            "exp(-inf - (-inf)): give masked loads a neutral other= and guard divisions",
     "host": "the host function only allocates, computes the grid and launches; every arithmetic step "
             "belongs in the @triton.jit kernel",
+    "copy": "a kernel reads its inputs where they lie: pass each tensor's strides to the kernel and address "
+            "elements with them (no .contiguous() or .clone()), convert dtypes inside the kernel with .to(), "
+            "and store into the output buffers themselves (no out.copy_())",
     "launches": "fuse the steps into one @triton.jit function: what one step produces stays in registers "
                 "for the next",
     "input": "inputs are read-only: store only into the output buffer(s) the checker passed in",
@@ -187,6 +191,8 @@ class Exercise:
     # dtypes the host code may not touch, and why (07.decode_e4m3: torch's own float8 decoder)
     forbidden_dtypes: tuple[torch.dtype, ...] = ()
     dtype_message: str = ""
+    # A function exercise built on the student's kernels (08.rmsnorm_train): its call must launch one.
+    needs_kernels: bool = False
     speed: Speed | None = None  # on a GPU a passing check reports its speed
 
     def __post_init__(self):
@@ -507,11 +513,25 @@ def _chain_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-def _known_mistake(exc: BaseException) -> str | None:
-    """One line for an exception whose cause is a common Triton mistake, or None."""
-    if "arange's range must be a power of 2" in _chain_text(exc):
-        return ("tl.arange(0, N) needs N to be a power of 2 (a block of 781 columns is not): round the "
-                "block up with BLOCK_N = triton.next_power_of_2(n_cols) and mask the columns >= n_cols")
+# Exceptions whose cause is a common mistake: (text in the exception's chain, what failed, what to do).
+_KNOWN_MISTAKES = (
+    ("arange's range must be a power of 2", "failed to build",
+     "tl.arange(0, N) needs N to be a power of 2 (a block of 781 columns is not): round the block up with "
+     "BLOCK_N = triton.next_power_of_2(n_cols) and mask the columns >= n_cols"),
+    # Triton's autotuner times its configs through the GPU driver, which the interpreter does not have.
+    ("active drivers", "could not be launched",
+     "in interpreter mode (no GPU) Triton has no driver to time kernels with, so @triton.autotune with more "
+     "than one config fails; give it a single config when course_utils.current().interpret is True (lesson "
+     "03's matmul_configs does)"),
+)
+
+
+def _known_mistake(exc: BaseException) -> tuple[str, str] | None:
+    """(what failed, what to do) for an exception whose cause is a common mistake, or None."""
+    text = _chain_text(exc)
+    for marker, what, advice in _KNOWN_MISTAKES:
+        if marker in text:
+            return what, advice
     return None
 
 
@@ -523,7 +543,8 @@ def _candidate_error(exc: BaseException) -> CandidateError:
         if frames:
             f = frames[-1]
             where = f" at `{(f.line or '').strip()}` ({f.name}, line {f.lineno})" if f.line else f" ({f.name})"
-        return CandidateError(f"your kernel failed to build{where}: {known}", raised=_exception_line(exc))
+        what, advice = known
+        return CandidateError(f"your kernel {what}{where}: {advice}", raised=_exception_line(exc))
     return CandidateError(f"your function raised an exception:\n{_student_traceback(exc)}",
                           raised=_exception_line(exc))
 
@@ -534,6 +555,11 @@ def _quiet_numerics():
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         yield
+
+
+# Host ops that only copy data (Tensor.contiguous and .clone, .to / .float, out.copy_): arithmetic-free,
+# so a failure names them as a copy, with a hint about strides rather than about computing.
+COPY_OPS = {"clone", "copy_", "_to_copy"}
 
 
 def _host_problems(ex: Exercise, watch) -> list[str]:
@@ -547,7 +573,11 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
     if not watch.launches:
         problems.append(Problem("no Triton kernel was launched: the result must come from a @triton.jit "
                                 "kernel", "host"))
-    if forbidden:
+    if forbidden and set(forbidden) <= COPY_OPS:  # only copies, e.g. x.contiguous() on a strided x
+        problems.append(Problem(
+            "copied tensor data outside your Triton kernel (" + watch.describe_ops(forbidden) + "): every "
+            "element moves once more than it needs to; your kernel must do the reading and writing", "copy"))
+    elif forbidden:
         problems.append(Problem(
             "computed with torch operations outside your Triton kernel (" + watch.describe_ops(forbidden)
             + "): the arithmetic must happen inside your Triton kernel", "host"))
@@ -555,7 +585,8 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
     if reads:
         problems.append(Problem(
             "read tensor data into Python/NumPy on the host (" + ", ".join(f"Tensor.{r}" for r in reads)
-            + "): the arithmetic must happen inside your Triton kernel", "host"))
+            + "): let your Triton kernel read the tensor (tl.load) and do the arithmetic; a read on the host "
+            "also waits for the GPU and breaks CUDA-graph capture", "host"))
     return problems
 
 
@@ -590,7 +621,7 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
         limit = ex.fusion.kernels
         rows = _rows(case)
         counted = [launch.name for launch in launched
-                   if any(len(shape) >= 2 and shape[0] == rows for shape in launch.shapes)
+                   if any(len(shape) >= 2 and shape[0] == rows for shape in (*launch.shapes, *launch.bases))
                    and not (ex.fusion.pre_pass and _statistics_pass(launch, rows))]
         what = "kernels on the activations"
     if limit is not None and len(counted) > limit:
@@ -677,7 +708,9 @@ def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
             if isinstance(arg, torch.Tensor):
                 tracker.add(arg, name)
     inputs = [arg for name, arg in zip(ex.params, call_args) if isinstance(arg, torch.Tensor) and name not in buffers]
-    with _quiet_numerics(), watching(after_launch=snapshot, tracker=tracker, inputs=inputs) as watch:
+    outputs = [view for _, view, _ in buffers.values()]
+    with _quiet_numerics(), watching(after_launch=snapshot, tracker=tracker, inputs=inputs,
+                                     outputs=outputs) as watch:
         try:
             result = candidate(*call_args)
         except OutOfBounds as exc:
@@ -784,20 +817,42 @@ def _function_args(args) -> tuple:
     return tuple(_same_layout_copy(a) if type(a) is torch.Tensor else a for a in args)
 
 
+def _plain(value: Any) -> Any:
+    """The value with subclasses of int, float, tuple and list made plain (inside tuples and lists too):
+    a subclass can redefine == to say yes to any expected answer. Their own values are kept."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in tuple.__iter__(value))
+    if isinstance(value, list):
+        return [_plain(v) for v in list.__iter__(value)]
+    return value
+
+
 def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[Any, list[str]]:
-    """Call a (non-kernel) candidate: its result and what it used that the exercise forbids (aten op
-    names, and "dtype:<name>" for a forbidden dtype it touched)."""
+    """Call a (non-kernel) candidate: its result (made plain: _plain) and what it used that the exercise
+    forbids (aten op names, "dtype:<name>" for a forbidden dtype it touched, "launch:none" when an exercise
+    that needs kernels launched none)."""
     with _quiet_numerics(), watching() as watch:
         try:
-            result = candidate(*args)
+            result = _plain(candidate(*args))
         except Exception as exc:
             raise _candidate_error(exc) from None
     used = [op for op in ex.forbidden_ops if op in watch.torch_ops]
     used += [f"dtype:{str(dt).replace('torch.', '')}" for dt in ex.forbidden_dtypes if dt in watch.dtypes]
+    if ex.needs_kernels and not watch.launches:
+        used.append("launch:none")
     return result, used
 
 
 def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) -> list[str]:
+    if "launch:none" in used:
+        return [Problem("no Triton kernel was launched: this function must run your Triton kernels, not "
+                        "compute the answer with PyTorch", "host")]
     dtypes = [u for u in used if u.startswith("dtype:")]
     if dtypes:
         return [Problem(ex.dtype_message or f"uses {dtypes[0][6:]}, which this exercise asks you to do "

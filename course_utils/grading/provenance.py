@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 from collections.abc import Iterable
 
 LESSONS_PACKAGE = "course_utils.lessons."
+_LESSONS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lessons") + os.sep
 
 _allowed = [0]  # > 0 inside course_solutions_allowed(): tests and lessons that show the course's own code
 
@@ -30,6 +32,19 @@ def _module_path(module: str) -> str:
     return module.replace(".", "/") + ".py"
 
 
+def lesson_module(fn) -> str:
+    """The lesson module a Python function's code was compiled from, e.g.
+    "course_utils.lessons.l02_first_kernels", or "". Its __module__ is not enough: a copy made with
+    types.FunctionType, or a function whose __module__ was reassigned, runs the lesson's code all the same."""
+    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    if not isinstance(filename, str):
+        return ""
+    path = os.path.abspath(filename)
+    if path.startswith(_LESSONS_DIR) and path.endswith(".py"):
+        return LESSONS_PACKAGE + os.path.basename(path)[:-3]
+    return ""
+
+
 def _defined_in(candidate) -> tuple[str, str]:
     """(name, module) of the function behind a candidate (partials and decorated functions unwrapped)."""
     for _ in range(8):
@@ -42,7 +57,7 @@ def _defined_in(candidate) -> tuple[str, str]:
     if inspect.ismethod(candidate):
         candidate = candidate.__func__
     name = getattr(candidate, "__name__", type(candidate).__name__)
-    module = getattr(candidate, "__module__", "") or ""
+    module = lesson_module(candidate) or getattr(candidate, "__module__", "") or ""
     return name, module
 
 

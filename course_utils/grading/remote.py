@@ -293,13 +293,14 @@ class _Spec:
         self.forbidden_ops = tuple(data.get("forbidden_ops", ()))
         self.forbidden_dtypes = tuple(_dtype(d) for d in data.get("forbidden_dtypes", ()))
         self.max_launches = data.get("max_launches")
+        self.needs_kernels = data.get("needs_kernels") is True
 
 
 def spec_of(ex) -> dict:
     return {"id": ex.id, "signature": ex.signature, "params": ex.params, "kernel": ex.kernel,
             "allowed_ops": list(ex.allowed_ops), "forbidden_ops": list(ex.forbidden_ops),
             "forbidden_dtypes": [str(d).replace("torch.", "") for d in getattr(ex, "forbidden_dtypes", ())],
-            "max_launches": ex.max_launches}
+            "max_launches": ex.max_launches, "needs_kernels": bool(getattr(ex, "needs_kernels", False))}
 
 
 def problems_out(problems) -> list:
@@ -322,7 +323,8 @@ def facts_out(facts) -> dict:
     return {"returned": facts.returned, "returned_other": bool(facts.returned_other),
             "host": problems_out(facts.host), "changed_later": list(facts.changed_later),
             "launched": [{"name": x.name, "module": x.module, "shapes": [list(s) for s in x.shapes],
-                          "inputs": list(x.inputs)} for x in facts.launched],
+                          "inputs": list(x.inputs), "bases": [list(s) for s in x.bases]}
+                         for x in facts.launched],
             "allocations": [{"op": a.op, "shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""),
                              "site": a.site} for a in facts.allocations]}
 
@@ -359,7 +361,7 @@ def facts_in(data) -> Any:
         host=problems_in(data.get("host", [])),
         changed_later=[text(n) for n in _list(data.get("changed_later", []))],
         launched=[Launch(text(x.get("name")), text(x.get("module")), tuple(ints(s) for s in _list(x.get("shapes"))),
-                         flags(x.get("inputs", [])))
+                         flags(x.get("inputs", [])), tuple(ints(s) for s in _list(x.get("bases", []))))
                   for x in _list(data.get("launched", [])) if isinstance(x, dict)],
         allocations=[Allocation(text(a.get("op")), ints(a.get("shape")), _dtype(a.get("dtype")), text(a.get("site")))
                      for a in _list(data.get("allocations", [])) if isinstance(a, dict)],
@@ -470,6 +472,8 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
     for the gradients (which land in the grader's own parameters)."""
     import torch
 
+    from .guard import record_launches
+
     inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
     if not info.get("function") is True:  # plain torch autograd: a node of torch's own
         return y.detach().clone().requires_grad_(True) * 1 if y.dtype.is_floating_point else y
@@ -509,6 +513,8 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
             grads = [decoder.decode(g) for g in _list(msg.get("grads"))]
             if len(grads) != len(args):
                 raise ProtocolError("gradients for a different number of arguments")
+            # The kernels the sandbox's backward launched, for a check that watches the backward
+            record_launches([str(name)[:80] for name in _list(msg.get("launches"))[:64]])
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
@@ -545,7 +551,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 result, fargs = pending
                 grad = Decoder.from_blobs(blobs, str(msg.get("device", "cpu"))).decode(msg.get("grad"))
                 try:
-                    with watching():
+                    with watching() as watch:
                         result.backward(grad)
                 except Exception as exc:
                     raise harness._candidate_error(exc) from None
@@ -553,7 +559,8 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 grads = [grads_enc.encode(a.grad) if isinstance(a, torch.Tensor) and a.grad is not None else None
                          for a in fargs]
                 changed += integrity.restore() if integrity is not None else []
-                chan.send(_tampered(changed) if changed else {"op": "grads", "grads": grads}, grads_enc.blobs())
+                reply = {"op": "grads", "grads": grads, "launches": watch.launches[:64]}
+                chan.send(_tampered(changed) if changed else reply, grads_enc.blobs())
                 continue
             if op == "signature":
                 _check_signature(spec, candidate)

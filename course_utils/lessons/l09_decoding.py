@@ -131,7 +131,8 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # head; a second kernel merges the partials of each head with lesson 05's rule (rescale each by
 # `exp(m_i - m)`; an empty split has `(-inf, 0, 0)`). Two kernel launches; temporaries for the partials
 # are fine (when one split holds every key, the first kernel can write `out` itself and skip the merge).
-# Compute in fp32; q and the caches are fp16 or bf16 (fp32 in the interpreter too).
+# Compute in fp32; q and the caches are fp32, fp16 or bf16 (bf16 only on a GPU that computes with it;
+# the interpreter's half-precision cases are fp16).
 
 # %%
 @triton.jit
@@ -257,7 +258,8 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
 # - each nibble `q` is unsigned, 0..15, with zero point 8: `W[n, k] = (q - 8) * scales[n, k // group_size]`;
 # - `scales`: (N, K // group_size), fp16/bf16 or fp32: one scale per row **and per group** of
 #   `group_size` consecutive k;
-# - `x`: (M, K) fp16 or bf16 (fp32 in the interpreter), `M` from 1 to 16 (a decode batch); `out` (M, N);
+# - `x`: (M, K) fp16 or bf16 (bf16 on a GPU that computes with it, fp16 in the interpreter), `M` from 1 to
+#   16 (a decode batch); `out` (M, N), x's dtype;
 # - `group_size` is a power of 2 >= 16. **If K is not a multiple of group_size, raise `ValueError`** with
 #   a message that says so, before launching anything: such a tensor cannot have been packed this way
 #   (the check passes such a K and expects the ValueError).
