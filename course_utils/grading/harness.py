@@ -386,8 +386,8 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
     wrong = bad & ~unwritten
     n_wrong = int(wrong.sum())
     if n_wrong:
-        finite = err.masked_fill(~torch.isfinite(err), float("inf"))[wrong]
-        worst_abs = float(finite.max())
+        err = err.masked_fill(~torch.isfinite(err), float("inf"))  # a NaN where a number belongs: inf, not nan
+        worst_abs = float(err[wrong].max())
         rel = (err / e.abs().clamp_min(1e-30))[wrong] if g.dtype == torch.float64 else err[wrong]
         worst_rel = float(rel.max())
         n_nan = int((torch.isnan(g) & wrong).sum()) if g.dtype == torch.float64 else 0
