@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 import pytest
+import triton
+import triton.language as tl
 
 from course_utils.grading import batch, sandbox
 
@@ -147,6 +149,19 @@ def relu(x, out):
 import torch
 def copy_2d(x, out):
     out.set_(x.clone())
+""",
+    "del_after_return": """
+import torch, triton, triton.language as tl
+@triton.jit
+def _touch(p):
+    pass
+class Later(tuple):  # a tuple is no return value to complain about; its __del__ runs after the last look
+    def __del__(self):
+        x, y, out = self
+        out.copy_(x + y)
+def add(x, y, out):
+    _touch[(1,)](out)
+    return Later((x, y, out))
 """,
 }
 
@@ -401,6 +416,26 @@ def test_credit_attacks_are_flagged(graded):
     assert "exec/eval" in flags["exec_solution_notebook"]
     assert "assignment into course_utils" in flags["patch_checker"]
     assert "assignment into course_utils" in flags["patch_watcher"]
+
+
+FORGED_CHECK = """
+import course_utils.grading.remote as r
+chan = next(c.cell_contents for c in check.__closure__ if type(c.cell_contents).__name__ == "Channel")
+def check(exercise, func):  # answers the grader itself: host torch, and facts that say a kernel ran
+    chan.send({"op": "check", "exercise": exercise})
+    while (msg := chan.recv())[0]["op"] != "done":
+        ...
+"""
+
+
+def test_answering_the_grader_directly_is_flagged():
+    """The sandbox's pipe to the grader is in the notebook's process: code that reaches it (a closure,
+    raw file descriptors, the grader's modules) can report made-up facts. Only the flags show it."""
+    from course_utils.grading import flags
+
+    found = " ".join(flags.scan([FORGED_CHECK, "import os\nos.write(4, b'x')", "open('/dev/fd/4', 'wb')"]))
+    assert "frames (cell 1)" in found and "the grader's modules (cell 1)" in found
+    assert "raw file descriptors (cells 2, 3)" in found
 
 
 @pytest.mark.parametrize("name", sorted(SIDE_DOORS))
@@ -676,3 +711,33 @@ def test_a_result_whose_equality_lies_fails(exercise, candidate):
 
     with pytest.raises(CheckFailed, match="returned"):
         check(exercise, candidate, seed=1, quiet=True)
+
+
+@triton.jit
+def _add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+class _Chain:
+    """Cyclic garbage whose finalizer makes more of itself: code that keeps running after the call."""
+
+    def __init__(self, left: int):
+        self.left, self.me = left, self
+
+    def __del__(self):
+        if self.left:
+            _Chain(self.left - 1)
+
+
+def test_finalizers_that_keep_running_fail():
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    def add(x, y, out):  # right values from the kernel, and a chain of finalizers left behind
+        _add_kernel[(triton.cdiv(out.numel(), 256),)](x, y, out, out.numel(), BLOCK=256)
+        return _Chain(1000)
+
+    with pytest.raises(CheckFailed, match="kept running code after your function returned"):
+        check("02.vector_add", add, seed=1, quiet=True)

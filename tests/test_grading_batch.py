@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,61 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
     assert found["saves_copy.ipynb"].status == batch.FAIL and "keeps a (rows, hidden)" in found["saves_copy.ipynb"].reason
     assert found["torch_backward.ipynb"].status == batch.FAIL, found["torch_backward.ipynb"]
     assert "the backward launched no Triton kernel" in found["torch_backward.ipynb"].reason
+
+
+def test_a_flood_of_empty_buffers_is_refused():
+    """A message announcing millions of (empty) buffers would grow the grader's list of them for as long as
+    the notebook's time lasts: more than remote.BLOBS_MAX is a broken protocol, at once."""
+    from course_utils.grading import remote
+
+    read, write = os.pipe()
+    header = json.dumps({"op": "cell_done", "blobs": 10**12}).encode()
+    os.write(write, len(header).to_bytes(8, "big") + header + bytes(8 * 1000))
+    chan = remote.Channel(read, write, nonblocking=True)
+    chan.deadline = time.monotonic() + 5
+    with pytest.raises(remote.ProtocolError, match="buffers"):
+        chan.recv(blob_limit=0)
+    os.close(read), os.close(write)
+
+
+RETRY = """
+seen = []
+def relu_once_wrong(x, out):  # wrong on the first check only: a flaky kernel
+    seen.append(out)
+    n = out.numel() - (attempt == 0)
+    relu_kernel[(triton.cdiv(max(n, 1), 1024),)](x, out, n, BLOCK=1024)
+for attempt in range(2):  # it sees its own outputs: check again until they are right
+    seen.clear()
+    check("02.relu", relu_once_wrong)
+    if not any(out.isnan().any() for out in seen):
+        break
+"""
+HOSTILE_TEXT = """
+Boom = type('=HYPERLINK("http://x.example")', (Exception,), {})
+raise Boom("\\x1b[2J\\x1b[Hbob.ipynb  pass  pass  pass  3/3\\nmallory.ipynb  pass")
+check("02.copy_2d", None)
+"""
+
+
+def test_a_notebook_can_neither_retry_its_way_to_a_pass_nor_write_into_the_report(tmp_path):
+    solution = _load("solutions")
+    nb = copy.deepcopy(solution)
+    keep = [_index(nb, "from course_utils import setup"), _index(nb, "from course_utils import check"),
+            _index(nb, "def relu_kernel")]
+    nb["cells"] = [nb["cells"][i] for i in keep] + [_code(RETRY), _code(HOSTILE_TEXT)]
+    (tmp_path / "retry.ipynb").write_text(json.dumps(nb))
+    (tmp_path / '=1+1\n\x1b[2Jmallory.ipynb  pass  pass.ipynb').write_text(BROKEN)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert batch.main([str(tmp_path)], timeout=120, report=str(tmp_path / "grades"), jobs=2) == 0
+    data = json.loads((tmp_path / "grades.json").read_text())
+    retry = next(s for s in data["submissions"] if s["name"] == "retry.ipynb")
+    assert retry["exercises"]["02.relu"]["status"] == "fail", "the first failure stays"
+    assert retry["exercises"]["02.relu"]["reason"].endswith(batch.AGAIN)
+    assert retry["exercises"]["02.copy_2d"]["reason"].startswith('=HYPERLINK(')
+    for text in (out.getvalue(), err.getvalue(), (tmp_path / "grades.csv").read_text()):
+        assert "\x1b" not in text and "\nmallory" not in text
+    assert len(out.getvalue().splitlines()) == 2 + 2, "a header, a rule and one line per submission"
+    with (tmp_path / "grades.csv").open(newline="") as f:
+        rows = list(csv.reader(f))
+    assert len(rows) == 3 and not any(cell[:1] in "=+-@" for row in rows for cell in row if cell)

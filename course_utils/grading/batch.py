@@ -61,6 +61,9 @@ class UsageError(Exception):
     """Bad command-line input: reported in one line, exit code 2."""
 
 
+AGAIN = " (checked again later in the notebook: the first failure counts)"
+
+
 @dataclass
 class Verdict:
     status: str  # pass | fail | error | timed out | kernel died | missing
@@ -197,8 +200,22 @@ def _first_line(cell) -> str:
 
 
 def _short(text: str, width: int) -> str:
-    text = " ".join(str(text).split())
+    text = _printable(" ".join(str(text).split()))
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _printable(text: str) -> str:
+    """text with the characters a terminal acts on (newlines, ANSI escapes, bidi overrides) written as
+    escapes: names and messages come from the submissions, and must not forge rows or redraw the screen."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
+
+
+def _csv_cell(value):
+    """A report cell: printable, and never a formula for the spreadsheet that opens it (=, +, -, @)."""
+    if not isinstance(value, str):
+        return value
+    text = _printable(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def course_exercise_ids(lesson: str) -> list[str]:
@@ -347,7 +364,14 @@ class Grader:
                             break
                         if msg.get("op") != "check" or not isinstance(msg.get("exercise"), str):
                             raise remote.ProtocolError(f"unexpected message {str(msg.get('op'))[:40]!r}")
-                        recorded[msg["exercise"]] = self._grade_check(chan, msg["exercise"])
+                        verdict = self._grade_check(chan, msg["exercise"])
+                        # A notebook sees its own outputs and could check again until a flaky kernel
+                        # happens to pass: an exercise checked more than once keeps its first failure.
+                        earlier = recorded.get(msg["exercise"])
+                        if earlier is None or earlier.status == PASS:
+                            recorded[msg["exercise"]] = verdict
+                        elif not earlier.reason.endswith(AGAIN):
+                            earlier.reason += AGAIN
                 at = None
                 chan.send({"op": "bye"})
             except remote.TimedOut:
@@ -554,7 +578,7 @@ def _grade_all(grader: Grader, found: Sequence[tuple[str, Path]], jobs: int,
                 raise _Stopped from None
             sub = Submission(name, str(path), KERNEL_ERROR, f"grader error: {type(exc).__name__}: {exc}")
         notes = f" ({sub.notes})" if sub.notes else ""
-        log(f"graded {name}: {sub.score}{notes} [{sub.seconds:.0f} s]")
+        log(_printable(f"graded {name}: {sub.score}{notes} [{sub.seconds:.0f} s]"))
         return sub
 
     pool = concurrent.futures.ThreadPoolExecutor(max(1, jobs), thread_name_prefix="grade")
@@ -597,7 +621,7 @@ def table_rows(subs: Sequence[Submission]) -> list[list[str]]:
         cells = [_short(sub.exercises[key].text(), CELL_WIDTH) if key in sub.exercises else "-"
                  for key in ids]
         shown = _short("; ".join(sub.flags), NOTES_WIDTH) if sub.flags else "-"
-        rows.append([sub.name, *cells, sub.score, shown, _short(sub.notes, NOTES_WIDTH)])
+        rows.append([_printable(sub.name), *cells, sub.score, shown, _short(sub.notes, NOTES_WIDTH)])
     return rows
 
 
@@ -634,7 +658,8 @@ def write_report(subs: Sequence[Submission], prefix: str | Path,
             for key in ids:
                 v = sub.exercises.get(key)
                 cells += [v.status, v.reason] if v else ["", ""]
-            writer.writerow([sub.name, sub.status, sub.passed, sub.total, "; ".join(sub.flags), sub.notes, *cells])
+            row = [sub.name, sub.status, sub.passed, sub.total, "; ".join(sub.flags), sub.notes, *cells]
+            writer.writerow([_csv_cell(value) for value in row])
     return json_path, csv_path
 
 

@@ -13,7 +13,10 @@ that somebody tried to reach the grader, the expected answers or the host past t
   computes on the host; an autotune pre_hook/post_hook: host code run around each launch;
 - Tensor.set_ (swapping an output's storage), data_ptr with ctypes or NumPy (host access to
   device memory), torch._C internals (e.g. _disable_current_modes), exec/eval/compile (code this
-  scan cannot read), /proc (looking at other processes).
+  scan cannot read), /proc (looking at other processes);
+- raw file descriptors (os.read/os.write/os.fdopen/os.dup, open() of a number, /dev/fd), a function's
+  __closure__, the grader's modules (course_utils.grading): in a sandbox, the pipe to the grader, where
+  a notebook could answer a check itself with a made-up account of how its outputs were computed.
 """
 from __future__ import annotations
 
@@ -27,18 +30,21 @@ MODULES = {
     "multiprocessing": "process spawning", "pty": "process spawning", "socket": "network",
     "builtins": "builtins", "importlib": "importlib",
 }
+RAW_FDS = "raw file descriptors"
 OS_CALLS = {
     "kill": "os.kill", "killpg": "os.kill", "fork": "process spawning", "forkpty": "process spawning",
     "system": "process spawning", "popen": "process spawning", "posix_spawn": "process spawning",
     "posix_spawnp": "process spawning", "setsid": "setsid", "setpgrp": "setsid", "setpgid": "setsid",
     "execv": "process spawning", "execve": "process spawning", "execvp": "process spawning",
     "execl": "process spawning", "execlp": "process spawning", "spawnv": "process spawning",
-    "spawnl": "process spawning", "pidfd_open": "signals",
+    "spawnl": "process spawning", "pidfd_open": "signals", "read": RAW_FDS, "write": RAW_FDS,
+    "fdopen": RAW_FDS, "dup": RAW_FDS, "dup2": RAW_FDS,
 }
 FRAME_ATTRS = {"_getframe": "frames", "f_locals": "frames", "f_back": "frames", "f_globals": "frames",
                "tb_frame": "frames", "gi_frame": "frames", "cr_frame": "frames", "settrace": "frames",
                "setprofile": "frames", "_current_frames": "frames", "get_objects": "gc",
-               "get_referrers": "gc", "get_referents": "gc"}
+               "get_referrers": "gc", "get_referents": "gc", "__closure__": "frames",
+               "cell_contents": "frames"}
 TORCH_INTERNALS = {"_disable_current_modes": "torch._C internals", "_DisableTorchDispatch": "torch._C internals",
                    "DisableTorchFunction": "torch._C internals",
                    "DisableTorchFunctionSubclass": "torch._C internals",
@@ -94,6 +100,8 @@ class _Scan(ast.NodeVisitor):
                 self.uses_ctypes_or_numpy = True
             if top == "course_utils":
                 self.course_names.add(alias.asname or top)
+            if alias.name.startswith("course_utils.grading"):
+                self.add("the grader's modules")
         self.generic_visit(node)
 
     def visit_ImportFrom(self, node):
@@ -112,6 +120,9 @@ class _Scan(ast.NodeVisitor):
                     self.add(FRAME_ATTRS[alias.name])
         if top == "course_utils":
             self.course_names.update(alias.asname or alias.name for alias in node.names)
+        if (node.module or "").startswith("course_utils.grading") or any(
+                top == "course_utils" and alias.name == "grading" for alias in node.names):
+            self.add("the grader's modules")
         self.generic_visit(node)
 
     def visit_Attribute(self, node):
@@ -144,6 +155,9 @@ class _Scan(ast.NodeVisitor):
             if kw.arg in ("pre_hook", "post_hook"):
                 self.add("autotune hook")
         name = _dotted(node.func)
+        fd_number = node.args and isinstance(node.args[0], ast.Constant) and type(node.args[0].value) is int
+        if name.split(".")[-1] == "FileIO" or name in ("open", "io.open") and fd_number:
+            self.add(RAW_FDS)
         if name in ("setattr", "delattr") and node.args and _root(node.args[0]) in self.course_names:
             self.add("assignment into course_utils")
         self.generic_visit(node)
@@ -169,6 +183,8 @@ class _Scan(ast.NodeVisitor):
     def visit_Constant(self, node):
         if isinstance(node.value, str) and "/proc/" in node.value:
             self.add("/proc")
+        if isinstance(node.value, str) and "/dev/fd" in node.value:
+            self.add(RAW_FDS)
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import inspect
 import math
 import os
@@ -557,6 +558,8 @@ def _quiet_numerics():
         yield
 
 
+GC_ROUNDS = 8  # garbage collections after a call, each finding more garbage, before it counts as running code
+
 # Host ops that only copy data (Tensor.contiguous and .clone, .to / .float, out.copy_): arithmetic-free,
 # so a failure names them as a copy, with a hint about strides rather than about computing.
 COPY_OPS = {"clone", "copy_", "_to_copy"}
@@ -687,10 +690,30 @@ def prepare_kernel_case(ex: Exercise, case: Case, device: str) -> Prepared:
     return prepared
 
 
+@contextlib.contextmanager
+def _collections_see_only_new_objects():
+    """Inside, gc.collect() looks only at objects made inside: everything older is frozen (gc.freeze), so
+    that a collection costs what the call allocated, not the ~200k objects torch and Triton hold (80 ms)."""
+    if gc.get_freeze_count():  # the process froze objects of its own: leave them be, collect slowly
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
                           buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]], device: str) -> CallFacts:
     """Call the candidate once, watching it (the candidate's side). Raises CheckFailed when it raised,
     went out of bounds or crashed the GPU; the outputs are left in `buffers` for `judge_kernel_case`."""
+    with _collections_see_only_new_objects():
+        return _call_kernel_candidate(ex, candidate, call_args, buffers, device)
+
+
+def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
+                           buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]], device: str) -> CallFacts:
     # The outputs' bytes as the last kernel launch left them, and how many torch ops had run by then:
     # output that changes afterwards without a torch op that writes was written by NumPy or the like.
     after_launch: dict[str, torch.Tensor] = {}
@@ -752,6 +775,19 @@ def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
         changed_later = name in after_launch and not torch.equal(_bits(view), after_launch[name])
         if changed_later and not torch_wrote_later:
             facts.changed_later.append(name)
+    # What the candidate returned, or left with the watcher, can run its code when it is let go of (a
+    # `__del__`, a weakref callback, cyclic garbage): after the looks above, unwatched. Let go of it all
+    # here and look once more: an output that changed meanwhile was written by the host.
+    looked_at = {name: _bits(buf).clone() for name, (buf, _, _) in buffers.items()}
+    del result, watch, tracker
+    # One collection frees what the call left; another that still finds garbage means finalizers that
+    # make more (or a thread of the notebook's): eight in a row is code that keeps running.
+    if all(gc.collect() for _ in range(GC_ROUNDS)):
+        facts.host.append(Problem("objects of yours kept running code after your function returned", "host"))
+    for name, (buf, _, _) in buffers.items():
+        if not torch.equal(_bits(buf), looked_at[name]):
+            facts.host.append(Problem(f"`{name}` was changed after your function returned (by a `__del__`?): "
+                                      "the result must be written by the Triton kernel", "host"))
     return facts
 
 

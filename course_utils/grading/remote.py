@@ -23,6 +23,7 @@ from typing import Any
 
 HEADER_MAX = 4 << 20  # a JSON header larger than this is a broken (or hostile) sandbox
 RESULT_MAX = 256 << 20  # bytes of tensors a function exercise may return
+BLOBS_MAX = 4096  # storages in one message (a flood of empty ones would fill the grader's memory)
 
 
 class ProtocolError(Exception):
@@ -96,10 +97,12 @@ class Channel:
             raise ProtocolError(f"a message header of {n} bytes")
         try:
             header = json.loads(self._read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProtocolError(f"a message that is not JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, an int of 5000 digits, [[[[...
+            raise ProtocolError(f"a message that is not JSON ({str(exc)[:200]})") from None
         if not isinstance(header, dict) or not isinstance(header.get("blobs", 0), int):
             raise ProtocolError("a message that is not a JSON object")
+        if header.get("blobs", 0) > BLOBS_MAX:
+            raise ProtocolError(f"a message with more than {BLOBS_MAX} buffers")
         blobs, total = [], 0
         for _ in range(max(0, header.get("blobs", 0))):
             (size,) = struct.unpack(">Q", self._read(8))
