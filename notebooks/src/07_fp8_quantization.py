@@ -436,8 +436,8 @@ print(f"W8A16 against its own reference: {((y.double() - y_ref).norm() / y_ref.n
 # 128 x 128 or 128 x 256 output tiles, a deep pipeline (several stages of tiles in flight in shared
 # memory) and the grouped order of lesson 03. The course's `fp8_matmul` uses 128 x 256 x 128 tiles,
 # 8 warps and 4 stages on Hopper (`FP8_HOPPER_CONFIG`, in a persistent kernel); the benchmark sweeps
-# tiles around it, records the fastest row as `triton (ours)`, and the cell after the exercise link
-# prints every row against it, the default's included.
+# tiles around it and records the fastest row as `triton (ours)`; the cell after *What the plot shows*
+# prints every row of the sweep against it, the default's included.
 #
 # Napkin maths at 8192^3, computed:
 
@@ -692,7 +692,8 @@ else:
 # %% [markdown]
 # ## What the plot shows
 #
-# Figures from the committed run ({{measured}}); on another GPU the times move, the ratios much less.
+# Figures from the committed run ({{measured}}); on another GPU the times move, and some ratios too (the
+# W8A16 GEMV's, below, move about as much as its times).
 #
 # - **Quantize**: ours ran at {{gbps:quantize_rowwise bf16->e4m3 8192x8192|triton (ours)}},
 #   {{ratio:quantize_rowwise bf16->e4m3 8192x8192|triton (ours)|copy ceiling (bf16 x -> y)}} the copy's
@@ -746,15 +747,15 @@ else:
 #   the H100 each byte leaves the SMs more time for its arithmetic, which then costs less of the
 #   read's speed. Nsight Compute on the H100 (`results/explore/README.md`) finds it waiting on its
 #   loads: the memory at about three quarters of its peak bandwidth, an instruction issued on under
-#   half of the cycles; other tiles and warps were no faster (`gemv_warps.h100.json`). There are no
-#   stages to tune here (`num_stages` changed nothing in that sweep): Triton pipelines a loop's loads
-#   (copies into shared memory issued iterations ahead) only when they feed a `tl.dot`, or when the
-#   loop asks for it with `tl.range(..., num_stages=n)`, and the compiled kernel (`kernel.asm["ttgir"]`)
-#   has no such copies.
+#   half of the cycles; no other tile or warp count was measurably faster (`gemv_warps.h100.json`).
+#   There are no stages to tune here: Triton pipelines a loop's loads (copies into shared memory issued
+#   iterations ahead) only when they feed a `tl.dot`, or when the loop asks for it with
+#   `tl.range(..., num_stages=n)`, and the compiled kernel (`kernel.asm["ttgir"]`) has no such copies
+#   (`results/explore/pipelined_loops.h100.json`).
 #   Asked for, the pipeline made the GEMV slower (`results/explore/pipelined_loops.h100.json`): it
 #   hides its loads behind other resident warps, not behind its own arithmetic. Loading the next
 #   tile's words into registers before this tile's arithmetic, written in the loop, was slower too,
-#   though the same change made the read without arithmetic a little faster
+#   though the same change made the read without arithmetic faster, at one of the two shapes by much
 #   (`results/explore/gemv_register_prefetch.h100.json`).
 #   `torch.compile` of "dequantize, then matmul" was slower than the plain bf16 GEMV:
 #   {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|torch.compile int8 dequant + matmul}}.

@@ -556,9 +556,9 @@ print(f"softmax backward vs autograd: {(gx.double().cpu() - xs.grad).abs().max()
 # the logits' gradient (524 MB), which the loss's backward then handed to `scale_unless_one` (when the
 # loss was still `CrossEntropyFunction`). So `SiluMulFunction` decides in its forward, which Dynamo
 # traces (`torch.compiler.is_compiling()` is true there, and not in the backward, which AOTAutograd
-# traces later), and writes new buffers when compiled. The loss keeps its copies, now of 82 MB: its
-# gradients are written in the forward, before `dL/dloss` is known, and scaling them into new buffers
-# would move the same bytes as the copies do.
+# traces later), and writes new buffers when compiled. The loss is left as it is: its gradients (82 MB
+# now) are written in the forward, before `dL/dloss` is known, and scaling them into new buffers would
+# move the same bytes as copies of them do (the step with this loss was not profiled again).
 
 # %%
 # What these modules call: your exercises' functions. Here the course's solutions are imported (their
@@ -627,8 +627,8 @@ if data is not None and data.get("facts"):
 # Measured on {{measured}}; each ratio is our speed over the peer's (higher is better).
 #
 # - **RMSNorm**, forward + backward: a fraction of a millisecond of GPU work per call ({{ms:rmsnorm fwd+bwd bf16 16384x4096|torch.compile [graph]}} for
-#   `torch.compile`'s in a CUDA graph), and about as much CPU work on every side (autograd, the compiled wrapper, Triton's launcher), so a plain timing measures the
-#   CPU as much as the GPU: launched plainly, `torch.compile`'s took {{ms:rmsnorm fwd+bwd bf16 16384x4096|torch.compile}} and ours
+#   `torch.compile`'s in a CUDA graph), and CPU work on every side (autograd, the compiled wrapper, Triton's launcher), so a plain timing can measure the
+#   CPU rather than the GPU: launched plainly, `torch.compile`'s took {{ms:rmsnorm fwd+bwd bf16 16384x4096|torch.compile}} and ours
 #   {{ms:rmsnorm fwd+bwd bf16 16384x4096|triton (ours)}} in this run. Every side is therefore also replayed from a CUDA graph
 #   (lesson 04), and the target is judged there: ours {{ms:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) [graph]}}
 #   ({{gbps:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) [graph]}}), {{ratio:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) [graph]|fastest}} the speed of the fastest

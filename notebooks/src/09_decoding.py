@@ -287,14 +287,15 @@ for b in range(B):
 # Measured ({{measured}}) at B = 8, 32 query heads on 8 K/V heads, D = 128: at a context of 8192 our
 # kernel read the K/V bytes at {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 8192|triton (ours) vs copy|copy ceiling (K/V bytes)}} the copy bandwidth and ran
 # {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 8192|triton (ours)|fastest}} the speed of the faster of SDPA (`enable_gqa`) and torch.compile. At a context of
-# 1024 the GPU's work is short: replayed from a CUDA graph ours ran {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]|fastest}} the
-# fastest peer's speed ({{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]}}), and launched plainly {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours)|fastest}}
+# 1024 the GPU's work is short: replayed from a CUDA graph ours took {{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]}},
+# {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]|fastest}} the speed of the fastest peer (`{{peer:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) [graph]}}`), and launched plainly {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours)|fastest}}
 # ({{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours)}}; the plain SDPA took {{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|SDPA enable_gqa}}, in a graph
 # {{us:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|SDPA enable_gqa [graph]}}). The difference between a plain and a graph row of one side is the
 # cost of launching from Python that a CUDA graph removes (lesson 04); at microseconds of GPU work it
 # can decide a ranking, which is why both are measured.
 #
-# Against the copy of the same K/V bytes the short context is the hard case: at 1024 ours read them at
+# Against a copy that moves as many bytes as the K/V cache holds, the short context is the hard case: at
+# 1024 ours read the K/V bytes at
 # {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
 # the copy bandwidth on the H200 and {{ratio@h100:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
 # on the H100, where the target of 0.8 was {{verdict:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
@@ -369,9 +370,10 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # The course's target for this kernel is 2.5 times the speed of cuBLAS's bf16 GEMV on the same matrix
 # (one token against Llama-3-8B's up projection, group 128): less than four, since the scales and the
 # unpacking cost work, but enough that the bytes saved show up as time saved, the one reason to quantize
-# the weights of a memory-bound decode step. Measured ({{measured}}), the solution's kernel ran {{ratio:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)|torch.matmul bf16 (cuBLAS)}}
-# the speed of cuBLAS's bf16 GEMV ({{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}} against {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS)}}), short of that target.
-# It read its int4 bytes at only {{gbps:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours)}}, far below the copy bandwidth: the memory is not
+# the weights of a memory-bound decode step. Measured ({{measured}}) and replayed from a CUDA graph, as the target is judged,
+# the solution's kernel ran {{ratio:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]|torch.matmul bf16 (cuBLAS) [graph]}}
+# the speed of cuBLAS's bf16 GEMV ({{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}} against {{us:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS) [graph]}}), short of that target.
+# It read its int4 bytes at only {{gbps:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}}, far below the copy bandwidth: the memory is not
 # what limits it, the work per weight is (split the nibble off, make it a float, multiply, add, and the
 # scaled sums). Nsight Compute on the H100 (`results/explore/README.md`, `ncu_gemv.h100.csv`) says how:
 # the kernel used under half of the memory's peak bandwidth and issued an instruction on under half
@@ -434,7 +436,7 @@ from course_utils.lessons.l09_decoding import decode_attention, kv_append  # noq
 # stays in fp32 (`self.x`) while Hugging Face rounds it to bf16 after every layer, so the logits differ in
 # their last bits, and a random toy model's logits are full of near-ties. Once one argmax flips, the two
 # sequences continue from different tokens and part for good. On {{measured}} the first
-# differing token came after {{fact:first differing token batch 1}} new tokens on average at batch 1, and only
+# differing token came after {{fact:first differing token batch 1}} new tokens at batch 1 (one sequence), and only
 # {{fact:token agreement batch 1}} of the 512 new tokens matched.
 
 # %%
