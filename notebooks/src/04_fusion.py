@@ -196,8 +196,8 @@ else:
 # In the committed run ({{measured}}), the fused kernel took {{ms:sin^4 fp32 2^26|triton (ours)}}
 # against eager's {{ms:sin^4 fp32 2^26|torch eager (4 kernels)}}: {{ratio:sin^4 fp32 2^26|triton (ours)|torch eager (4 kernels)}}
 # faster: not four times faster, although it moves a quarter of the bytes. And a plain copy of the same bytes took
-# {{ms:sin^4 fp32 2^26|copy ceiling (x -> out)}}: the fused kernel is far from the memory floor. The
-# next section says why.
+# {{ms:sin^4 fp32 2^26|copy ceiling (x -> out)}}: the fused kernel takes longer than a copy of the same
+# bytes, so it is not at the memory floor. The next section says why.
 #
 # ## Why the fused kernel is compute-bound
 #
@@ -234,7 +234,7 @@ for cost in (10, 20, 40):  # assumed FLOPs per accurate sinf, for comparison
 
 # %% [markdown]
 # A fused sin^4 with an accurate sine sits right of the CUDA-core ridge: once the bytes are cut to a
-# quarter, the sines are the cost, and the speed-up over eager stays well under 4. The eager kernels
+# quarter, the sines are the cost, and the speed-up over eager stays under 4. The eager kernels
 # do one sine per 8 bytes each, left of the ridge: memory-bound.
 #
 # ## The profiler, seeing launches and gaps
@@ -563,8 +563,8 @@ else:
 #   ours, so ours should be no slower), and at least 0.95 x Liger-Kernel (a hand-written Triton
 #   kernel for the same product). The first target was {{verdict:silu*mul bf16 4096x11008|triton (ours)|fastest}} at 4096 x 11008 and
 #   {{verdict:silu*mul bf16 16384x14336|triton (ours)|fastest}} at 16384 x 14336 on the H200, {{verdict@h100:silu*mul bf16 4096x11008|triton (ours)|fastest}} and {{verdict@h100:silu*mul bf16 16384x14336|triton (ours)|fastest}} on the H100
-#   (the ratios are rounded to two decimals, so a miss by less than half a percent prints as 1.00 x;
-#   the targets table of the benchmark cell gives each verdict): ours
+#   (a ratio prints with more than two decimals where two would round a miss up to its threshold, so
+#   0.999 x is a miss; the targets table of the benchmark cell gives each verdict): ours
 #   ran at {{ratio:silu*mul bf16 4096x11008|triton (ours)|fastest}} the speed of `{{peer:silu*mul bf16 4096x11008|triton (ours)}}` at 4096 x 11008
 #   and {{ratio:silu*mul bf16 16384x14336|triton (ours)|fastest}} that of `{{peer:silu*mul bf16 16384x14336|triton (ours)}}` at 16384 x 14336 on
 #   the H200, {{ratio@h100:silu*mul bf16 4096x11008|triton (ours)|fastest}} (`{{peer@h100:silu*mul bf16 4096x11008|triton (ours)}}`) and

@@ -389,11 +389,13 @@ else:
 # bytes, so the gap between the two bars is what the reductions, the exponentials and the scheduling of
 # the programs cost. A kernel that reads a row twice (the online kernel, or a three-pass one) can still
 # come close when the second read hits L2. It is not a hard ceiling at every size: at 16384 x 1024
-# (64 MiB each way) the copy itself ran at {{gbps:softmax fp32 16384x1024|copy ceiling (x -> out)}} against
-# {{gbps:softmax fp32 4096x32768|copy ceiling (x -> out)}} at 4096 x 32768, and ours at
-# {{gbps:softmax fp32 16384x1024|triton (ours)}}, {{ratio:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} the copy's rate (on the H100
-# {{ratio@h100:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}}); why a copy of that size is slower was not
-# measured here (lesson 02 meets the same question for the vector add).
+# (64 MiB each way) ours ran at {{gbps:softmax fp32 16384x1024|triton (ours)}},
+# {{ratio:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} the copy's rate (on the H100
+# {{ratio@h100:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}}); the copy itself ran at
+# {{gbps:softmax fp32 16384x1024|copy ceiling (x -> out)}} there and {{gbps:softmax fp32 4096x32768|copy ceiling (x -> out)}} at
+# 4096 x 32768 (on the H100 {{gbps@h100:softmax fp32 16384x1024|copy ceiling (x -> out)}} and
+# {{gbps@h100:softmax fp32 4096x32768|copy ceiling (x -> out)}}). Why a kernel can beat a copy of the same
+# bytes at that size was not measured here (lesson 02 meets the same question for the vector add).
 #
 # The targets: at least the speed of the fastest peer (`torch.softmax`, `torch.compile`, its
 # max-autotune mode and Liger-Kernel, whichever wins in the same run: a fused kernel that moves 8 bytes
@@ -589,7 +591,7 @@ for causal in (False, True):
 # (`tl.range(..., warp_specialize=True)`, with tiles fetched by TMA descriptors), but with triton 3.6
 # on the H100 neither made this kernel faster, and some of those configurations returned NaN or did
 # not compile (`results/explore/README.md` lists what was tried). Two ways of overlapping without
-# warp specialization were slower still: computing the next key tile's scores before the current
+# warp specialization were no faster than the lesson's kernel either: computing the next key tile's scores before the current
 # tile's softmax (the loop carries them: FlashAttention-3's order, written in the source; the compiler
 # decides when each matrix product is waited for, and the extra live tile costs registers), and tiles
 # of 64 queries, one warp group each, so that two programs share an SM and fill each other's pauses

@@ -170,7 +170,7 @@ for shape in [(1, 16, 1024), (1, 16, 4096), (4, 2048, 1024)]:
 
 # %% [markdown]
 # At the decode sizes `(1, 16, *)` the block does 16 FLOPs per byte of weights (2 FLOPs per weight
-# and token, 2 bytes per weight, 16 tokens), far left of the ridge point: the floor is the time to read the weights once, a few tens of microseconds, and
+# and token, 2 bytes per weight, 16 tokens), far left of the ridge point: the floor is the time to read the weights once, tens of microseconds (the cell above prints them), and
 # launching 13 kernels (microseconds each, lesson 04) costs as much as the work. Fusion there is about
 # **launches**: eager and fused move nearly the same bytes. At the prefill size `(4, 2048, 1024)` the
 # block is compute-bound, and the eager intermediates move about four times the bytes of the fused
@@ -611,16 +611,17 @@ speedups(results)
 #
 # Figures from the committed run ({{measured}}):
 #
-# - **RMSNorm** is memory-bound: every implementation moves the same bytes (read x, write out), so
-#   the GB/s bars compare how close each gets to the memory bandwidth. Eager PyTorch runs its 8
-#   kernels (bf16) and moves fp32 copies in between; `torch.compile`, Liger-Kernel and our kernel make
-#   one pass. At 65536 x 1024 ours ran at {{ratio:rmsnorm bf16 65536x1024|triton (ours)|torch.compile}}
+# - **RMSNorm** is memory-bound: every implementation must move at least the same bytes (read x, write
+#   out), and the GB/s bars count those, so they compare how close each gets to the memory bandwidth.
+#   Eager PyTorch runs its 8 kernels (bf16) and moves fp32 copies in between, far more bytes than that;
+#   `torch.compile`, Liger-Kernel and our kernel make one pass. At 65536 x 1024 ours ran at {{ratio:rmsnorm bf16 65536x1024|triton (ours)|torch.compile}}
 #   `torch.compile`'s speed and {{ratio:rmsnorm bf16 65536x1024|triton (ours)|Liger-Kernel}}
 #   Liger-Kernel's; at 16384 x 4096 {{ratio:rmsnorm bf16 16384x4096|triton (ours)|torch.compile}} and
 #   {{ratio:rmsnorm bf16 16384x4096|triton (ours)|Liger-Kernel}}.
 #
 # **The block at the decode sizes**, `(1, 16, 1024)` (the toy Llama's hidden size) and `(1, 16, 4096)`
-# (the paper's), is weight reading: 16 tokens, a few tens of microseconds per call. At that scale a
+# (the paper's), is weight reading: 16 tokens, tens of microseconds to about a tenth of a millisecond per
+# call. At that scale a
 # plain launch timed with CUDA events also times the CPU's launching: `torch.compile`'s block took
 # {{us:RMSNorm+MLP fp16 (1, 16, 1024)|HF block torch.compile}} launched plainly and
 # {{us:RMSNorm+MLP fp16 (1, 16, 1024)|HF block torch.compile [graph]}} replayed in a CUDA graph, for
