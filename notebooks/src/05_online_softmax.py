@@ -400,13 +400,21 @@ else:
 # The targets: at least the speed of the fastest peer (`torch.softmax`, `torch.compile`, its
 # max-autotune mode and Liger-Kernel, whichever wins in the same run: a fused kernel that moves 8 bytes
 # per element has no excuse to be slower), and a stretch target of 0.88 x the copy (close to the
-# memory's limit). In the committed run ({{measured}}):
+# memory's limit). In the committed runs (H200: {{measured}}; H100: {{measured@h100}}):
 #
 # | shape | fastest peer | ours vs it | ours vs `torch.softmax` | ours vs the copy |
 # |---|---|---|---|---|
-# | 4096 x 32768 | {{peer:softmax fp32 4096x32768|triton (ours)}} | {{ratio:softmax fp32 4096x32768|triton (ours)|fastest}} | {{ratio:softmax fp32 4096x32768|triton (ours)|torch.softmax}} | {{ratio:softmax fp32 4096x32768|triton (ours)|copy ceiling (x -> out)}} |
-# | 32768 x 4096 | {{peer:softmax fp32 32768x4096|triton (ours)}} | {{ratio:softmax fp32 32768x4096|triton (ours)|fastest}} | {{ratio:softmax fp32 32768x4096|triton (ours)|torch.softmax}} | {{ratio:softmax fp32 32768x4096|triton (ours)|copy ceiling (x -> out)}} |
-# | 16384 x 1024 | {{peer:softmax fp32 16384x1024|triton (ours)}} | {{ratio:softmax fp32 16384x1024|triton (ours)|fastest}} | {{ratio:softmax fp32 16384x1024|triton (ours)|torch.softmax}} | {{ratio:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} |
+# | 4096 x 32768, H200 | {{peer:softmax fp32 4096x32768|triton (ours)}} | {{ratio:softmax fp32 4096x32768|triton (ours)|fastest}} | {{ratio:softmax fp32 4096x32768|triton (ours)|torch.softmax}} | {{ratio:softmax fp32 4096x32768|triton (ours)|copy ceiling (x -> out)}} |
+# | 32768 x 4096, H200 | {{peer:softmax fp32 32768x4096|triton (ours)}} | {{ratio:softmax fp32 32768x4096|triton (ours)|fastest}} | {{ratio:softmax fp32 32768x4096|triton (ours)|torch.softmax}} | {{ratio:softmax fp32 32768x4096|triton (ours)|copy ceiling (x -> out)}} |
+# | 16384 x 1024, H200 | {{peer:softmax fp32 16384x1024|triton (ours)}} | {{ratio:softmax fp32 16384x1024|triton (ours)|fastest}} | {{ratio:softmax fp32 16384x1024|triton (ours)|torch.softmax}} | {{ratio:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} |
+# | 4096 x 32768, H100 | {{peer@h100:softmax fp32 4096x32768|triton (ours)}} | {{ratio@h100:softmax fp32 4096x32768|triton (ours)|fastest}} | {{ratio@h100:softmax fp32 4096x32768|triton (ours)|torch.softmax}} | {{ratio@h100:softmax fp32 4096x32768|triton (ours)|copy ceiling (x -> out)}} |
+# | 32768 x 4096, H100 | {{peer@h100:softmax fp32 32768x4096|triton (ours)}} | {{ratio@h100:softmax fp32 32768x4096|triton (ours)|fastest}} | {{ratio@h100:softmax fp32 32768x4096|triton (ours)|torch.softmax}} | {{ratio@h100:softmax fp32 32768x4096|triton (ours)|copy ceiling (x -> out)}} |
+# | 16384 x 1024, H100 | {{peer@h100:softmax fp32 16384x1024|triton (ours)}} | {{ratio@h100:softmax fp32 16384x1024|triton (ours)|fastest}} | {{ratio@h100:softmax fp32 16384x1024|triton (ours)|torch.softmax}} | {{ratio@h100:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} |
+#
+# On the H200 the first target was {{verdict:softmax fp32 4096x32768|triton (ours)|fastest}}, {{verdict:softmax fp32 32768x4096|triton (ours)|fastest}} and {{verdict:softmax fp32 16384x1024|triton (ours)|fastest}} (in
+# the table's order), on the H100 {{verdict@h100:softmax fp32 4096x32768|triton (ours)|fastest}}, {{verdict@h100:softmax fp32 32768x4096|triton (ours)|fastest}} and {{verdict@h100:softmax fp32 16384x1024|triton (ours)|fastest}}: a ratio that
+# prints below 1.00 with three decimals is a miss by a fraction of a percent, a tie with a compiled
+# kernel that moves the same bytes.
 #
 # The short rows of 16384 x 1024 make the shortest job: it lasts
 # {{us:softmax fp32 16384x1024|triton (ours)}}, so the last partial wave of programs and the cross-warp
