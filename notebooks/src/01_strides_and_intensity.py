@@ -437,12 +437,16 @@ print(roofline.format_points(points, ceilings))
 # each comes to the roof above it (matmuls under their tensor-core roof, everything else under the
 # CUDA-core roof).
 # - **ReLU, vector add and softmax** sit far to the left, at intensities below 1 FLOP/byte, on the
-#   slanted roof: memory-bound. Their TFLOP/s look tiny next to the matmuls, yet they run within a few
-#   tens of percent of the best possible. Nothing but *less traffic* makes them faster: fewer bytes per
-#   element (int8 ReLU does four times the FLOPs per byte of fp32 ReLU at about the same GB/s), or
-#   *fusion*, doing several operations per trip to memory (lesson 04).
+#   slanted roof: memory-bound. Their TFLOP/s look tiny next to the matmuls, yet ReLU and the vector
+#   add run at about the copy's rate, the best possible, and `torch.softmax` at half of its roof or
+#   more, depending on the shape and the GPU. Nothing but *less traffic* makes them faster: fewer bytes
+#   per element (int8 ReLU does four times the FLOPs per byte of fp32 ReLU, at no more than about a
+#   quarter fewer GB/s, so it finishes several times sooner), or *fusion*, doing several operations per
+#   trip to memory (lesson 04).
 # - **Matmul** moves right as it grows (intensity `2N/(3 * bytes)`). Small matmuls fall well below both
-#   roofs: their few microseconds are mostly launch overhead, too little work to fill the GPU's SMs.
+#   roofs: too little work to fill the GPU's SMs, and a few microseconds that any kernel takes however
+#   little it does (replayed from a CUDA graph, with no launch from Python, the 64^3 one took
+#   {{us:matmul bf16 64^3|torch.matmul [graph]}}; launched plainly {{us:matmul bf16 64^3|torch.matmul}}).
 #   The large ones (4096^3, 8192^3) reach the flat roof: compute-bound, where lesson 03's tiled kernels
 #   have to compete with cuBLAS.
 # - **Skinny matmuls** (a matrix-vector product, a decode step of a few tokens) stay left of the ridge
