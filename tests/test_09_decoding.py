@@ -95,8 +95,8 @@ def test_append_with_positions_read_on_the_host_fails():
         for b in range(B):
             pos = positions[b].item()
             _append_at_kernel[(H,)](k_new[b:], v_new[b:], cache_k[b:, :, pos:], cache_v[b:, :, pos:], zero,
-                                    H, D, *k_new.stride(), *v_new.stride(), *cache_k.stride(), *cache_v.stride(),
-                                    BLOCK_D=triton.next_power_of_2(D), SHIFT=0, FIRST=True)
+                                    H, D, *k_new.stride(), *v_new.stride(), *cache_k.stride(),
+                                    *cache_v.stride(), BLOCK_D=triton.next_power_of_2(D), SHIFT=0, FIRST=True)
 
     message = failure("09.kv_append", host_positions)
     assert "on the host (Tensor.item)" in message and "tl.load" in message, message

@@ -229,7 +229,8 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
                            ("saves_copy", "ctx.save_for_backward(x, weight", "ctx.save_for_backward(x.clone(), weight"),
                            ("torch_backward", "rmsnorm_backward(dy_rows, rows, weight, rstd, dx, dw)",
                             "xhat, g = rows.float() * rstd[:, None], dy_rows.float() * weight.float()\n"
-                            "        dx.copy_((g - xhat * (g * xhat).mean(1, keepdim=True)) * rstd[:, None])\n"
+                            "        dx.copy_((g - xhat * (g * xhat).mean(1, keepdim=True))"
+                            " * rstd[:, None])\n"
                             "        dw.copy_((dy_rows.float() * xhat).sum(0))")):
         nb = copy.deepcopy(solution)
         at = _index(nb, "class RMSNormFunction")

@@ -392,6 +392,7 @@ class Tracker:
 
 _trackers: list[Tracker] = []  # the active tracker (at most one: the call being checked)
 _watches: list[Watch] = []  # the active watches, innermost last
+_FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
 
 
 def record_launches(names: list[str]) -> None:
@@ -399,7 +400,6 @@ def record_launches(names: list[str]) -> None:
     the batch grader's stand-in node): every active watch counts them as its own launches."""
     for watch in _watches:
         watch.launches += names
-_FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
 
 
 def _addresses(ptrs, mask) -> np.ndarray:

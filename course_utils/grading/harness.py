@@ -387,7 +387,7 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
     wrong = bad & ~unwritten
     n_wrong = int(wrong.sum())
     if n_wrong:
-        err = err.masked_fill(~torch.isfinite(err), float("inf"))  # a NaN where a number belongs: inf, not nan
+        err = err.masked_fill(~torch.isfinite(err), float("inf"))  # a NaN where a number belongs: inf
         worst_abs = float(err[wrong].max())
         rel = (err / e.abs().clamp_min(1e-30))[wrong] if g.dtype == torch.float64 else err[wrong]
         worst_rel = float(rel.max())
@@ -713,7 +713,8 @@ def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
 
 
 def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
-                           buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]], device: str) -> CallFacts:
+                           buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]],
+                           device: str) -> CallFacts:
     # The outputs' bytes as the last kernel launch left them, and how many torch ops had run by then:
     # output that changes afterwards without a torch op that writes was written by NumPy or the like.
     after_launch: dict[str, torch.Tensor] = {}
@@ -781,7 +782,7 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
     looked_at = {name: _bits(buf).clone() for name, (buf, _, _) in buffers.items()}
     del result, watch, tracker
     # One collection frees what the call left; another that still finds garbage means finalizers that
-    # make more (or a thread of the notebook's): eight in a row is code that keeps running.
+    # make more (or a thread of the notebook's): GC_ROUNDS in a row is code that keeps running.
     if all(gc.collect() for _ in range(GC_ROUNDS)):
         facts.host.append(Problem("objects of yours kept running code after your function returned", "host"))
     for name, (buf, _, _) in buffers.items():
