@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -206,6 +210,36 @@ def test_w4a16_that_dequantizes_to_the_activations_dtype_for_tl_dot_passes():
     for seed in range(3):
         check("09.w4a16_gemv", w4a16_gemv, seed=seed, quiet=True)
 
+
+
+_ASSEMBLE = """
+import inspect, sys
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+from course_utils.lessons import l09_decoding as l09
+
+signature = {name: "i32" for name in inspect.signature(l09.w4a16_gemv_kernel.fn).parameters}
+signature.update(x_ptr="*bf16", w_ptr="*i32", s_ptr="*bf16", out_ptr="*bf16")
+constants = dict(GROUP=128, BLOCK_M=1, BLOCK_N=8, BLOCK_K=1024, BF16X2=True)
+signature.update({name: "constexpr" for name in constants})
+kernel = compile(ASTSource(l09.w4a16_gemv_kernel, signature, constexprs=constants),
+                 target=GPUTarget("cuda", int(sys.argv[1]), 32), options=dict(num_warps=2))
+print(len(kernel.asm["cubin"]), kernel.asm["ptx"].count("fma.rn.bf16x2"))
+"""
+
+
+@pytest.mark.parametrize("arch", [80, 90])
+def test_w4a16_bf16x2_path_assembles(arch):
+    """The kernel's bf16x2 path (inline PTX) runs only on a GPU of compute capability 8.0+; here, with no GPU,
+    Triton's own ptxas must at least assemble it for sm_80 and sm_90 (a typo in the PTX fails here). In a
+    child process: the compiler needs Triton out of interpreter mode."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _ASSEMBLE, str(arch)], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cubin_bytes, packed_fmas = map(int, done.stdout.split()[-2:])
+    assert cubin_bytes > 0
+    assert packed_fmas >= 8  # 8 per word: the packed path, not the fp32 one
 
 # --- the decode loop --------------------------------------------------------------------------
 

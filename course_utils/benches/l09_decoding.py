@@ -110,8 +110,8 @@ def _attention(table: Table, context: int) -> None:
 
 # --- int4 GEMV --------------------------------------------------------------------------------
 
-GEMV_CONFIGS = (  # BLOCK_N, BLOCK_K (weights per row and step), warps
-    (64, 512, 4), (128, 512, 8), (64, 256, 4), (32, 512, 4), (64, 1024, 8),
+GEMV_CONFIGS = (  # BLOCK_N, BLOCK_K (weights per row and step), warps: small programs for the bf16x2 path
+    (8, 1024, 2), (8, 512, 2), (8, 512, 1), (4, 512, 1), (4, 1024, 1), (16, 1024, 1),
 )
 
 

@@ -270,14 +270,16 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
 # quarter of bf16's: that is the whole point. (The solution goes further for speed: it reads the bytes
 # as int32 words, 8 weights per load, turns a nibble into a float with bit operations instead of a
 # conversion instruction, and keeps a running sum per word slot that it adds up across threads once,
-# at the end; the straightforward way above passes the check.)
+# at the end. For bf16 x on a GPU it also has a second path, switched on by the kernel's last argument,
+# `BF16X2`, that works on two weights per instruction in inline PTX; leave `BF16X2` False, since the
+# straightforward way above passes the check.)
 
 # %%
 @triton.jit
 def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
                       stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sg, stride_om, stride_on,
                       GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr):
+                      BLOCK_K: tl.constexpr, BF16X2: tl.constexpr = False):
     # BEGIN SOLUTION
     # w_ptr is the packed weights read as int32 words, (N, K // 8): word i of row n holds weights
     # 8i .. 8i + 7, weight 8i + j in bits 4j .. 4j + 3 (little-endian bytes, low nibble first).
@@ -302,23 +304,77 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
         kw = (kw0 + offs_w)[None, None, :]  # (1, 1, BLOCK_KW) word index in the row; BLOCK_KW divides K_WORDS
         words = tl.load(w_rows + kw * stride_wk)  # (1, BLOCK_N, BLOCK_KW) int32: 8 weights each
         scale = tl.load(s_rows + (kw // WORDS) * stride_sg).to(tl.float32)  # the word's group scale
-        high = words >> 16  # weights 8i + 4 .. 8i + 7 moved down to bits 0 .. 15
-        dot = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_KW), dtype=tl.float32)  # x . (q - 8) over each word
-        for j in tl.static_range(8):
-            shift = 4 * (j % 4)
-            if j < 4:
-                half_word = words
-            else:
-                half_word = high
-            # The nibble q dropped into the mantissa of 1.0: the float32 1 + q * 2^(shift - 23), exactly.
-            # Subtracting 1 + 8 * 2^(shift - 23) leaves (q - 8) * 2^(shift - 23): the zero point, exactly,
-            # with one AND-OR and one add per weight (no int -> float conversion instruction).
-            bits = (half_word & (0xF << shift)) | 0x3F800000
-            w_j = bits.to(tl.float32, bitcast=True) - (1.0 + 8.0 / (1 << (23 - shift)))
-            x_j = tl.load(x_rows + (8 * kw + j) * stride_xk, mask=m_mask[:, None, None],
-                          other=0.0).to(tl.float32)  # (BLOCK_M, 1, BLOCK_KW)
-            x_j = x_j * (1 << (23 - shift))  # undo the 2^(shift - 23): once per x, shared by BLOCK_N rows
-            dot += w_j * x_j  # (BLOCK_M, BLOCK_N, BLOCK_KW)
+        if BF16X2:
+            # Two weights per instruction (bf16 x on sm_80+, x's last stride 1): x's 16 bytes for word kw
+            # are 4 int32 words (x0|x1), (x2|x3), (x4|x5), (x6|x7) (low half first); PRMT regroups them
+            # as pairs (x_j | x_{j+4}), the order in which the word's nibbles come out below. Once per x
+            # word, shared by BLOCK_N rows.
+            x_words = x_ptr.to(tl.pointer_type(tl.int32)) + offs_m[:, None, None] * (stride_xm // 2) + 4 * kw
+            xm = m_mask[:, None, None]
+            x0, x1, x2, x3 = tl.inline_asm_elementwise(
+                """
+                prmt.b32 $0, $4, $6, 0x5410;
+                prmt.b32 $1, $4, $6, 0x7632;
+                prmt.b32 $2, $5, $7, 0x5410;
+                prmt.b32 $3, $5, $7, 0x7632;
+                """, "=r,=r,=r,=r,r,r,r,r",
+                [tl.load(x_words, mask=xm, other=0), tl.load(x_words + 1, mask=xm, other=0),
+                 tl.load(x_words + 2, mask=xm, other=0), tl.load(x_words + 3, mask=xm, other=0)],
+                dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+            # (word >> 4j) & 0x000F000F | 0x43004300 is the bf16 pair (128 + q_j, 128 + q_{j+4}): 128 is
+            # 0x4300 and bf16's 7 mantissa bits hold a nibble exactly (one LOP3). An FMA by 1.0 and -136
+            # leaves (q - 8) exactly, a packed FMA multiplies two weights by two x's and adds them to a
+            # running bf16 pair; four per word, then the pair's two halves are added in fp32: 18
+            # instructions for 8 weights, where the fp32 path below takes 3 per weight (AND-OR, add,
+            # FMA) and reads each x 8 times per word where this one reads 4 int32 words.
+            dot = tl.inline_asm_elementwise(
+                """
+                {
+                .reg .b32 w, one, bias, d, sum, lo, hi;
+                .reg .f32 flo, fhi;
+                mov.b32 one, 0x3F803F80;
+                mov.b32 bias, 0xC308C308;
+                mov.b32 sum, 0x80008000;
+                lop3.b32 d, $1, 0x000F000F, 0x43004300, 0xEA;
+                fma.rn.bf16x2 d, d, one, bias;
+                fma.rn.bf16x2 sum, d, $2, sum;
+                shr.u32 w, $1, 4;
+                lop3.b32 d, w, 0x000F000F, 0x43004300, 0xEA;
+                fma.rn.bf16x2 d, d, one, bias;
+                fma.rn.bf16x2 sum, d, $3, sum;
+                shr.u32 w, $1, 8;
+                lop3.b32 d, w, 0x000F000F, 0x43004300, 0xEA;
+                fma.rn.bf16x2 d, d, one, bias;
+                fma.rn.bf16x2 sum, d, $4, sum;
+                shr.u32 w, $1, 12;
+                lop3.b32 d, w, 0x000F000F, 0x43004300, 0xEA;
+                fma.rn.bf16x2 d, d, one, bias;
+                fma.rn.bf16x2 sum, d, $5, sum;
+                shl.b32 lo, sum, 16;
+                and.b32 hi, sum, 0xFFFF0000;
+                mov.b32 flo, lo;
+                mov.b32 fhi, hi;
+                add.f32 $0, flo, fhi;
+                }
+                """, "=f,r,r,r,r,r", [words, x0, x1, x2, x3], dtype=tl.float32, is_pure=True, pack=1)
+        else:
+            high = words >> 16  # weights 8i + 4 .. 8i + 7 moved down to bits 0 .. 15
+            dot = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_KW), dtype=tl.float32)  # x . (q - 8) over each word
+            for j in tl.static_range(8):
+                shift = 4 * (j % 4)
+                if j < 4:
+                    half_word = words
+                else:
+                    half_word = high
+                # The nibble q dropped into the mantissa of 1.0: the float32 1 + q * 2^(shift - 23), exactly.
+                # Subtracting 1 + 8 * 2^(shift - 23) leaves (q - 8) * 2^(shift - 23): the zero point,
+                # exactly, with one AND-OR and one add per weight (no int -> float conversion instruction).
+                bits = (half_word & (0xF << shift)) | 0x3F800000
+                w_j = bits.to(tl.float32, bitcast=True) - (1.0 + 8.0 / (1 << (23 - shift)))
+                x_j = tl.load(x_rows + (8 * kw + j) * stride_xk, mask=m_mask[:, None, None],
+                              other=0.0).to(tl.float32)  # (BLOCK_M, 1, BLOCK_KW)
+                x_j = x_j * (1 << (23 - shift))  # undo the 2^(shift - 23): once per x, shared by BLOCK_N rows
+                dot += w_j * x_j  # (BLOCK_M, BLOCK_N, BLOCK_KW)
         acc += dot * scale  # the scale once per word of 8 weights, not once per weight
     out = tl.sum(acc, axis=2)  # (BLOCK_M, BLOCK_N): the one reduction across threads
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
@@ -327,8 +383,8 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
 
 
 def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, group_size: int,
-               out: torch.Tensor, BLOCK_N: int | None = None, BLOCK_K: int = 512,
-               BLOCK_M: int | None = None, num_warps: int = 4) -> None:
+               out: torch.Tensor, BLOCK_N: int | None = None, BLOCK_K: int | None = None,
+               BLOCK_M: int | None = None, num_warps: int | None = None) -> None:
     """out (M, N) = x (M, K) @ W.T, W[n, k] = (nibble k of w_packed[n] - 8) * scales[n, k // group_size]."""
     # BEGIN SOLUTION
     M, K = x.shape
@@ -340,15 +396,24 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
         w_packed = w_packed.contiguous()  # the int32 view below needs 4-byte-aligned rows of bytes
     words = w_packed.view(torch.int32)  # (N, K // 8): 8 nibbles per load instead of 2
     BLOCK_M = BLOCK_M or min(triton.next_power_of_2(M), 4)  # each dequantized weight serves BLOCK_M rows
-    # 64 rows x 512 weights per step: each thread holds 8 rows of 4 words, so one x value it loads
-    # serves 8 rows (the best sweep row on the H100 and the H200); with more rows of x, fewer rows
-    # of W keep the accumulators in registers.
-    BLOCK_N = BLOCK_N or 64 // BLOCK_M
+    # Packed bf16 pairs: a GPU that computes with bf16 (sm_80+), x whose rows read as int32 words.
+    bf16x2 = (x.is_cuda and x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] >= 8
+              and x.stride(1) == 1 and (M == 1 or x.stride(0) % 2 == 0) and x.data_ptr() % 4 == 0)
+    if bf16x2:
+        # Small programs, many of them: 8 rows x 1024 weights of 2 warps, 1792 programs at N = 14336,
+        # several resident per SM, whose loads cover each other's arithmetic (the sweep's best tiles on
+        # the H100 and the H200, results/explore/w4_bf16x2_*).
+        BLOCK_N, BLOCK_K, num_warps = BLOCK_N or 8, BLOCK_K or 1024 // BLOCK_M, num_warps or 2
+    else:
+        # 64 rows x 512 weights per step: each thread holds 8 rows of 4 words, so one x value it loads
+        # serves 8 rows (the best sweep row on the H100 and the H200); with more rows of x, fewer rows
+        # of W keep the accumulators in registers.
+        BLOCK_N, BLOCK_K, num_warps = BLOCK_N or 64 // BLOCK_M, BLOCK_K or 512, num_warps or 4
     grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
     w4a16_gemv_kernel[grid](x, words, scales, out, M, N, K, *x.stride(), *words.stride(), *scales.stride(),
                             *out.stride(), GROUP=group_size, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                             BLOCK_K=min(BLOCK_K, K & -K),  # a power of 2 that divides K: no masks along K
-                            num_warps=num_warps)
+                            BF16X2=bf16x2, num_warps=num_warps)
     # END SOLUTION
 
 
