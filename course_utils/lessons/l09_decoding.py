@@ -293,9 +293,9 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
     offs_w = tl.arange(0, BLOCK_KW)
     m_mask = offs_m < M
     n_in = offs_n % N  # wrapped: loads stay in bounds, the store is masked
-    # Every tensor in the loop is 3-D, (rows of x, rows of W, words), so that all of them take the layout
-    # of the weight load (16-byte loads, 4 words per thread) and no value moves between threads until
-    # the final sum.
+    # Every tensor in the loop is 3-D, (rows of x, rows of W, words), so that on the fp32 path all of them
+    # take the layout of the weight load (16-byte loads, 4 words per thread) and no value moves between
+    # threads until the final sum.
     w_rows = w_ptr + n_in[None, :, None].to(tl.int64) * stride_wn  # (1, BLOCK_N, 1)
     s_rows = s_ptr + n_in[None, :, None] * stride_sn
     x_rows = x_ptr + offs_m[:, None, None] * stride_xm  # (BLOCK_M, 1, 1)
@@ -308,7 +308,9 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
             # Two weights per instruction (bf16 x on sm_80+, x's last stride 1): x's 16 bytes for word kw
             # are 4 int32 words (x0|x1), (x2|x3), (x4|x5), (x6|x7) (low half first); PRMT regroups them
             # as pairs (x_j | x_{j+4}), the order in which the word's nibbles come out below. Once per x
-            # word, shared by BLOCK_N rows.
+            # word, shared by BLOCK_N rows. (These loads have one word per thread, so the compiler moves
+            # the weight words into that layout through shared memory; loading the weights 4 bytes at a
+            # time instead was slower: results/explore/w4_bf16x2_scalar_loads.h200.json.)
             x_words = x_ptr.to(tl.pointer_type(tl.int32)) + offs_m[:, None, None] * (stride_xm // 2) + 4 * kw
             xm = m_mask[:, None, None]
             x0, x1, x2, x3 = tl.inline_asm_elementwise(
@@ -326,7 +328,8 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
             # leaves (q - 8) exactly, a packed FMA multiplies two weights by two x's and adds them to a
             # running bf16 pair; four per word, then the pair's two halves are added in fp32: 18
             # instructions for 8 weights, where the fp32 path below takes 3 per weight (AND-OR, add,
-            # FMA) and reads each x 8 times per word where this one reads 4 int32 words.
+            # FMA) and loads x as 8 bf16 values per word where this one loads 4 int32 words. (LOP3's
+            # last operand is the truth table of (a & b) | c: 0xF0 & 0xCC | 0xAA = 0xEA.)
             dot = tl.inline_asm_elementwise(
                 """
                 {
@@ -334,7 +337,7 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
                 .reg .f32 flo, fhi;
                 mov.b32 one, 0x3F803F80;
                 mov.b32 bias, 0xC308C308;
-                mov.b32 sum, 0x80008000;
+                mov.b32 sum, 0x80008000;  // (-0, -0): the first FMA's sum is its product, exactly
                 lop3.b32 d, $1, 0x000F000F, 0x43004300, 0xEA;
                 fma.rn.bf16x2 d, d, one, bias;
                 fma.rn.bf16x2 sum, d, $2, sum;
@@ -400,10 +403,10 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
     bf16x2 = (x.is_cuda and x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] >= 8
               and x.stride(1) == 1 and (M == 1 or x.stride(0) % 2 == 0) and x.data_ptr() % 4 == 0)
     if bf16x2:
-        # Small programs, many of them: 8 rows x 1024 weights of 2 warps, 1792 programs at N = 14336,
-        # several resident per SM, whose loads cover each other's arithmetic (the sweep's best tiles on
-        # the H100 and the H200, results/explore/w4_bf16x2_*).
-        BLOCK_N, BLOCK_K, num_warps = BLOCK_N or 8, BLOCK_K or 1024 // BLOCK_M, num_warps or 2
+        # Small programs, many of them: 4 rows x 1024 weights, one warp: 3584 programs at N = 14336, a
+        # dozen or more resident per SM, whose loads cover each other's arithmetic (the best tile of the
+        # sweeps on the H100 and the H200, results/explore/w4_bf16x2_*).
+        BLOCK_N, BLOCK_K, num_warps = BLOCK_N or 4, BLOCK_K or 1024 // BLOCK_M, num_warps or 1
     else:
         # 64 rows x 512 weights per step: each thread holds 8 rows of 4 words, so one x value it loads
         # serves 8 rows (the best sweep row on the H100 and the H200); with more rows of x, fewer rows
