@@ -308,20 +308,25 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
             # Two weights per instruction (bf16 x on sm_80+, x's last stride 1): x's 16 bytes for word kw
             # are 4 int32 words (x0|x1), (x2|x3), (x4|x5), (x6|x7) (low half first); PRMT regroups them
             # as pairs (x_j | x_{j+4}), the order in which the word's nibbles come out below. Once per x
-            # word, shared by BLOCK_N rows. (These loads have one word per thread, so the compiler moves
-            # the weight words into that layout through shared memory; loading the weights 4 bytes at a
-            # time instead was slower: results/explore/w4_bf16x2_scalar_loads.h200.json.)
-            x_words = x_ptr.to(tl.pointer_type(tl.int32)) + offs_m[:, None, None] * (stride_xm // 2) + 4 * kw
-            xm = m_mask[:, None, None]
+            # word, shared by BLOCK_N rows. x's 4 words per weight word come in one 16-byte load per thread
+            # (four 4-byte loads, 16 bytes apart across threads, were slower). The pairs hold one weight
+            # word per thread, so the compiler moves the weight words into that layout through shared
+            # memory; loading the weights 4 bytes at a time instead was slower
+            # (results/explore/w4_bf16x2_x_vector_loads.h200.json, w4_bf16x2_scalar_loads.h200.json).
+            x_words = (x_ptr.to(tl.pointer_type(tl.int32)) + offs_m[:, None, None, None] * (stride_xm // 2)
+                       + 4 * kw[:, :, :, None] + tl.arange(0, 4)[None, None, None, :])  # (BLOCK_M, 1, BLOCK_KW, 4)
+            x4 = tl.load(x_words, mask=m_mask[:, None, None, None], other=0)  # 16 bytes a thread, coalesced
+            # word i of 4 = 2p + q: splitting the last axis of (.., 2, 2) takes q = 0 (words 0, 2), q = 1 (1, 3)
+            a01_45, a23_67 = tl.split(tl.reshape(x4, (BLOCK_M, 1, BLOCK_KW, 2, 2)))
+            a01, a45 = tl.split(a01_45)
+            a23, a67 = tl.split(a23_67)
             x0, x1, x2, x3 = tl.inline_asm_elementwise(
                 """
                 prmt.b32 $0, $4, $6, 0x5410;
                 prmt.b32 $1, $4, $6, 0x7632;
                 prmt.b32 $2, $5, $7, 0x5410;
                 prmt.b32 $3, $5, $7, 0x7632;
-                """, "=r,=r,=r,=r,r,r,r,r",
-                [tl.load(x_words, mask=xm, other=0), tl.load(x_words + 1, mask=xm, other=0),
-                 tl.load(x_words + 2, mask=xm, other=0), tl.load(x_words + 3, mask=xm, other=0)],
+                """, "=r,=r,=r,=r,r,r,r,r", [a01, a23, a45, a67],
                 dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
             # (word >> 4j) & 0x000F000F | 0x43004300 is the bf16 pair (128 + q_j, 128 + q_{j+4}): 128 is
             # 0x4300 and bf16's 7 mantissa bits hold a nibble exactly (one LOP3). An FMA by 1.0 and -136
