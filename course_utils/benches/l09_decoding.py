@@ -111,7 +111,7 @@ def _attention(table: Table, context: int) -> None:
 # --- int4 GEMV --------------------------------------------------------------------------------
 
 GEMV_CONFIGS = (  # BLOCK_N, BLOCK_K (weights per row and step), warps: small programs for the bf16x2 path
-    (8, 1024, 2), (8, 512, 2), (8, 512, 1), (4, 512, 1), (4, 1024, 1), (16, 1024, 1),
+    (4, 512, 1), (4, 1024, 1), (4, 256, 1), (2, 512, 1), (8, 512, 2), (8, 1024, 2),
 )
 
 

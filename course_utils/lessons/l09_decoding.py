@@ -300,7 +300,11 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
     s_rows = s_ptr + n_in[None, :, None] * stride_sn
     x_rows = x_ptr + offs_m[:, None, None] * stride_xm  # (BLOCK_M, 1, 1)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_KW), dtype=tl.float32)  # a running sum per word slot
-    for kw0 in range(0, K_WORDS, BLOCK_KW):
+    # The bf16x2 path for one row of x: four steps unrolled, so that the compiler can issue the loads of
+    # the next steps before this step's arithmetic (faster on both GPUs; slower on the fp32 path and for
+    # several rows of x: results/explore/w4_bf16x2_unroll*.json).
+    UNROLL: tl.constexpr = 4 if BF16X2 and BLOCK_M == 1 else 1
+    for kw0 in tl.range(0, K_WORDS, BLOCK_KW, loop_unroll_factor=UNROLL):
         kw = (kw0 + offs_w)[None, None, :]  # (1, 1, BLOCK_KW) word index in the row; BLOCK_KW divides K_WORDS
         words = tl.load(w_rows + kw * stride_wk)  # (1, BLOCK_N, BLOCK_KW) int32: 8 weights each
         scale = tl.load(s_rows + (kw // WORDS) * stride_sg).to(tl.float32)  # the word's group scale
@@ -408,10 +412,10 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
     bf16x2 = (x.is_cuda and x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] >= 8
               and x.stride(1) == 1 and (M == 1 or x.stride(0) % 2 == 0) and x.data_ptr() % 4 == 0)
     if bf16x2:
-        # Small programs, many of them: 4 rows x 1024 weights, one warp: 3584 programs at N = 14336, a
-        # dozen or more resident per SM, whose loads cover each other's arithmetic (the best tile of the
-        # sweeps on the H100 and the H200, results/explore/w4_bf16x2_*).
-        BLOCK_N, BLOCK_K, num_warps = BLOCK_N or 4, BLOCK_K or 1024 // BLOCK_M, num_warps or 1
+        # Small programs, many of them: 4 rows x 512 weights a step, one warp: 3584 programs at N = 14336,
+        # 27 per SM, whose loads cover each other's arithmetic (the best tile of the sweeps on the H100
+        # and the H200, results/explore/w4_bf16x2_*).
+        BLOCK_N, BLOCK_K, num_warps = BLOCK_N or 4, BLOCK_K or max(512 // BLOCK_M, 128), num_warps or 1
     else:
         # 64 rows x 512 weights per step: each thread holds 8 rows of 4 words, so one x value it loads
         # serves 8 rows (the best sweep row on the H100 and the H200); with more rows of x, fewer rows

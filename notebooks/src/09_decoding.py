@@ -394,9 +394,11 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # path takes about 25; the pair's sums, rounded to bf16 after each of four products, are added in fp32
 # once per word (an error of the size that the check allows a kernel that rounds each weight to x's
 # dtype, as GPTQ's and AWQ's do). With fewer registers per weight the programs can be small: 4 rows of
-# W and 1024 weights a step, one warp, 3584 programs at N = 14336 where the fp32 path has 224; loads of
-# some cover the arithmetic of others. At the fp32 path's tiles the bf16x2 path was a little faster, at
-# the small tiles much faster, while the fp32 path at the small tiles was slower than at its own
+# W and 512 weights a step, one warp, 3584 programs at N = 14336 where the fp32 path has 224; loads of
+# some cover the arithmetic of others, and the loop over K is unrolled four times
+# (`tl.range(..., loop_unroll_factor=4)`) so that a program's next loads can be issued before this
+# step's arithmetic. At the fp32 path's tiles the bf16x2 path was a little faster, at the small tiles
+# much faster, while the fp32 path at the small tiles was slower than at its own
 # (`results/explore/w4_bf16x2_*.json`).
 #
 # Measured ({{measured}}) and replayed from a CUDA graph, as the target is judged, the solution's kernel
