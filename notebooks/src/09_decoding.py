@@ -408,8 +408,8 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # on the H100 ({{us@h100:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]}} against {{us@h100:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|torch.matmul bf16 (cuBLAS) [graph]}}), where it was
 # {{verdict@h100:w4a16 GEMV 1x4096 @ (14336x4096).T group 128|triton (ours) [graph]|torch.matmul bf16 (cuBLAS) [graph]}}. The two GPUs have the same SMs at about the same
 # clock and different memories (HBM3e against HBM3, datasheets): cuBLAS's bf16 GEMV, bound by its bytes,
-# is faster on the H200, and ours, still bound more by its work than by its bytes, takes about as long on
-# both, so the same kernel's ratio is lower on the H200. There, a plain read of the packed bytes took
+# is much faster on the H200, and ours, bound more by its work than by its bytes, only a little, so the
+# same kernel's ratio is lower on the H200. There, a plain read of the packed bytes took
 # less time than the target allows (`gemv_read_floor.h200.json`): 2.5 x cuBLAS is within reach of a
 # kernel whose arithmetic hides entirely behind its loads; ours is not that kernel yet.
 
