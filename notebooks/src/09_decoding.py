@@ -410,7 +410,7 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # clock and different memories (HBM3e against HBM3, datasheets): cuBLAS's bf16 GEMV, bound by its bytes,
 # is much faster on the H200, and ours, bound more by its work than by its bytes, only a little, so the
 # same kernel's ratio is lower on the H200. There, a plain read of the packed bytes took
-# less time than the target allows (`gemv_read_floor.h200.json`): 2.5 x cuBLAS is within reach of a
+# less time than the target allows (`gemv_read_floor.h200.json`): the target is within reach of a
 # kernel whose arithmetic hides entirely behind its loads; ours is not that kernel yet.
 
 # %% [inline] course_utils.lessons.l07_fp8_quantization: quantize_int8_ref w8a16_gemv_kernel w8a16_gemv
