@@ -577,6 +577,11 @@ def causal_lm_loss(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) ->
 # pass everything but the block sizes. `EVEN_S` (computed in the host function, given: `S % 128 == 0`,
 # so no tile runs past the end) lets a kernel skip the masks of the sequence's end. `exp(x) = exp2(x *
 # log2(e))`: fold `log2(e)` into the scale and into `lse` and use `tl.exp2`, one multiply fewer per score.
+#
+# With `causal`, only the tiles on the diagonal are partly masked; the solution walks those with the mask
+# and every other tile without, as lesson 05's forward does, through the helpers `_attention_dkdv_tiles`
+# and `_attention_dq_tiles` (their `MASKED` flag). Use them or not: one loop that masks every tile passes
+# the check, only a little slower.
 
 # %%
 @triton.jit
@@ -628,6 +633,33 @@ def select_attention_configs(configs: list[triton.Config], named_args: dict, **k
     return configs[:1] if named_args["S"] < SHORT_SEQUENCE else configs
 
 
+@triton.jit
+def _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, base, offs_n, offs_d, S,
+                          qk_scale, lo, hi, MASKED: tl.constexpr, HEAD_DIM: tl.constexpr,
+                          BLOCK_M: tl.constexpr):
+    """Fold the query tiles [lo, hi) into (dk, dv) for one tile of keys; MASKED: the causal diagonal."""
+    # BEGIN SOLUTION
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) queries
+        q_ok = offs_m < S
+        qo_off = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+        q = tl.load(q_ptr + qo_off, mask=q_ok[:, None], other=0.0)  # (BLOCK_M, D)
+        do = tl.load(do_ptr + qo_off, mask=q_ok[:, None], other=0.0)
+        # lse = +inf past the end: P is 0 there, so those queries add nothing (keys past the end give
+        # rows of dk, dv that are never stored): no mask on the tile for the sequence's end
+        lse2 = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=float("inf")) * 1.4426950408889634
+        delta = tl.load(delta_ptr + bh * S + offs_m, mask=q_ok, other=0.0)
+        p_t = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])  # (BLOCK_N, BLOCK_M) = P^T
+        if MASKED:
+            p_t = tl.where(offs_n[:, None] <= offs_m[None, :], p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)  # dv += P^T do
+        dp_t = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M) = (do v^T)^T
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)  # dk += ds^T q
+    # END SOLUTION
+    return dk, dv
+
+
 @triton.autotune(configs=attention_configs("dkdv"), key=["S", "HEAD_DIM", "CAUSAL"],
                  prune_configs_by={"early_config_prune": select_attention_configs})
 @triton.jit
@@ -646,27 +678,44 @@ def attention_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
     dk = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
     dv = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
     qk_scale = scale * 1.4426950408889634  # exp(s - lse) = exp2(q.k * scale * log2(e) - lse * log2(e))
-    lo = start_n // BLOCK_M * BLOCK_M if CAUSAL else 0  # queries before the keys see none of them
-    for start_m in range(lo, S, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) queries
-        q_ok = offs_m < S
-        qo_off = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-        q = tl.load(q_ptr + qo_off, mask=q_ok[:, None], other=0.0)  # (BLOCK_M, D)
-        do = tl.load(do_ptr + qo_off, mask=q_ok[:, None], other=0.0)
-        # lse = +inf past the end: P is 0 there, so those queries add nothing (keys past the end give
-        # rows of dk, dv that are never stored): no mask on the tile for the sequence's end
-        lse2 = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=float("inf")) * 1.4426950408889634
-        delta = tl.load(delta_ptr + bh * S + offs_m, mask=q_ok, other=0.0)
-        p_t = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])  # (BLOCK_N, BLOCK_M) = P^T
-        if CAUSAL:
-            p_t = tl.where(offs_n[:, None] <= offs_m[None, :], p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv)  # dv += P^T do
-        dp_t = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M) = (do v^T)^T
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk)  # dk += ds^T q
+    if CAUSAL:
+        # Queries before the keys see none of them; the query tiles that start before the last key see
+        # some: the diagonal, masked; every later tile sees all the keys: no mask, as in lesson 05.
+        lo = start_n // BLOCK_M * BLOCK_M
+        diagonal_end = tl.minimum(lo + tl.cdiv(start_n + BLOCK_N - lo, BLOCK_M) * BLOCK_M, S)
+        dk, dv = _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, base, offs_n,
+                                       offs_d, S, qk_scale, lo, diagonal_end, True, HEAD_DIM, BLOCK_M)
+        dk, dv = _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, base, offs_n,
+                                       offs_d, S, qk_scale, diagonal_end, S, False, HEAD_DIM, BLOCK_M)
+    else:
+        dk, dv = _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, base, offs_n,
+                                       offs_d, S, qk_scale, 0, S, False, HEAD_DIM, BLOCK_M)
     tl.store(dk_ptr + kv_off, (dk * scale).to(dk_ptr.dtype.element_ty), mask=offs_n[:, None] < S)
     tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=offs_n[:, None] < S)
     # END SOLUTION
+
+
+@triton.jit
+def _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, offs_d, S, qk_scale, lo, hi,
+                        MASKED: tl.constexpr, EVEN_S: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        BLOCK_N: tl.constexpr):
+    """Fold the key tiles [lo, hi) into dq for one tile of queries; MASKED: the causal diagonal."""
+    # BEGIN SOLUTION
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_off = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+        k = tl.load(k_ptr + kv_off, mask=offs_n[:, None] < S, other=0.0)  # (BLOCK_N, D)
+        v = tl.load(v_ptr + kv_off, mask=offs_n[:, None] < S, other=0.0)
+        p = tl.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])  # (BLOCK_M, BLOCK_N)
+        if MASKED:  # j <= i < S also masks the keys past the end
+            p = tl.where(offs_n[None, :] <= offs_m[:, None], p, 0.0)
+        elif not EVEN_S:  # a key past the end: k = 0 but exp(0 - lse) is not 0
+            p = tl.where(offs_n[None, :] < S, p, 0.0)
+        dp = tl.dot(do, tl.trans(v))  # (BLOCK_M, BLOCK_N)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)  # dq += ds k
+    # END SOLUTION
+    return dq
 
 
 @triton.autotune(configs=attention_configs("dq"), key=["S", "HEAD_DIM", "CAUSAL"],
@@ -689,22 +738,17 @@ def attention_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     delta = tl.load(delta_ptr + bh * S + offs_m, mask=q_ok, other=0.0)
     qk_scale = scale * 1.4426950408889634
     dq = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
-    hi = S
     if CAUSAL:
-        hi = tl.minimum(start_m + BLOCK_M, S)  # keys after the tile's last query are all masked
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        kv_off = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-        k = tl.load(k_ptr + kv_off, mask=offs_n[:, None] < S, other=0.0)  # (BLOCK_N, D)
-        v = tl.load(v_ptr + kv_off, mask=offs_n[:, None] < S, other=0.0)
-        p = tl.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])  # (BLOCK_M, BLOCK_N)
-        if CAUSAL:  # j <= i < S also masks the keys past the end
-            p = tl.where(offs_n[None, :] <= offs_m[:, None], p, 0.0)
-        elif not EVEN_S:  # a key past the end: k = 0 but exp(0 - lse) is not 0
-            p = tl.where(offs_n[None, :] < S, p, 0.0)
-        dp = tl.dot(do, tl.trans(v))  # (BLOCK_M, BLOCK_N)
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq)  # dq += ds k
+        # Key tiles that end at or before the first query are seen whole by every query of the tile:
+        # no mask; the tiles from there to the last query are the diagonal, masked; later keys: none.
+        full_end = (start_m + 1) // BLOCK_N * BLOCK_N
+        dq = _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, offs_d, S, qk_scale,
+                                 0, full_end, False, True, HEAD_DIM, BLOCK_N)
+        dq = _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, offs_d, S, qk_scale,
+                                 full_end, tl.minimum(start_m + BLOCK_M, S), True, EVEN_S, HEAD_DIM, BLOCK_N)
+    else:
+        dq = _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, offs_d, S, qk_scale,
+                                 0, S, False, EVEN_S, HEAD_DIM, BLOCK_N)
     tl.store(dq_ptr + qo_off, (dq * scale).to(dq_ptr.dtype.element_ty), mask=q_ok[:, None])
     # END SOLUTION
 
