@@ -290,8 +290,10 @@ def _w4_case(label, M, N, K, group_size, dtype, gen, scale_dtype=None):
     # A kernel may dequantize W to x's dtype and feed it to a 16-bit tl.dot, as W4A16 GEMMs do: each
     # weight is then off by at most one rounding (EPS, relative), independently of the others, and x's
     # random signs make the sum of those errors a random walk: beyond 8 EPS sqrt(sum_k (x_k W_nk)^2)
-    # with probability below 2 exp(-32) (Hoeffding). Wrong nibbles, zero points or scales are off by
-    # about sqrt(sum_k (x_k W_nk)^2) itself.
+    # with probability below 2 exp(-32) (Hoeffding). The solution's bf16x2 path (lesson 09) rounds to bf16
+    # once per product added to a running sum of at most four: one rounding per weight again, of a
+    # number about twice a product, inside the same bound. Wrong nibbles, zero points or scales are off
+    # by about sqrt(sum_k (x_k W_nk)^2) itself.
     spread = float((f64(x) ** 2 @ (W**2).T).sqrt().max())
     eps = EPS[dtype]  # x's dtype, and out's
     atol = magnitude * 2.0**-18 + 2 * eps * float(expected.abs().max()) * 0.01 + 8 * eps * spread
