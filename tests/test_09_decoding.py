@@ -234,8 +234,8 @@ def test_w4a16_bf16x2_path_assembles(arch):
     Triton's own ptxas must at least assemble it for sm_80 and sm_90 (a typo in the PTX fails here). In a
     child process: the compiler needs Triton out of interpreter mode."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _ASSEMBLE, str(arch)], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run([sys.executable, "-c", _ASSEMBLE, str(arch)], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     cubin_bytes, packed_fmas = map(int, done.stdout.split()[-2:])
     assert cubin_bytes > 0

@@ -318,9 +318,9 @@ def w4a16_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
             # memory; loading the weights 4 bytes at a time instead was slower
             # (results/explore/w4_bf16x2_x_vector_loads.h200.json, w4_bf16x2_scalar_loads.h200.json).
             x_words = (x_ptr.to(tl.pointer_type(tl.int32)) + offs_m[:, None, None, None] * (stride_xm // 2)
-                       + 4 * kw[:, :, :, None] + tl.arange(0, 4)[None, None, None, :])  # (BLOCK_M, 1, BLOCK_KW, 4)
+                       + 4 * kw[:, :, :, None] + tl.arange(0, 4)[None, None, None, :])  # (BLOCK_M, 1, KW, 4)
             x4 = tl.load(x_words, mask=m_mask[:, None, None, None], other=0)  # 16 bytes a thread, coalesced
-            # word i of 4 = 2p + q: splitting the last axis of (.., 2, 2) takes q = 0 (words 0, 2), q = 1 (1, 3)
+            # word i = 2p + q: splitting the last axis of (.., 2, 2) gives q = 0 (words 0, 2), q = 1 (1, 3)
             a01_45, a23_67 = tl.split(tl.reshape(x4, (BLOCK_M, 1, BLOCK_KW, 2, 2)))
             a01, a45 = tl.split(a01_45)
             a23, a67 = tl.split(a23_67)
