@@ -24,6 +24,7 @@ from typing import Any
 HEADER_MAX = 4 << 20  # a JSON header larger than this is a broken (or hostile) sandbox
 RESULT_MAX = 256 << 20  # bytes of tensors a function exercise may return
 BLOBS_MAX = 4096  # storages in one message (a flood of empty ones would fill the grader's memory)
+LAUNCHES_MAX = 64  # kernel names a sandbox's backward reports (the grader needs to know there were some)
 
 
 class ProtocolError(Exception):
@@ -517,7 +518,7 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
             if len(grads) != len(args):
                 raise ProtocolError("gradients for a different number of arguments")
             # The kernels the sandbox's backward launched, for a check that watches the backward
-            record_launches([str(name)[:80] for name in _list(msg.get("launches"))[:64]])
+            record_launches([str(name)[:80] for name in _list(msg.get("launches"))[:LAUNCHES_MAX]])
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
@@ -562,7 +563,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 grads = [grads_enc.encode(a.grad) if isinstance(a, torch.Tensor) and a.grad is not None else None
                          for a in fargs]
                 changed += integrity.restore() if integrity is not None else []
-                reply = {"op": "grads", "grads": grads, "launches": watch.launches[:64]}
+                reply = {"op": "grads", "grads": grads, "launches": watch.launches[:LAUNCHES_MAX]}
                 chan.send(_tampered(changed) if changed else reply, grads_enc.blobs())
                 continue
             if op == "signature":

@@ -634,11 +634,13 @@ def select_attention_configs(configs: list[triton.Config], named_args: dict, **k
 
 
 @triton.jit
-def _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, base, offs_n, offs_d, S,
-                          qk_scale, lo, hi, MASKED: tl.constexpr, HEAD_DIM: tl.constexpr,
-                          BLOCK_M: tl.constexpr):
-    """Fold the query tiles [lo, hi) into (dk, dv) for one tile of keys; MASKED: the causal diagonal."""
+def _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, offs_n, S, qk_scale, lo, hi,
+                          MASKED: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Fold the query tiles [lo, hi) into (dk, dv) for one tile of keys (of batch * H + head `bh`);
+    MASKED: the causal diagonal."""
     # BEGIN SOLUTION
+    base = bh * S * HEAD_DIM
+    offs_d = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) queries
         q_ok = offs_m < S
@@ -683,24 +685,26 @@ def attention_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
         # some: the diagonal, masked; every later tile sees all the keys: no mask, as in lesson 05.
         lo = start_n // BLOCK_M * BLOCK_M
         diagonal_end = tl.minimum(lo + tl.cdiv(start_n + BLOCK_N - lo, BLOCK_M) * BLOCK_M, S)
-        dk, dv = _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, base, offs_n,
-                                       offs_d, S, qk_scale, lo, diagonal_end, True, HEAD_DIM, BLOCK_M)
-        dk, dv = _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, base, offs_n,
-                                       offs_d, S, qk_scale, diagonal_end, S, False, HEAD_DIM, BLOCK_M)
+        dk, dv = _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, offs_n, S,
+                                       qk_scale, lo, diagonal_end, True, HEAD_DIM, BLOCK_M)
+        dk, dv = _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, offs_n, S,
+                                       qk_scale, diagonal_end, S, False, HEAD_DIM, BLOCK_M)
     else:
-        dk, dv = _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, base, offs_n,
-                                       offs_d, S, qk_scale, 0, S, False, HEAD_DIM, BLOCK_M)
+        dk, dv = _attention_dkdv_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, bh, offs_n, S,
+                                       qk_scale, 0, S, False, HEAD_DIM, BLOCK_M)
     tl.store(dk_ptr + kv_off, (dk * scale).to(dk_ptr.dtype.element_ty), mask=offs_n[:, None] < S)
     tl.store(dv_ptr + kv_off, dv.to(dv_ptr.dtype.element_ty), mask=offs_n[:, None] < S)
     # END SOLUTION
 
 
 @triton.jit
-def _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, offs_d, S, qk_scale, lo, hi,
+def _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, S, qk_scale, lo, hi,
                         MASKED: tl.constexpr, EVEN_S: tl.constexpr, HEAD_DIM: tl.constexpr,
                         BLOCK_N: tl.constexpr):
-    """Fold the key tiles [lo, hi) into dq for one tile of queries; MASKED: the causal diagonal."""
+    """Fold the key tiles [lo, hi) into dq for one tile of queries (whose (S, D) slab starts at `base`);
+    MASKED: the causal diagonal."""
     # BEGIN SOLUTION
+    offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         kv_off = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
@@ -742,12 +746,12 @@ def attention_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
         # Key tiles that end at or before the first query are seen whole by every query of the tile:
         # no mask; the tiles from there to the last query are the diagonal, masked; later keys: none.
         full_end = (start_m + 1) // BLOCK_N * BLOCK_N
-        dq = _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, offs_d, S, qk_scale,
+        dq = _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, S, qk_scale,
                                  0, full_end, False, True, HEAD_DIM, BLOCK_N)
-        dq = _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, offs_d, S, qk_scale,
+        dq = _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, S, qk_scale,
                                  full_end, tl.minimum(start_m + BLOCK_M, S), True, EVEN_S, HEAD_DIM, BLOCK_N)
     else:
-        dq = _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, offs_d, S, qk_scale,
+        dq = _attention_dq_tiles(dq, q, do, lse2, delta, k_ptr, v_ptr, base, offs_m, S, qk_scale,
                                  0, S, False, EVEN_S, HEAD_DIM, BLOCK_N)
     tl.store(dq_ptr + qo_off, (dq * scale).to(dq_ptr.dtype.element_ty), mask=q_ok[:, None])
     # END SOLUTION
