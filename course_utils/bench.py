@@ -127,6 +127,62 @@ def graph_replay(fn: Callable[[], object], warmup: int = 3) -> Callable[[], obje
     return replay
 
 
+SMI_FIELDS = ("clocks.sm", "power.draw", "power.limit", "clocks_throttle_reasons.sw_power_cap")
+
+
+def parse_smi_samples(text: str) -> dict | None:
+    """Medians of `nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,nounits` lines: the SM clock
+    (MHz), the board's power draw and limit (W), and the share of samples with the power cap active."""
+    import statistics
+
+    rows = [[cell.strip() for cell in line.split(",")] for line in text.splitlines()]
+    rows = [r for r in rows if len(r) == len(SMI_FIELDS)]
+    try:
+        mhz, watts, limit = ([float(r[i]) for r in rows] for i in range(3))
+    except ValueError:  # "[N/A]" where the driver does not report a field
+        return None
+    if not rows:
+        return None
+    return {"sm_mhz": statistics.median(mhz), "power_w": statistics.median(watts),
+            "power_limit_w": statistics.median(limit),
+            "power_capped": sum(r[3] == "Active" for r in rows) / len(rows), "samples": len(rows)}
+
+
+def clock_and_power(fn: Callable[[], object], seconds: float = 3.0, interval_ms: int = 20) -> dict | None:
+    """Run fn back to back for `seconds` while nvidia-smi samples the SM clock and the board's power.
+
+    A kernel at full tensor-core load often runs at the board's power limit, where the clock, not the
+    kernel, sets the speed: two kernels at the same power can differ in clock and in work per clock.
+    Returns `parse_smi_samples`' medians plus `ms` (the calls' mean time), or None without nvidia-smi.
+    The sampling starts after half a second of calls, when the clock has settled.
+    """
+    import subprocess
+    import time
+
+    import torch
+
+    def run_for(duration: float) -> tuple[int, float]:
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < duration:
+            for _ in range(10):
+                fn()
+            calls += 10
+            torch.cuda.synchronize()
+        return calls, time.perf_counter() - start
+
+    run_for(0.5)
+    try:
+        smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}",
+                                "--format=csv,noheader,nounits", "-lms", str(interval_ms)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError:
+        return None
+    calls, elapsed = run_for(seconds)
+    smi.terminate()
+    samples = parse_smi_samples(smi.communicate()[0])
+    return None if samples is None else {**samples, "ms": elapsed / calls * 1e3}
+
+
 def gb_per_s(n_bytes: float, ms: float) -> float:
     return n_bytes / (ms * 1e-3) / 1e9
 

@@ -572,3 +572,14 @@ def test_the_hint_follows_the_kind_of_failure():
     assert "numel, not shape[0]" in str(failure("02.relu", first_dim))
     err = str(failure("02.relu", with_torch, "hint: the host function only allocates"))
     assert "numel" not in err.split("hint:")[1]
+
+
+def test_the_benchs_read_only_kernel_sums_each_block():
+    """Bench 02's "read only" row reads x and writes one sum per block: right sums, the last block masked."""
+    from course_utils.benches.l02_first_kernels import read_only_kernel
+
+    x = torch.randn(1000, device=current().device)
+    sums = torch.empty(4, device=x.device)
+    read_only_kernel[(4,)](x, sums, x.numel(), BLOCK=256)
+    want = torch.stack([x[i * 256:(i + 1) * 256].sum() for i in range(4)])
+    torch.testing.assert_close(sums, want, rtol=1e-5, atol=1e-4)

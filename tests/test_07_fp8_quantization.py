@@ -536,8 +536,16 @@ def test_bench_runs_end_to_end_at_tiny_sizes(monkeypatch):
     def alternate_once(self, group, runs, *, n_bytes=None, flops=None, rounds=3, rep_ms=100):
         return [call_once(self, group, name, fn, n_bytes=n_bytes, flops=flops) for name, fn in runs]
 
+    def smi_once(fn, seconds=3.0, interval_ms=20):
+        fn()
+        return {"sm_mhz": 1500.0, "power_w": 690.0, "power_limit_w": 700.0, "power_capped": 1.0, "samples": 9,
+                "ms": 1.0}
+
     monkeypatch.setattr(Table, "time", call_once)
     monkeypatch.setattr(Table, "time_alternating", alternate_once)
+    monkeypatch.setattr(bench07, "clock_and_power", smi_once)
+    monkeypatch.setattr(bench07, "fp8_tma_ready", lambda *tensors: True)  # the pair: peer and default
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: type("P", (), {"multi_processor_count": 4}))
     table = Table("07")
     bench07.run(table)
     names = {(r.group.split()[0], r.name) for r in table.rows}
@@ -552,6 +560,22 @@ def test_bench_runs_end_to_end_at_tiny_sizes(monkeypatch):
     assert len(table.targets) == 8 and all(t.ratio is not None for t in table.targets)
     assert any(n.startswith("accumulation error K=64") for n in table.notes)
     assert not [n for n in table.notes if "skipped" in n and "torch" not in n], table.notes
+    # Both sides of the pair sampled at 1500 MHz doing 2 * 256^3 FLOPs a millisecond on 4 SMs.
+    per_clock = round(2 * 256**3 / 1e-3 / 1.5e9 / 4)
+    assert table.facts["fp8_clocks"].count(f"{per_clock} FLOPs per clock cycle per SM") == 2
+    assert "power limit: 700 W" in table.facts["fp8_clocks"]
+
+
+def test_sass_opcodes_read_triton_and_cuobjdump_listings():
+    """The GEMV's SASS fact counts opcodes: in Triton's listing (control codes, a tab) and in cuobjdump's
+    (an address comment), predicated or not."""
+    from course_utils.benches.l07_fp8_quantization import sass_opcodes
+
+    triton_style = ("Function:w8a16_gemv_kernel\n--:-:0:-:8\tLDC R1, c[0x0][0x28];\nLBB0:\n"
+                    "01:-:2:Y:4\t@!P0 LDG.E.128 R4, desc[UR4][R2.64];\n--:-:-:-:1\tLOP3.LUT R5, R4, 0xff, RZ, 0xc0, !PT;\n")
+    cuobjdump_style = "        /*0090*/                   @P0 I2F.U32 R4, R2 ;\n        /*00a0*/    FFMA R1, R2, R3, R4 ;\n"
+    assert sass_opcodes(triton_style) == ["LDC", "LDG.E.128", "LOP3.LUT"]
+    assert sass_opcodes(cuobjdump_style) == ["I2F.U32", "FFMA"]
 
 
 @needs_fp8

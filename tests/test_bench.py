@@ -439,3 +439,16 @@ def test_alternating_timings_take_turns_and_keep_each_median(fake_gpu, monkeypat
     assert order == ["peer", "ours"] * 3
     assert [(r.name, r.ms) for r in rows] == [("peer", 4.0), ("ours", 2.0)]
     assert rows[1].tflops == pytest.approx(1000.0)
+
+
+def test_smi_samples_parse_to_medians():
+    """clock_and_power's reading of nvidia-smi: medians of clock, power and limit, the capped share; a
+    field the driver does not report ("[N/A]") gives no figures rather than wrong ones."""
+    from course_utils.bench import parse_smi_samples
+
+    text = "1380, 690.5, 700.00, Active\n1400, 695.1, 700.00, Active\n1980, 300.0, 700.00, Not Active\n"
+    got = parse_smi_samples(text)
+    assert got == {"sm_mhz": 1400.0, "power_w": 690.5, "power_limit_w": 700.0, "power_capped": 2 / 3,
+                   "samples": 3}
+    assert parse_smi_samples("1380, [N/A], 700.00, Active\n") is None
+    assert parse_smi_samples("") is None

@@ -6,6 +6,8 @@ the ratio against the fastest of eager PyTorch, torch.compile and max-autotune i
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from ..bench import Table, do_bench
 from ..lessons.l02_first_kernels import add, relu
@@ -20,6 +22,30 @@ def add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def relu_ref(x: torch.Tensor) -> torch.Tensor:
     return torch.relu(x)
+
+
+@triton.jit
+def read_only_kernel(x_ptr, sums_ptr, n, BLOCK: tl.constexpr):
+    """The read half of a copy alone: each program reads BLOCK values and writes back one (their sum),
+    4 bytes written per 4 * BLOCK read."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(sums_ptr + tl.program_id(0), tl.sum(x))
+
+
+def _read_and_write_alone(table: Table, group: str, x: torch.Tensor, out: torch.Tensor,
+                          block: int = 4096) -> None:
+    """Rows "read only" and "write only": the two halves of the copy, each alone, in GB/s. Does HBM move
+    reads faster than writes? Then a kernel whose traffic is mostly reads can pass the copy's GB/s."""
+    sums = torch.empty(triton.cdiv(x.numel(), block), device=x.device)
+    read_only_kernel[(sums.numel(),)](x, sums, x.numel(), BLOCK=block)
+    torch.testing.assert_close(sums.sum(dtype=torch.float64), x.sum(dtype=torch.float64), rtol=1e-4, atol=1.0)
+
+    def read():
+        read_only_kernel[(sums.numel(),)](x, sums, x.numel(), BLOCK=block)
+
+    table.time(group, "read only (x -> one sum per block)", read, n_bytes=x.numel() * 4)
+    table.time(group, "write only (out.fill_)", lambda: out.fill_(1.0), n_bytes=out.numel() * 4)
 
 
 def run(table: Table) -> None:
@@ -39,6 +65,7 @@ def run(table: Table) -> None:
     for block in (1024, 4096):
         table.time(group, f"triton (ours) BLOCK={block}", lambda b=block: add(x, y, out, BLOCK=b), n_bytes=bytes_add)
     table.add_best(group, n_bytes=bytes_add)
+    _read_and_write_alone(table, group, x, out)
     # The copy moves 2 bytes for every 3 the add moves: compare GB/s, not milliseconds.
     table.target(group, "triton (ours)", "copy ceiling (x -> out)", 0.92, 0.97, metric="gbps")
     table.target(group, "triton (ours)", peers, None)

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..bench import Table
+from ..bench import Table, clock_and_power
 from ..fp8 import E4M3_MAX, fp8_matmul_ref, quantize_rowwise_ref
 from ..lessons.l07_fp8_quantization import (FP8_HOPPER_CONFIG, fp8_matmul, fp8_tma_ready, quantize_int8_ref,
                                             quantize_rowwise, w8a16_gemv)
@@ -160,6 +160,7 @@ def _matmul(table: Table) -> None:
             pair.append((name, default))
     table.time_alternating(group, pair, flops=flops)
     table.add_best(group, flops=flops)
+    _clocks(table, pair, flops)
 
     # The same kernel and config, accumulating in fp32 every BLOCK_K instead of in the tensor cores'
     # narrower fp8 accumulator (DeepSeek-V3's "promotion"); and with b in the textbook (K, N) layout.
@@ -168,6 +169,7 @@ def _matmul(table: Table) -> None:
         fn = ours(cfg, b, promote=True)
         if _try(table, name, lambda fn=fn: (fn(), verify(out))):
             table.time(group, name, fn, flops=flops)
+    _promotion_registers(table, a, sa, b, sb, out, MATMUL_CONFIGS[0])
     b_kn = b.t().contiguous()  # (K, N) row-major: N contiguous
     name = config_name(best_cfg, " b (K, N) layout")
     fn = ours(best_cfg, b_kn.t())
@@ -178,6 +180,52 @@ def _matmul(table: Table) -> None:
     # Like with like: our kernel accumulates in the tensor cores' fast mode, as use_fast_accum=True does.
     table.target(group, "triton (ours)", "torch._scaled_mm rowwise fast_accum", 1.0, 1.05)
     table.target(group, "triton (ours)", "torch._scaled_mm rowwise", None)  # the accurate mode, reported
+
+
+def _clocks(table: Table, pair: list, flops: float) -> None:
+    """Fact fp8_clocks: the pair run back to back for a few seconds each, the SM clock and the board's power
+    sampled meanwhile. At full tensor-core load both meet the power limit, and then the work done per
+    clock cycle, not the clock, is what a kernel controls."""
+    seen = {name: clock_and_power(fn) for name, fn in pair}
+    if len(seen) != 2 or None in seen.values():
+        table.notes.append("fp8 clocks: not sampled (no nvidia-smi, or no pair)")
+        return
+    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    parts = []
+    for name, s in seen.items():
+        per_clock = flops / (s["ms"] * 1e-3) / (s["sm_mhz"] * 1e6) / sms  # FLOPs per cycle per SM
+        who = "ours" if name.startswith("triton") else "`_scaled_mm` (fast accumulation)"
+        parts.append(f"{who} at {s['sm_mhz']:.0f} MHz drawing {s['power_w']:.0f} W, "
+                     f"{per_clock:.0f} FLOPs per clock cycle per SM")
+    limit = max(s["power_limit_w"] for s in seen.values())
+    capped = " and ".join(f"{s['power_capped']:.0%}" for s in seen.values())
+    table.fact("fp8_clocks", "; ".join(parts) + f" (the board's power limit: {limit:.0f} W; the power cap "
+                             f"was active in {capped} of the samples)")
+
+
+def _promotion_registers(table: Table, a, sa, b, sb, out, cfg) -> None:
+    """Fact fp8_promoted_registers: registers per thread and spilled bytes of the same tile, promoted or not
+    (the compiled kernel's own counts, `n_regs` and `n_spills`, 4-byte words)."""
+    from ..lessons.l07_fp8_quantization import fp8_matmul_kernel
+
+    bm, bn, bk, warps, stages = cfg
+    (M, K), N = a.shape, b.shape[0]
+    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    counts = {}
+    for promote in (False, True):
+        try:
+            kernel = fp8_matmul_kernel[grid](
+                a, sa, b, sb, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
+                out.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, EVEN_K=K % bk == 0,
+                PROMOTE=promote, num_warps=warps, num_stages=stages)
+            counts[promote] = (kernel.n_regs, 4 * kernel.n_spills)
+        except Exception as exc:  # noqa: BLE001 - the interpreter compiles nothing: no counts, no fact
+            table.notes.append(f"fp8 registers not read: {type(exc).__name__}: {str(exc)[:120]}")
+            return
+    (regs, spilled), (regs_p, spilled_p) = counts[False], counts[True]
+    table.fact("fp8_promoted_registers",
+               f"{regs} registers per thread and {spilled} bytes spilled to local memory without promotion, "
+               f"{regs_p} registers and {spilled_p} bytes spilled with it ({bm} x {bn} tiles, {warps} warps)")
 
 
 ACCUMULATION_K = (1024, 4096, 16384)
@@ -256,6 +304,17 @@ def _gemv(table: Table) -> None:
     _gemv_sass(table)
 
 
+# A SASS line as Triton prints it (`kernel.asm["sass"]`): control codes, a tab, the instruction, e.g.
+# "--:-:0:-:8\t@P0 LDG.E.128 R4, desc[UR4][R2.64];"; as cuobjdump prints it: "/*0090*/  @P0 LDG.E.128 ...".
+SASS_OPCODE = re.compile(r"^\s*(?:/\*[0-9a-f]+\*/|[-0-9]{2}:[-0-9]:[-0-9]:[-Y]:[0-9a-f]+)"  # address|controls
+                         r"\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)  # predicate, opcode
+
+
+def sass_opcodes(sass: str) -> list[str]:
+    """The opcodes of a SASS listing in order, e.g. ["LDC", "S2R", "LDG.E.128", ...]."""
+    return SASS_OPCODE.findall(sass)
+
+
 def _gemv_sass(table: Table) -> None:
     """What the compiled GEMV does per weight: no int -> float conversion (I2F), bit operations instead."""
     from ..lessons.l07_fp8_quantization import w8a16_gemv_kernel
@@ -272,8 +331,7 @@ def _gemv_sass(table: Table) -> None:
     except Exception as exc:  # noqa: BLE001 - no disassembler on this machine: no fact
         table.notes.append(f"W8A16 GEMV SASS not read: {type(exc).__name__}: {str(exc)[:120]}")
         return
-    # A SASS line: "/*0090*/  @P0 LDG.E.128 R4, desc[UR4][R2.64] ;" -> the opcode LDG.E.128.
-    opcodes = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    opcodes = sass_opcodes(sass)
     count = {op: sum(code == op or code.startswith(op + ".") for code in opcodes)
              for op in ("I2F", "LOP3", "FADD", "FFMA", "LDG.E.128")}
     if not opcodes:

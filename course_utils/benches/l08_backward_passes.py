@@ -18,6 +18,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+import triton
 
 from ..bench import Table, Target
 from ..lessons.l08_backward_passes import (
@@ -29,6 +30,7 @@ from ..lessons.l08_backward_passes import (
     attention_dq_kernel,
     causal_lm_loss,
     rmsnorm_backward,
+    rmsnorm_backward_kernel,
     rmsnorm_forward,
     swap_in_training_kernels,
 )
@@ -166,6 +168,28 @@ def _sweep_rmsnorm_backward(table: Table, group: str, x, w, dy) -> None:
         _check_rmsnorm((dx, dw), x, w, dy)
         table.time(group, f"triton (ours) kernels, backward {per_sm}/SM BLOCK_M={block_m} w{warps}", step,
                    n_bytes=5 * x.numel() * x.element_size())
+    _backward_registers(table, x, w, dy, rstd, dx, sms)
+
+
+def _backward_registers(table: Table, x, w, dy, rstd, dx, programs: int, block_m: int = 4) -> None:
+    """Fact rmsnorm_backward_registers: the backward kernel at `block_m` rows a step with 4 and 8 warps, its
+    registers per thread and the bytes per thread spilled to local memory (the compiled kernel's own
+    `n_regs` and `n_spills`, 4-byte words), as the sweep launched it."""
+    rows, cols = x.shape
+    part = torch.empty((programs, cols), device=DEVICE, dtype=torch.float32)
+    found = []
+    for warps in (8, 4):
+        try:
+            kernel = rmsnorm_backward_kernel[(programs,)](
+                dy, x, w, rstd, dx, part, rows, cols, triton.cdiv(rows, programs), dy.stride(0), x.stride(0),
+                dx.stride(0), BLOCK_M=block_m, BLOCK_N=triton.next_power_of_2(cols), num_warps=warps)
+            regs, spilled = kernel.n_regs, 4 * kernel.n_spills
+        except Exception as exc:  # noqa: BLE001 - the interpreter compiles nothing: no counts, no fact
+            table.notes.append(f"rmsnorm backward registers not read: {type(exc).__name__}: {str(exc)[:120]}")
+            return
+        found.append(f"{warps} warps, {regs} registers per thread and {spilled} bytes per thread spilled to "
+                     f"local memory")
+    table.fact("rmsnorm_backward_registers", f"{block_m} rows a step: " + "; ".join(found))
 
 
 def bench_silu_mul(table: Table, rows: int = 16384, cols: int = 14336) -> None:
