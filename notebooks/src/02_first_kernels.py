@@ -189,9 +189,8 @@ print("the skipped columns of `wide` are untouched:", bool(wide[:, 1::2].isnan()
 # memory-bound kernel there is, and so the yardstick of what HBM delivers on this GPU. A good
 # memory-bound kernel comes close to it; in the committed runs our add even passes it a little
 # ({{ratio:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}} the copy's GB/s on the H200,
-# {{ratio@h100:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}} on the H100), for a reason
-# this course has not measured: the plot section gives one hypothesis. So we report our kernels in GB/s
-# next to the copy. From here on
+# {{ratio@h100:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}} on the H100): the plot section
+# measures why. So we report our kernels in GB/s next to the copy. From here on
 # the lesson uses the exercises' kernels, imported from `course_utils.lessons.l02_first_kernels`
 # (their solution is in `solutions/02_first_kernels.ipynb`: write yours first). The benchmark is
 # `course_utils/benches/l02_first_kernels.py`, also `python -m course_utils bench 02`.
@@ -210,10 +209,17 @@ else:
 # **GB/s** bars, not the times. Our add moved {{gbps:vector add fp32 2^28|triton (ours)}} against
 # the copy's {{gbps:vector add fp32 2^28|copy ceiling (x -> out)}}, that is
 # {{ratio:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}} the copy's rate (on the H100,
-# {{ratio@h100:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}}). Why an add can pass the
-# copy's GB/s was not measured here. One plausible reason is the mix of traffic: the copy's bytes are
-# half reads and half writes, the add's two thirds reads, and DRAM loses time each time it turns the
-# bus around between reading and writing; treat that as a hypothesis, not a result. PyTorch lands on
+# {{ratio@h100:vector add fp32 2^28|triton (ours)|copy ceiling (x -> out)}}). Why can an add pass the
+# copy's GB/s? The benchmark also times the two halves of a copy alone, over the same 1 GiB: a kernel
+# that only reads x (each program writes back one sum of its block) moved
+# {{gbps:vector add fp32 2^28|read only (x -> one sum per block)}}, and `out.fill_(1.0)`, which only
+# writes, {{gbps:vector add fp32 2^28|write only (out.fill_)}} (H100:
+# {{gbps@h100:vector add fp32 2^28|read only (x -> one sum per block)}} and
+# {{gbps@h100:vector add fp32 2^28|write only (out.fill_)}}). Either stream alone beats the copy, which
+# mixes them half and half; the add, two thirds reads, sits between. That is what DRAM's timing rules
+# lead one to expect: its bus takes a pause each time it turns from reading to writing or back, and a
+# mix with fewer turns per byte loses less time to them. The copy is the yardstick of one traffic mix,
+# not a hard ceiling. PyTorch lands on
 # the same bar
 # (`torch.add` {{gbps:vector add fp32 2^28|torch x + y}}; against the fastest PyTorch version,
 # `{{peer:vector add fp32 2^28|triton (ours)}}`, ours runs at

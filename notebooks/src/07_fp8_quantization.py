@@ -372,7 +372,10 @@ print(f"codes equal to the reference: {(q_t.view(torch.uint8) == q_want.view(tor
 # one fp32 scale per output channel and there are half the bytes to read, while x and the arithmetic
 # stay 16/32-bit ("W8A16"). The op stays memory-bound with int8 weights, as long as turning each
 # byte into a float costs less than reading it: the kernel below does it with integer bit operations
-# and one float subtract instead of the slower conversion instruction.
+# and one float subtract instead of the conversion instruction, which an SM issues at 16 a clock against
+# 64 bit operations and 128 float multiply-adds (the CUDA C++ Programming Guide's throughput table,
+# compute capability 9.0). Compiled for the H200, {{fact:gemv_sass}}: one conversion in the whole
+# kernel, none per weight.
 # Weight-only quantization speeds up decoding without touching the activations, which carry the
 # outliers. The sizes of Llama-3-8B's up projection (N = 14336, K = 4096):
 
@@ -716,11 +719,24 @@ else:
 #   {{ratio:fp8 matmul 8192^3 (bf16 out)|triton (ours)|torch._scaled_mm rowwise fast_accum}} its speed
 #   here and at {{ratio@h100:fp8 matmul 8192^3 (bf16 out)|triton (ours)|torch._scaled_mm rowwise fast_accum}}
 #   on an H100 ({{measured@h100}}): the target was {{verdict:fp8 matmul 8192^3 (bf16 out)|triton (ours)|torch._scaled_mm rowwise fast_accum}} on the H200 and {{verdict@h100:fp8 matmul 8192^3 (bf16 out)|triton (ours)|torch._scaled_mm rowwise fast_accum}} on the H100.
+#   Where the difference comes from: at full tensor-core load a GPU meets its board's power limit, and
+#   its clock drops until the power fits. The benchmark runs each of the pair back to back for a few
+#   seconds while `nvidia-smi` samples the clock and the power (`course_utils.bench.clock_and_power`):
+#   {{fact:fp8_clocks}}; on the H100, {{fact@h100:fp8_clocks}}. Both draw the power the board allows; ours
+#   runs at the higher clock and gets less work out of each cycle, the library the other way round,
+#   and the library's product of the two is the larger. Under a power cap a kernel gains by the work
+#   it gets out of each cycle (the overlap of loads, tensor-core instructions and epilogue), not by
+#   its clock. Nor is the gap the last round of tiles
+#   (2048 tiles of 128 x 256 on 132 SMs: 15.5 rounds, the last one half full): with N = 7936, 8192 and
+#   8448 our kernel runs 16 rounds each, and its time still grew with N; a stream-K variant that shares
+#   the last round's K steps among all the SMs was no faster (`results/explore/fp8_streamk.h200.json`).
 #   The same kernel with b in the textbook (K, N) layout, and with promoted accumulation, are rows of
 #   the sweep: the cell below prints them. Only b's strides differ in the first: the FP8 tiles now
 #   have to be transposed before Hopper's tensor cores can read them. Promotion adds the partial
-#   sums into the fp32 accumulator after every BLOCK_K step, so each step must wait for its dot to
-#   finish instead of overlapping it with the next one (our reading of the slowdown, not profiled).
+#   sums into the fp32 accumulator after every BLOCK_K step, so the tensor cores' partial tile (fp32)
+#   lives beside the accumulator, two 128 x 256 fp32 tiles in the registers of 8 warps, 256 values a
+#   thread where the register file allows 255 registers: the compiled kernels have
+#   {{fact:fp8_promoted_registers}}. Every step moves the rest to local memory and back.
 # - **W8A16**: {{ratio:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16|torch.matmul bf16 (cuBLAS)}}
 #   (up projection) and {{ratio:W8A16 GEMV 1x14336 @ (4096x14336).T|triton (ours) W8A16|torch.matmul bf16 (cuBLAS)}}
 #   (down projection) the speed of cuBLAS's bf16 GEMV: {{us:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16}}

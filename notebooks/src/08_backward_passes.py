@@ -641,8 +641,10 @@ if data is not None and data.get("facts"):
 #   one row per step took {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=1 w8}}, four rows per step
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w8}} (the default: each program has four
 #   rows' loads in flight instead of one, our reading of the gain), and four rows with 4 warps instead
-#   of 8 {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w4}}: twice the values per thread, likely more than
-#   the registers hold (a guess: the compiler's spill report was not read). Two programs per SM:
+#   of 8 {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w4}}: twice the values per thread,
+#   more than the registers hold. The compiled kernels say so ({{fact:rmsnorm_backward_registers}}):
+#   with 4 warps the compiler gave up holding the tile in registers and keeps it in local memory
+#   (per-thread memory in DRAM, cached in L1 and L2). Two programs per SM:
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 2/SM BLOCK_M=4 w8}}; eight:
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 8/SM BLOCK_M=4 w8}} (more programs bring more partial `dw`
 #   rows for stage one to write and stage two to read, but that traffic is small next to the tensors';
