@@ -12,6 +12,7 @@ from course_utils import setup
 setup("interpret", quiet=True)
 
 from course_utils.grading import check  # noqa: E402
+from course_utils.mode import current  # noqa: E402
 from course_utils.lessons import l08_backward_passes as l08  # noqa: E402
 from course_utils.llama import toy_config, toy_llama  # noqa: E402
 
@@ -371,3 +372,32 @@ def test_rmsnorm_backward_launch_options_keep_the_values(programs, block_m, num_
     dx_ref, dw_ref = l08.rmsnorm_backward_ref(dy, x, w, rstd)
     torch.testing.assert_close(dx, dx_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(dw, dw_ref, atol=1e-4, rtol=1e-5)
+
+
+def test_bench_times_the_backward_stages_apart_and_checks_them(monkeypatch):
+    """Bench 08's rows "backward stage one/two alone" launch the stage-one kernel and sum_rows as the host
+    function does, at 1 and 8 programs per SM, and check dx and dw before they are timed."""
+    from course_utils.bench import Table
+    from course_utils.benches import l08_backward_passes as bench08
+
+    device = current().device
+    monkeypatch.setattr(bench08, "DEVICE", device)
+
+    def call_once(self, group, name, fn, *, n_bytes=None, flops=None, graph=False, rep_ms=100):
+        fn()
+        return self.add(group, name, 1.0, n_bytes=n_bytes, flops=flops)
+
+    monkeypatch.setattr(Table, "time", call_once)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(23, 96, generator=gen).to(device, torch.float16)
+    dy = torch.randn(23, 96, generator=gen).to(device, torch.float16)
+    w = (torch.rand(96, generator=gen) + 0.5).to(device, torch.float16)
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
+    table = Table("08")
+    dx, dw = torch.empty_like(x), torch.empty(96, device=device)
+    bench08._backward_stages(table, "g", x, w, dy, rstd, dx, dw, 2)
+    assert [r.name for r in table.rows] == ["triton (ours) backward stage one alone, 1/SM",
+                                            "triton (ours) backward stage two alone, 1/SM",
+                                            "triton (ours) backward stage two alone, 1/SM, 256-column strips",
+                                            "triton (ours) backward stage one alone, 8/SM",
+                                            "triton (ours) backward stage two alone, 8/SM"]

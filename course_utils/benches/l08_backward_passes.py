@@ -32,6 +32,8 @@ from ..lessons.l08_backward_passes import (
     rmsnorm_backward,
     rmsnorm_backward_kernel,
     rmsnorm_forward,
+    sum_rows,
+    sum_rows_kernel,
     swap_in_training_kernels,
 )
 from ..llama import toy_llama
@@ -169,6 +171,37 @@ def _sweep_rmsnorm_backward(table: Table, group: str, x, w, dy) -> None:
         table.time(group, f"triton (ours) kernels, backward {per_sm}/SM BLOCK_M={block_m} w{warps}", step,
                    n_bytes=5 * x.numel() * x.element_size())
     _backward_registers(table, x, w, dy, rstd, dx, sms)
+    _backward_stages(table, group, x, w, dy, rstd, dx, dw, sms)
+
+
+def _backward_stages(table: Table, group: str, x, w, dy, rstd, dx, dw, sms: int, block_m: int = 4) -> None:
+    """The backward's two kernels timed apart at 1 and 8 programs per SM: stage one (dx and the programs'
+    partial dw rows) and stage two (`sum_rows` of those P rows): where do more programs cost?"""
+    rows, cols = x.shape
+    for per_sm in (1, 8):
+        programs = per_sm * sms
+        part = torch.empty((programs, cols), device=DEVICE, dtype=torch.float32)
+
+        def stage_one(programs=programs, part=part):
+            rmsnorm_backward_kernel[(programs,)](
+                dy, x, w, rstd, dx, part, rows, cols, triton.cdiv(rows, programs), dy.stride(0), x.stride(0),
+                dx.stride(0), BLOCK_M=block_m, BLOCK_N=triton.next_power_of_2(cols), num_warps=8)
+
+        stage_one()
+        sum_rows(part, dw)
+        _check_rmsnorm((dx, dw), x, w, dy)
+        table.time(group, f"triton (ours) backward stage one alone, {per_sm}/SM", stage_one,
+                   n_bytes=3 * x.numel() * x.element_size())
+        table.time(group, f"triton (ours) backward stage two alone, {per_sm}/SM",
+                   lambda part=part: sum_rows(part, dw), n_bytes=part.numel() * part.element_size())
+        if per_sm == 1:  # the same sum in strips of 256 columns: 16 programs for hidden 4096
+            def wide(part=part, block_n=256):
+                sum_rows_kernel[(triton.cdiv(cols, block_n),)](part, dw, programs, cols, BLOCK_P=32,
+                                                               BLOCK_N=block_n)
+            wide()
+            torch.testing.assert_close(dw, part.sum(0), rtol=1e-5, atol=1e-3)
+            table.time(group, "triton (ours) backward stage two alone, 1/SM, 256-column strips", wide,
+                       n_bytes=part.numel() * part.element_size())
 
 
 def _backward_registers(table: Table, x, w, dy, rstd, dx, programs: int, block_m: int = 4) -> None:
@@ -316,14 +349,16 @@ def bench_attention_backward(table: Table, shape=(4, 16, 4096, 128)) -> None:
         qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
         o = F.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
         want = torch.autograd.grad(o, (qr, kr, vr), do, retain_graph=True)
-        table.time(group, "SDPA backward", lambda o=o, qr=qr, kr=kr, vr=vr: torch.autograd.grad(
-            o, (qr, kr, vr), do, retain_graph=True), flops=flops)
         lse = _lse(q, k, causal)
         o_ = o.detach()
         dq, dk, dv = (torch.empty_like(q) for _ in range(3))
         attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal)  # the autotuner picks the tiles here
         _close((dq, dk, dv), want, 5e-2)
-        table.time(group, OURS, lambda: attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal), flops=flops)
+        # Compute-bound, both: the pair takes turns (Table.time_alternating), as lesson 03's and 07's do.
+        table.time_alternating(group, [
+            ("SDPA backward", lambda o=o, qr=qr, kr=kr, vr=vr: torch.autograd.grad(o, (qr, kr, vr), do,
+                                                                                  retain_graph=True)),
+            (OURS, lambda: attention_backward(q, k, v, o_, lse, do, dq, dk, dv, causal))], flops=flops)
         kind = "causal" if causal else "full"
         _tiles(table, f"attention backward {kind} dkdv", attention_dkdv_kernel)
         _tiles(table, f"attention backward {kind} dq", attention_dq_kernel)
