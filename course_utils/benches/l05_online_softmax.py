@@ -7,7 +7,8 @@
   against the fastest of the peers;
 - attention bf16 at (4, 16, 4096, 128), causal and not: F.scaled_dot_product_attention, the
   unfused version (matmul, scale, mask, our softmax, matmul: the S x S scores go through HBM), and
-  our FlashAttention kernel with its defaults.
+  our FlashAttention kernel with its defaults; SDPA and ours, the target's pair, take turns
+  (`Table.time_alternating`).
 With COURSE_BENCH_SWEEP=1 (`bench.sweeping()`) it also times sweeps of configurations, each its own
 row: for softmax one pass with rows per program x warps, persistent grids, and the online two-pass
 kernel with block sizes x warps (`softmax_variants`); for attention (BLOCK_M, BLOCK_N, num_warps,
@@ -60,9 +61,9 @@ def softmax_variants(n_rows: int, n_cols: int, sm_count: int = 132) -> list[tupl
     return variants
 
 
-def _timed(table: Table, group: str, name: str, fn: Callable[[], object],
-           result: Callable[[], torch.Tensor] | None, want: torch.Tensor, tol: float, **work) -> None:
-    """Run fn, compare its result (fn's return value, or result()) with `want`, then time it.
+def _checked(table: Table, group: str, name: str, fn: Callable[[], object],
+             result: Callable[[], torch.Tensor] | None, want: torch.Tensor, tol: float) -> bool:
+    """Run fn and compare its result (fn's return value, or result()) with `want`.
 
     A configuration that fails to compile (too many registers or too much shared memory) or gives a
     wrong answer is skipped with a note, so that one bad point does not end the sweep.
@@ -74,8 +75,15 @@ def _timed(table: Table, group: str, name: str, fn: Callable[[], object],
     except Exception as exc:  # noqa: BLE001 - reported in the notes, the sweep goes on
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
         table.notes.append(f"{group}: '{name}' skipped: {type(exc).__name__}: {first}")
-        return
-    table.time(group, name, fn, **work)
+        return False
+    return True
+
+
+def _timed(table: Table, group: str, name: str, fn: Callable[[], object],
+           result: Callable[[], torch.Tensor] | None, want: torch.Tensor, tol: float, **work) -> None:
+    """Check fn (`_checked`), then time it."""
+    if _checked(table, group, name, fn, result, want, tol):
+        table.time(group, name, fn, **work)
 
 
 def _note_fastest(table: Table, group: str, peer: str, short: str, rate: str) -> None:
@@ -152,9 +160,17 @@ def _attention_groups(table: Table) -> None:
         for config in ATTENTION_SWEEP if sweeping() else []:
             name = "triton (ours) BLOCK_M={} BLOCK_N={} warps={} stages={}".format(*config)
             runs.append((name, lambda c=causal, a=config: attention(q, k, v, out, c, *a), lambda: out))
+        pair = ("F.scaled_dot_product_attention", "triton (ours)")
+        checked = []
         for name, fn, result in runs:
             out.fill_(float("nan"))
-            _timed(table, group, name, fn, result, want, 2e-2, flops=flops)
+            if _checked(table, group, name, fn, result, want, 2e-2):
+                checked.append((name, fn))
+        # The target's pair, compute-bound both, takes turns (Table.time_alternating), as lesson 03's does.
+        table.time_alternating(group, [(name, fn) for name, fn in checked if name in pair], flops=flops)
+        for name, fn in checked:
+            if name not in pair:
+                table.time(group, name, fn, flops=flops)
         table.target(group, "triton (ours)", "F.scaled_dot_product_attention", 0.85, 1.0)
         if sweeping():
             _note_fastest(table, group, "F.scaled_dot_product_attention", "SDPA", "tflops")

@@ -646,9 +646,16 @@ if data is not None and data.get("facts"):
 #   with 4 warps the compiler gave up holding the tile in registers and keeps it in local memory
 #   (per-thread memory in DRAM, cached in L1 and L2). Two programs per SM:
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 2/SM BLOCK_M=4 w8}}; eight:
-#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 8/SM BLOCK_M=4 w8}} (more programs bring more partial `dw`
-#   rows for stage one to write and stage two to read, but that traffic is small next to the tensors';
-#   why eight per SM cost this much was not profiled).
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 8/SM BLOCK_M=4 w8}}. Timed apart, the two stages say where
+#   more programs cost: stage one took {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) backward stage one alone, 1/SM}} with one
+#   program per SM and {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) backward stage one alone, 8/SM}} with eight; stage two
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) backward stage two alone, 1/SM}} against
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) backward stage two alone, 8/SM}}, for eight times the partial rows. Its read
+#   (`P x hidden x 4` bytes, 2 MB at one program per SM) is small next to the tensors', but a small read
+#   is bound by latency, so it costs more than its bytes suggest: how many SMs have loads in flight is
+#   what counts. The given `sum_rows` reads strips of 32 columns, 128 programs at hidden 4096; in strips of
+#   256 columns, 16 programs, the same sum took
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) backward stage two alone, 1/SM, 256-column strips}}.
 # - **SiLU * mul**: ours {{gbps:silu_mul fwd+bwd bf16 16384x14336|triton (ours)}}, `torch.compile`
 #   {{gbps:silu_mul fwd+bwd bf16 16384x14336|torch.compile}}, Liger-Kernel
 #   {{gbps:silu_mul fwd+bwd bf16 16384x14336|Liger-Kernel}}: {{ratio:silu_mul fwd+bwd bf16 16384x14336|triton (ours)|fastest}}
