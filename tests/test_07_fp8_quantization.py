@@ -564,6 +564,7 @@ def test_bench_runs_end_to_end_at_tiny_sizes(monkeypatch):
     per_clock = round(2 * 256**3 / 1e-3 / 1.5e9 / 4)
     assert table.facts["fp8_clocks"].count(f"{per_clock} FLOPs per clock cycle per SM") == 2
     assert "power limit: 700 W" in table.facts["fp8_clocks"]
+    assert "fp8 registers: not compiled (interpreter)" in table.notes  # no compiled kernel, no counts
 
 
 def test_sass_opcodes_read_triton_and_cuobjdump_listings():

@@ -35,8 +35,9 @@ def read_only_kernel(x_ptr, sums_ptr, n, BLOCK: tl.constexpr):
 
 def _read_and_write_alone(table: Table, group: str, x: torch.Tensor, out: torch.Tensor,
                           block: int = 4096) -> None:
-    """Rows "read only" and "write only": the two halves of the copy, each alone, in GB/s. Does HBM move
-    reads faster than writes? Then a kernel whose traffic is mostly reads can pass the copy's GB/s."""
+    """Rows "read only" and "write only": the two halves of the copy, each alone, in GB/s. Does a stream of
+    one kind move more bytes per second than the copy's half-and-half mix? Then a kernel whose mix
+    leans to one kind (the add: two reads per write) can pass the copy's GB/s."""
     sums = torch.empty(triton.cdiv(x.numel(), block), device=x.device)
     read_only_kernel[(sums.numel(),)](x, sums, x.numel(), BLOCK=block)
     torch.testing.assert_close(sums.sum(dtype=torch.float64), x.sum(dtype=torch.float64), rtol=1e-4, atol=1.0)

@@ -174,18 +174,25 @@ def _sweep_rmsnorm_backward(table: Table, group: str, x, w, dy) -> None:
     _backward_stages(table, group, x, w, dy, rstd, dx, dw, sms)
 
 
+def _stage_one(x, w, dy, rstd, dx, part, programs: int, block_m: int, num_warps: int):
+    """rmsnorm_backward's first kernel as the host function launches it (`programs` programs, their
+    partial dw rows into `part`); returns the compiled kernel."""
+    rows, cols = x.shape
+    return rmsnorm_backward_kernel[(programs,)](
+        dy, x, w, rstd, dx, part, rows, cols, triton.cdiv(rows, programs), dy.stride(0), x.stride(0),
+        dx.stride(0), BLOCK_M=block_m, BLOCK_N=triton.next_power_of_2(cols), num_warps=num_warps)
+
+
 def _backward_stages(table: Table, group: str, x, w, dy, rstd, dx, dw, sms: int, block_m: int = 4) -> None:
     """The backward's two kernels timed apart at 1 and 8 programs per SM: stage one (dx and the programs'
     partial dw rows) and stage two (`sum_rows` of those P rows): where do more programs cost?"""
-    rows, cols = x.shape
+    cols = x.shape[1]
     for per_sm in (1, 8):
         programs = per_sm * sms
         part = torch.empty((programs, cols), device=DEVICE, dtype=torch.float32)
 
         def stage_one(programs=programs, part=part):
-            rmsnorm_backward_kernel[(programs,)](
-                dy, x, w, rstd, dx, part, rows, cols, triton.cdiv(rows, programs), dy.stride(0), x.stride(0),
-                dx.stride(0), BLOCK_M=block_m, BLOCK_N=triton.next_power_of_2(cols), num_warps=8)
+            _stage_one(x, w, dy, rstd, dx, part, programs, block_m, num_warps=8)
 
         stage_one()
         sum_rows(part, dw)
@@ -208,20 +215,15 @@ def _backward_registers(table: Table, x, w, dy, rstd, dx, programs: int, block_m
     """Fact rmsnorm_backward_registers: the backward kernel at `block_m` rows a step with 4 and 8 warps, its
     registers per thread and the bytes per thread spilled to local memory (the compiled kernel's own
     `n_regs` and `n_spills`, 4-byte words), as the sweep launched it."""
-    rows, cols = x.shape
-    part = torch.empty((programs, cols), device=DEVICE, dtype=torch.float32)
+    part = torch.empty((programs, x.shape[1]), device=DEVICE, dtype=torch.float32)
     found = []
     for warps in (8, 4):
-        try:
-            kernel = rmsnorm_backward_kernel[(programs,)](
-                dy, x, w, rstd, dx, part, rows, cols, triton.cdiv(rows, programs), dy.stride(0), x.stride(0),
-                dx.stride(0), BLOCK_M=block_m, BLOCK_N=triton.next_power_of_2(cols), num_warps=warps)
-            regs, spilled = kernel.n_regs, 4 * kernel.n_spills
-        except Exception as exc:  # noqa: BLE001 - the interpreter compiles nothing: no counts, no fact
-            table.notes.append(f"rmsnorm backward registers not read: {type(exc).__name__}: {str(exc)[:120]}")
+        kernel = _stage_one(x, w, dy, rstd, dx, part, programs, block_m, num_warps=warps)
+        if kernel is None:  # the interpreter runs kernels without compiling them: no counts, no fact
+            table.notes.append("rmsnorm backward registers: not compiled (interpreter)")
             return
-        found.append(f"{warps} warps, {regs} registers per thread and {spilled} bytes per thread spilled to "
-                     f"local memory")
+        found.append(f"{warps} warps, {kernel.n_regs} registers per thread and {4 * kernel.n_spills} "
+                     f"bytes per thread spilled to local memory")
     table.fact("rmsnorm_backward_registers", f"{block_m} rows a step: " + "; ".join(found))
 
 

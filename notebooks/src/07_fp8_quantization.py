@@ -724,7 +724,7 @@ else:
 #   seconds while `nvidia-smi` samples the clock and the power (`course_utils.bench.clock_and_power`):
 #   {{fact:fp8_clocks}}; on the H100, {{fact@h100:fp8_clocks}}. Both draw the power the board allows; ours
 #   runs at the higher clock and gets less work out of each cycle, the library the other way round,
-#   and the library's product of the two is the larger. Under a power cap a kernel gains by the work
+#   and the speed is the product of the two. Under a power cap a kernel gains by the work
 #   it gets out of each cycle (the overlap of loads, tensor-core instructions and epilogue), not by
 #   its clock. Nor is the gap the last round of tiles
 #   (2048 tiles of 128 x 256 on 132 SMs: 15.5 rounds, the last one half full): with N = 7936, 8192 and
