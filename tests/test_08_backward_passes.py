@@ -396,7 +396,7 @@ def test_bench_times_the_backward_stages_apart_and_checks_them(monkeypatch):
     table = Table("08")
     dx, dw = torch.empty_like(x), torch.empty(96, device=device)
     bench08._backward_stages(table, "g", x, w, dy, rstd, dx, dw, 2)
-    bench08._backward_registers(table, x, w, dy, rstd, dx, 2)  # compiled kernels only; the interpreter: a note
+    bench08._backward_registers(table, x, w, dy, rstd, dx, 2)  # interpreter: a note
     assert "rmsnorm_backward_registers" in table.facts or table.notes == [
         "rmsnorm backward registers: not compiled (interpreter)"]
     assert [r.name for r in table.rows] == ["triton (ours) backward stage one alone, 1/SM",
