@@ -545,7 +545,8 @@ def test_bench_runs_end_to_end_at_tiny_sizes(monkeypatch):
     monkeypatch.setattr(Table, "time_alternating", alternate_once)
     monkeypatch.setattr(bench07, "clock_and_power", smi_once)
     monkeypatch.setattr(bench07, "fp8_tma_ready", lambda *tensors: True)  # the pair: peer and default
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: type("P", (), {"multi_processor_count": 4}))
+    props = type("Props", (), {"multi_processor_count": 4})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: props)
     table = Table("07")
     bench07.run(table)
     names = {(r.group.split()[0], r.name) for r in table.rows}
@@ -573,8 +574,10 @@ def test_sass_opcodes_read_triton_and_cuobjdump_listings():
     from course_utils.benches.l07_fp8_quantization import sass_opcodes
 
     triton_style = ("Function:w8a16_gemv_kernel\n--:-:0:-:8\tLDC R1, c[0x0][0x28];\nLBB0:\n"
-                    "01:-:2:Y:4\t@!P0 LDG.E.128 R4, desc[UR4][R2.64];\n--:-:-:-:1\tLOP3.LUT R5, R4, 0xff, RZ, 0xc0, !PT;\n")
-    cuobjdump_style = "        /*0090*/                   @P0 I2F.U32 R4, R2 ;\n        /*00a0*/    FFMA R1, R2, R3, R4 ;\n"
+                    "01:-:2:Y:4\t@!P0 LDG.E.128 R4, desc[UR4][R2.64];\n"
+                    "--:-:-:-:1\tLOP3.LUT R5, R4, 0xff, RZ, 0xc0, !PT;\n")
+    cuobjdump_style = ("        /*0090*/                   @P0 I2F.U32 R4, R2 ;\n"
+                       "        /*00a0*/    FFMA R1, R2, R3, R4 ;\n")
     assert sass_opcodes(triton_style) == ["LDC", "LDG.E.128", "LOP3.LUT"]
     assert sass_opcodes(cuobjdump_style) == ["I2F.U32", "FFMA"]
 
