@@ -137,11 +137,11 @@ def parse_smi_samples(text: str) -> dict | None:
 
     rows = [[cell.strip() for cell in line.split(",")] for line in text.splitlines()]
     rows = [r for r in rows if len(r) == len(SMI_FIELDS)]
+    if not rows:
+        return None
     try:
         mhz, watts, limit = ([float(r[i]) for r in rows] for i in range(3))
     except ValueError:  # "[N/A]" where the driver does not report a field
-        return None
-    if not rows:
         return None
     return {"sm_mhz": statistics.median(mhz), "power_w": statistics.median(watts),
             "power_limit_w": statistics.median(limit),
@@ -181,6 +181,13 @@ def clock_and_power(fn: Callable[[], object], seconds: float = 3.0, interval_ms:
     smi.terminate()
     samples = parse_smi_samples(smi.communicate()[0])
     return None if samples is None else {**samples, "ms": elapsed / calls * 1e3}
+
+
+def registers_and_spills(kernel) -> tuple[int, int] | None:
+    """(registers per thread, bytes per thread spilled to local memory) of a compiled kernel, as a launch
+    returns it; None for the interpreter's launch, which compiles nothing. (Triton's `n_spills` counts
+    4-byte words.)"""
+    return None if kernel is None else (kernel.n_regs, 4 * kernel.n_spills)
 
 
 def gb_per_s(n_bytes: float, ms: float) -> float:

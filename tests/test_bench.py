@@ -452,3 +452,14 @@ def test_smi_samples_parse_to_medians():
                    "samples": 3}
     assert parse_smi_samples("1380, [N/A], 700.00, Active\n") is None
     assert parse_smi_samples("") is None
+
+
+def test_registers_and_spills_reads_a_compiled_kernel_in_bytes():
+    """Triton counts spills in 4-byte words; the facts the lessons cite are bytes. The interpreter's launch
+    returns no compiled kernel: no counts."""
+    from types import SimpleNamespace
+
+    from course_utils.bench import registers_and_spills
+
+    assert registers_and_spills(SimpleNamespace(n_regs=255, n_spills=46)) == (255, 184)
+    assert registers_and_spills(None) is None

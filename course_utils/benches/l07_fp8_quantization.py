@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..bench import Table, clock_and_power
+from ..bench import Table, clock_and_power, registers_and_spills
 from ..fp8 import E4M3_MAX, fp8_matmul_ref, quantize_rowwise_ref
 from ..lessons.l07_fp8_quantization import (FP8_HOPPER_CONFIG, fp8_matmul, fp8_tma_ready, quantize_int8_ref,
                                             quantize_rowwise, w8a16_gemv)
@@ -205,7 +205,7 @@ def _clocks(table: Table, pair: list, flops: float) -> None:
 
 def _promotion_registers(table: Table, a, sa, b, sb, out, cfg) -> None:
     """Fact fp8_promoted_registers: registers per thread and spilled bytes of the same tile, promoted or not
-    (the compiled kernel's own counts, `n_regs` and `n_spills`, 4-byte words)."""
+    (the compiled kernel's own counts, `bench.registers_and_spills`)."""
     from ..lessons.l07_fp8_quantization import fp8_matmul_kernel
 
     bm, bn, bk, warps, stages = cfg
@@ -217,10 +217,10 @@ def _promotion_registers(table: Table, a, sa, b, sb, out, cfg) -> None:
             a, sa, b, sb, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
             out.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, EVEN_K=K % bk == 0,
             PROMOTE=promote, num_warps=warps, num_stages=stages)
-        if kernel is None:  # the interpreter runs kernels without compiling them: no counts, no fact
+        counts[promote] = registers_and_spills(kernel)
+        if counts[promote] is None:  # the interpreter runs kernels without compiling them: no fact
             table.notes.append("fp8 registers: not compiled (interpreter)")
             return
-        counts[promote] = (kernel.n_regs, 4 * kernel.n_spills)
     (regs, spilled), (regs_p, spilled_p) = counts[False], counts[True]
     table.fact("fp8_promoted_registers",
                f"{regs} registers per thread and {spilled} bytes spilled to local memory without promotion, "

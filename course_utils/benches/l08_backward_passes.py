@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from ..bench import Table, Target
+from ..bench import Table, Target, registers_and_spills
 from ..lessons.l08_backward_passes import (
     CrossEntropyFunction,
     RMSNormFunction,
@@ -33,7 +33,6 @@ from ..lessons.l08_backward_passes import (
     rmsnorm_backward_kernel,
     rmsnorm_forward,
     sum_rows,
-    sum_rows_kernel,
     swap_in_training_kernels,
 )
 from ..llama import toy_llama
@@ -186,10 +185,9 @@ def _stage_one(x, w, dy, rstd, dx, part, programs: int, block_m: int, num_warps:
 def _backward_stages(table: Table, group: str, x, w, dy, rstd, dx, dw, sms: int, block_m: int = 4) -> None:
     """The backward's two kernels timed apart at 1 and 8 programs per SM: stage one (dx and the programs'
     partial dw rows) and stage two (`sum_rows` of those P rows): where do more programs cost?"""
-    cols = x.shape[1]
     for per_sm in (1, 8):
         programs = per_sm * sms
-        part = torch.empty((programs, cols), device=DEVICE, dtype=torch.float32)
+        part = torch.empty((programs, x.shape[1]), device=DEVICE, dtype=torch.float32)
 
         def stage_one(programs=programs, part=part):
             _stage_one(x, w, dy, rstd, dx, part, programs, block_m, num_warps=8)
@@ -202,9 +200,8 @@ def _backward_stages(table: Table, group: str, x, w, dy, rstd, dx, dw, sms: int,
         table.time(group, f"triton (ours) backward stage two alone, {per_sm}/SM",
                    lambda part=part: sum_rows(part, dw), n_bytes=part.numel() * part.element_size())
         if per_sm == 1:  # the same sum in strips of 256 columns: 16 programs for hidden 4096
-            def wide(part=part, block_n=256):
-                sum_rows_kernel[(triton.cdiv(cols, block_n),)](part, dw, programs, cols, BLOCK_P=32,
-                                                               BLOCK_N=block_n)
+            def wide(part=part):
+                sum_rows(part, dw, block_n=256, block_p=32)
             wide()
             torch.testing.assert_close(dw, part.sum(0), rtol=1e-5, atol=1e-3)
             table.time(group, "triton (ours) backward stage two alone, 1/SM, 256-column strips", wide,
@@ -214,16 +211,17 @@ def _backward_stages(table: Table, group: str, x, w, dy, rstd, dx, dw, sms: int,
 def _backward_registers(table: Table, x, w, dy, rstd, dx, programs: int, block_m: int = 4) -> None:
     """Fact rmsnorm_backward_registers: the backward kernel at `block_m` rows a step with 4 and 8 warps, its
     registers per thread and the bytes per thread spilled to local memory (the compiled kernel's own
-    `n_regs` and `n_spills`, 4-byte words), as the sweep launched it."""
+    counts, `bench.registers_and_spills`), as the sweep launched it."""
     part = torch.empty((programs, x.shape[1]), device=DEVICE, dtype=torch.float32)
     found = []
     for warps in (8, 4):
         kernel = _stage_one(x, w, dy, rstd, dx, part, programs, block_m, num_warps=warps)
-        if kernel is None:  # the interpreter runs kernels without compiling them: no counts, no fact
+        counts = registers_and_spills(kernel)
+        if counts is None:  # the interpreter runs kernels without compiling them: no fact
             table.notes.append("rmsnorm backward registers: not compiled (interpreter)")
             return
-        found.append(f"{warps} warps, {kernel.n_regs} registers per thread and {4 * kernel.n_spills} "
-                     f"bytes per thread spilled to local memory")
+        found.append(f"{warps} warps, {counts[0]} registers per thread and {counts[1]} bytes per thread "
+                     f"spilled to local memory")
     table.fact("rmsnorm_backward_registers", f"{block_m} rows a step: " + "; ".join(found))
 
 

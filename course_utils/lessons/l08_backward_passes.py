@@ -97,14 +97,16 @@ def sum_rows_kernel(part_ptr, out_ptr, n_parts, n_cols, BLOCK_P: tl.constexpr, B
     tl.store(out_ptr + offs_n, acc, mask=offs_n < n_cols)
 
 
-def sum_rows(part: torch.Tensor, out: torch.Tensor) -> None:
-    """out (n,) = part (P, n) summed over its rows, part contiguous fp32."""
+def sum_rows(part: torch.Tensor, out: torch.Tensor, block_n: int = 32, block_p: int = 64) -> None:
+    """out (n,) = part (P, n) summed over its rows, part contiguous fp32. block_n, block_p: columns per
+    program and rows per step (the course's bench times wider strips too)."""
     n_parts, n_cols = part.shape
     # One strip of 32 columns per program (128 bytes of each row: one cache line), 64 rows a step: hidden
     # 4096 makes 128 programs, about one per SM. The read is small (P x hidden x 4 bytes: 2 MB for
     # 132 x 4096) and so bound by latency: the more SMs have loads in flight, the sooner it is done.
-    block_n = min(triton.next_power_of_2(n_cols), 32)
-    sum_rows_kernel[(triton.cdiv(n_cols, block_n),)](part, out, n_parts, n_cols, BLOCK_P=64, BLOCK_N=block_n)
+    block_n = min(triton.next_power_of_2(n_cols), block_n)
+    sum_rows_kernel[(triton.cdiv(n_cols, block_n),)](part, out, n_parts, n_cols, BLOCK_P=block_p,
+                                                     BLOCK_N=block_n)
 
 
 def backward_programs(n_rows: int) -> int:
