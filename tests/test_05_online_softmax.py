@@ -42,6 +42,12 @@ def test_solution_passes(exercise_id, solution):
     check(exercise_id, solution, seed=0, quiet=True)
 
 
+def test_attention_solution_passes_the_seed_whose_large_scores_it_once_failed():
+    """Seed 1783802085 drew scores of std 3 whose fp32 rounding in the interpreter put one output 2.5e-5
+    off (a CI run): the CPU tolerance must grow with the inputs' scale, as the GPU's does."""
+    check("05.attention", attention, seed=1783802085, quiet=True)
+
+
 def test_solutions_pass_another_seed():
     check("05.merge_stats", merge_stats, seed=7, quiet=True)
     check("05.online_softmax_stats", online_softmax_stats, seed=7, quiet=True)
