@@ -11,7 +11,8 @@ import triton
 import triton.language as tl
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from course_utils.benches.l05_online_softmax import ATTENTION_SWEEP, SOFTMAX_SHAPES, softmax_variants
+from course_utils.benches.l05_online_softmax import (ATTENTION_SWEEP, SOFTMAX_SHAPES, copy_in_softmax_tiles,
+                                                     softmax_variants)
 from course_utils.checks.l05_online_softmax import _ReadLog
 from course_utils.grading import check
 from course_utils.lessons.l05_online_softmax import (
@@ -498,6 +499,19 @@ def test_every_softmax_configuration_of_the_bench_is_correct(n_cols):
         out = torch.full_like(x, float("nan"))
         softmax(x, out, cfg)
         torch.testing.assert_close(out, want, atol=1e-9, rtol=2e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("n_cols", sorted({n for _, n in SOFTMAX_SHAPES if n <= ONE_PASS_MAX_COLS}))
+def test_the_benchs_tile_copy_copies_every_element_in_the_softmax_tiles(n_cols):
+    """The bench's yardstick for the one-pass kernel's schedule: lesson 02's copy in the default config's
+    tiles copies x exactly, a row count that is no multiple of the tile's rows included."""
+    n_rows = 5
+    cfg = softmax_config(n_rows, n_cols)
+    assert not cfg.online
+    x = torch.randn(n_rows, n_cols)
+    out = torch.full_like(x, float("nan"))
+    copy_in_softmax_tiles(x, out, cfg)
+    assert torch.equal(out, x)
 
 
 @pytest.mark.parametrize("causal", [False, True])

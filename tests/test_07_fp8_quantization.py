@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -560,6 +561,10 @@ def test_bench_runs_end_to_end_at_tiny_sizes(monkeypatch):
     # the read-only floor vs the copy, and the GEMV vs that floor
     assert len(table.targets) == 8 and all(t.ratio is not None for t in table.targets)
     assert any(n.startswith("accumulation error K=64") for n in table.notes)
+    # The worst element's error lies at or above the norm error (max |d| >= rms(d)), both with and without
+    # promotion, and the fact says by how much.
+    ratios = re.findall(r"(\d+\.\d) times", table.facts["fp8_worst_element"])
+    assert len(ratios) == 2 and all(float(r) >= 1.0 for r in ratios), table.facts["fp8_worst_element"]
     assert not [n for n in table.notes if "skipped" in n and "torch" not in n], table.notes
     # Both sides of the pair sampled at 1500 MHz doing 2 * 256^3 FLOPs a millisecond on 4 SMs.
     per_clock = round(2 * 256**3 / 1e-3 / 1.5e9 / 4)

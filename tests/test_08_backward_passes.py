@@ -404,3 +404,29 @@ def test_bench_times_the_backward_stages_apart_and_checks_them(monkeypatch):
                                             "triton (ours) backward stage two alone, 1/SM, 256-column strips",
                                             "triton (ours) backward stage one alone, 8/SM",
                                             "triton (ours) backward stage two alone, 8/SM"]
+
+
+def test_the_benchs_copy_kernels_are_the_copies_of_a_profiled_step():
+    """Fact step_copies counts Inductor's clone/copy_ kernels and the runtime's device copies of a profiled
+    step, not the kernels that compute (`_to_copy` is a dtype conversion; a clone fused into arithmetic
+    computes), and sums their time against the whole step's."""
+    from course_utils.bench import Table
+    from course_utils.benches import l08_backward_passes as bench08
+
+    kernels = [("triton_poi_fused_as_strided_clone_0", 350.0), ("rmsnorm_backward_kernel", 120.0),
+               ("Memcpy DtoD (Device -> Device)", 50.0), ("triton_poi_fused_copy__7", 25.0),
+               ("sm90_xmma_gemm_bf16bf16_bf16f32", 900.0), ("triton_poi_fused_as_strided_clone_0", 350.0),
+               ("triton_poi_fused__to_copy_add_embedding_0", 80.0),  # a dtype conversion, not a copy
+               ("triton_poi_fused__to_copy_add_bmm_cat_clone_cos_mul_neg_sin_3", 60.0),  # computes
+               ("triton_poi_fused__to_copy_1", 20.0)]
+    count, copy_us, total_us, names = bench08.copy_kernels(kernels)
+    assert (count, copy_us, total_us) == (4, 775.0, 1955.0)
+    assert names == {"triton_poi_fused_as_strided_clone_0": (2, 700.0),
+                     "Memcpy DtoD (Device -> Device)": (1, 50.0), "triton_poi_fused_copy__7": (1, 25.0)}
+    assert list(names)[0] == "triton_poi_fused_as_strided_clone_0"  # the longest first
+    table = Table("08")
+    bench08._step_copies(table, {"ours": kernels, "peer": kernels[1:2]})
+    fact = table.facts["step_copies"]
+    assert fact.startswith("ours: 4 copy kernels, 0.775 ms of 1.955 ms of GPU work a step "
+                           "(`triton_poi_fused_as_strided_clone_0` 2 x, 0.700 ms, ")
+    assert "peer: 0 copy kernels, 0.000 ms of 0.120 ms" in fact

@@ -2,6 +2,8 @@
 
 `run(table)` is what `python -m course_utils bench 05` measures:
 - softmax fp32 at 4096 x 32768, 32768 x 4096 and 16384 x 1024: a copy of the tensor (the ceiling),
+  a Triton copy that walks the tensor in the one-pass softmax's tiles (lesson 02's `copy_2d_kernel` with
+  the default configuration's rows, columns, programs and warps: our kernel without its math),
   torch.softmax, torch.compile (default and max-autotune), the eager three-pass `softmax_ref`,
   Liger-Kernel when installed, and our `softmax` with its default configuration ("triton (ours)"),
   against the fastest of the peers;
@@ -25,10 +27,13 @@ import torch.nn.functional as F
 import triton
 
 from ..bench import Table, sweeping
-from ..lessons.l05_online_softmax import ONE_PASS_MAX_COLS, SoftmaxConfig, attention, softmax, softmax_ref
+from ..lessons.l02_first_kernels import copy_2d_kernel
+from ..lessons.l05_online_softmax import (ONE_PASS_MAX_COLS, SoftmaxConfig, attention, softmax,
+                                          softmax_config, softmax_ref)
 
 SOFTMAX_SHAPES = [(4096, 32768), (32768, 4096), (16384, 1024)]
 ATTENTION_SHAPE = (4, 16, 4096, 128)  # (B, H, S, D)
+TILE_COPY = "copy in the one-pass softmax's tiles (triton)"
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) beside the default (128, 64, 8, 3) of bf16 at D = 128
 ATTENTION_SWEEP = [(128, 64, 4, 3), (128, 64, 8, 4), (128, 128, 8, 3), (64, 64, 4, 3)]
 # (BLOCK_N, num_warps, num_stages) of the online kernel
@@ -108,6 +113,10 @@ def _softmax_group(table: Table, n_rows: int, n_cols: int, sm_count: int) -> Non
         _timed(table, group, name, fn, result, want, 2e-5, n_bytes=n_bytes)
 
     table.time(group, "copy ceiling (x -> out)", lambda: out.copy_(x), n_bytes=n_bytes)
+    cfg = softmax_config(n_rows, n_cols)
+    if not cfg.online:
+        _timed(table, group, TILE_COPY, lambda: copy_in_softmax_tiles(x, out, cfg), lambda: out, x, 0.0,
+               n_bytes=n_bytes)
     try:
         from liger_kernel.ops.softmax import LigerSoftmaxFunction
 
@@ -125,6 +134,15 @@ def _softmax_group(table: Table, n_rows: int, n_cols: int, sm_count: int) -> Non
         _note_fastest(table, group, "torch.softmax", "torch.softmax", "gbps")
     table.target(group, "triton (ours)", peers, 1.0)  # the fastest of torch.softmax, compiled, Liger
     table.target(group, "triton (ours)", "copy ceiling (x -> out)", None, 0.88, metric="gbps")
+
+
+def copy_in_softmax_tiles(x: torch.Tensor, out: torch.Tensor, cfg: SoftmaxConfig) -> None:
+    """out = x by lesson 02's copy_2d_kernel, launched as `softmax` launches its one-pass kernel: tiles of
+    cfg.rows x cfg.block_n, one program per row block, cfg.num_warps. Our softmax without its math."""
+    n_rows, n_cols = x.shape
+    copy_2d_kernel[(triton.cdiv(n_rows, cfg.rows), 1)](
+        x, out, n_rows, n_cols, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=cfg.rows, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
 
 
 def row_softmax(x: torch.Tensor) -> torch.Tensor:

@@ -9,12 +9,15 @@ is timed: the peers against eager PyTorch, ours against eager or float64 autogra
 is autotuned (the tiles it picked are facts); the training step is timed with our kernels in an eager
 model and inside torch.compile, whose pairing with the compiled Hugging Face model is the target. Peak memory is torch.cuda.max_memory_allocated during one call,
 minus what was allocated before it (facts "peak MiB ..."). torch.compile runs in its default mode
-(max-autotune's compile time does not fit this bench's GPU budget; table.notes says so).
+(max-autotune's compile time does not fit this bench's GPU budget; table.notes says so). One step of each
+compiled model runs under torch.profiler, whose kernels that only copy tensors are fact "step_copies".
 """
 from __future__ import annotations
 
 import itertools
 import math
+import re
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +45,25 @@ DTYPE = torch.bfloat16
 EPS = 1e-6
 OURS = "triton (ours)"
 OURS_COMPILED = "triton (ours) + torch.compile"
+# GPU activities that only move a tensor: the runtime's device-to-device copies ("Memcpy DtoD (Device ->
+# Device)"), ATen's copy kernel (`direct_copy_kernel_cuda`), and the kernels Inductor generates for a clone or
+# a copy_ with nothing else fused in. Inductor names a kernel after the ops it fuses,
+# `triton_{poi,red,per}_fused_<ops>_<n>`: `..._as_strided_clone_0` only copies,
+# `..._to_copy_add_bmm_cat_clone_cos_...` (RoPE) computes, and `_to_copy` alone is a dtype conversion.
+INDUCTOR_KERNEL = re.compile(r"^triton_[a-z]+_fused_(?P<ops>.+?)_\d+$")
+LAYOUT_OPS = re.compile(r"as_strided|_unsafe_view|clone|copy_|expand|permute|transpose|unsqueeze|squeeze|"
+                        r"view|slice|select")
+
+
+def is_copy_kernel(name: str) -> bool:
+    """Does a GPU activity of this name only copy a tensor (see INDUCTOR_KERNEL)?"""
+    if "memcpy" in name.lower() or "direct_copy_kernel" in name:
+        return True
+    fused = INDUCTOR_KERNEL.match(name)
+    if fused is None:
+        return False
+    ops = fused.group("ops")
+    return ("clone" in ops or "copy_" in ops) and not LAYOUT_OPS.sub("", ops).strip("_")
 
 
 def _liger(module: str, name: str):
@@ -419,6 +441,7 @@ def bench_training_step(table: Table, batch: int = 8, seq: int = 1024) -> None:
     variants += [(OURS, ours_step), (OURS_COMPILED, ours_compiled_step)]
     want = None
     names = []
+    profiled = {}  # name -> the GPU activities of one step of each compiled model
     for name, make in variants:
         try:
             step = make()
@@ -435,8 +458,15 @@ def bench_training_step(table: Table, batch: int = 8, seq: int = 1024) -> None:
         table.fact(f"peak MiB {group} {name}", f"{_peak_mib(step):.0f}")
         if name not in (OURS, OURS_COMPILED):
             names.append(name)
+        if name in (OURS_COMPILED, "HF torch.compile"):
+            try:
+                profiled[name] = _profiled_kernels(step)
+            except Exception as exc:  # noqa: BLE001 - a profiler failure must not lose the step's rows
+                table.notes.append(f"{group}: '{name}' not profiled: {type(exc).__name__}: {str(exc)[:200]}")
         del step
         torch.cuda.empty_cache()
+    if profiled:
+        _step_copies(table, profiled)
     # The fair pairing: our kernels with torch.compile fusing the rest, against torch.compile alone.
     table.target(group, OURS_COMPILED, "HF torch.compile", 1.0)
     table.target(group, OURS, "HF torch.compile", None)  # ours with the rest eager: reported
@@ -447,6 +477,47 @@ def bench_training_step(table: Table, batch: int = 8, seq: int = 1024) -> None:
                        "with the loss (its gradients computed in the forward), "
                        f"attention and matmuls stay PyTorch's; '{OURS_COMPILED}' is the same model with "
                        "torch.compile around the loss function, our autograd Functions inside it")
+
+
+def copy_kernels(kernels: Iterable[tuple[str, float]]
+                 ) -> tuple[int, float, float, dict[str, tuple[int, float]]]:
+    """Of a step's GPU activities (name, µs): how many only copy (`is_copy_kernel`), their µs, the µs of
+    all of them, and per copy kernel's name its calls and µs, the longest first."""
+    kernels = list(kernels)
+    per_name: dict[str, tuple[int, float]] = {}
+    for name, us in kernels:
+        if is_copy_kernel(name):
+            calls, total = per_name.get(name, (0, 0.0))
+            per_name[name] = (calls + 1, total + us)
+    per_name = dict(sorted(per_name.items(), key=lambda item: -item[1][1]))
+    return (sum(calls for calls, _ in per_name.values()), sum(us for _, us in per_name.values()),
+            sum(us for _, us in kernels), per_name)
+
+
+def _profiled_kernels(step) -> list[tuple[str, float]]:
+    """The GPU activities of one call of `step` (after a warm-up call), from torch.profiler."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+
+def _step_copies(table: Table, profiled: dict[str, list[tuple[str, float]]]) -> None:
+    """Fact step_copies: the copy kernels of one training step of each compiled model, from their profiled
+    GPU activities (lesson 08: the compiler copies a saved tensor before a kernel writes into it)."""
+    found = []
+    for name, kernels in profiled.items():
+        count, copy_us, total_us, per_name = copy_kernels(kernels)
+        shown = [f"`{n[:60]}` {calls} x, {us / 1e3:.3f} ms" for n, (calls, us) in list(per_name.items())[:4]]
+        shown += ["..."] if len(per_name) > 4 else []
+        found.append(f"{name}: {count} copy kernels, {copy_us / 1e3:.3f} ms of {total_us / 1e3:.3f} ms "
+                     f"of GPU work a step" + (f" ({', '.join(shown)})" if shown else ""))
+    table.fact("step_copies", "; ".join(found))
 
 
 def run(table: Table, sweep: bool = True) -> None:

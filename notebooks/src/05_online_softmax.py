@@ -394,9 +394,18 @@ else:
 # {{ratio@h100:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}}); the copy itself ran at
 # {{gbps:softmax fp32 16384x1024|copy ceiling (x -> out)}} there and {{gbps:softmax fp32 4096x32768|copy ceiling (x -> out)}} at
 # 4096 x 32768 (on the H100 {{gbps@h100:softmax fp32 16384x1024|copy ceiling (x -> out)}} and
-# {{gbps@h100:softmax fp32 4096x32768|copy ceiling (x -> out)}}). Why a kernel can beat a copy of the same
-# bytes at that size was not measured here. Lesson 02's reason for its vector add, a traffic mix with
-# more reads than writes, is not this one: a softmax reads and writes as many bytes as the copy.
+# {{gbps@h100:softmax fp32 4096x32768|copy ceiling (x -> out)}}). How can a kernel beat a copy of the same
+# bytes? Not by its tiles: a Triton copy that walks the tensor in our softmax's own tiles, programs and
+# warps (lesson 02's `copy_2d_kernel`) ran at {{gbps:softmax fp32 16384x1024|copy in the one-pass softmax's tiles (triton)}}
+# (H100 {{gbps@h100:softmax fp32 16384x1024|copy in the one-pass softmax's tiles (triton)}}). Not by lesson 02's
+# reason for its vector add either, a traffic mix with more reads than writes: a softmax reads and writes
+# as many bytes as the copy. Nsight Compute counted the bytes each kernel moved to and from DRAM during
+# its own run ([`results/explore`](../results/explore/README.md), "Lesson 05: a softmax faster than the
+# copy of its bytes"): each read its whole input, and each had part of its output still in the L2 cache
+# when it ended (50 MB, a write-back cache: those bytes reach DRAM after the kernel's time has stopped),
+# ours more of it than the copy. At 64 MiB the bytes left behind are a good part of the output, and the
+# kernel that leaves the most looks faster than the bandwidth; at 4096 x 32768 (512 MiB) the same amount
+# is a few percent, and there ours stays below the copy.
 #
 # The targets: at least the speed of the fastest peer (`torch.softmax`, `torch.compile`, its
 # max-autotune mode and Liger-Kernel, whichever wins in the same run: a fused kernel that moves 8 bytes

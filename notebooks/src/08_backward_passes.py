@@ -558,7 +558,10 @@ print(f"softmax backward vs autograd: {(gx.double().cpu() - xs.grad).abs().max()
 # traces (`torch.compiler.is_compiling()` is true there, and not in the backward, which AOTAutograd
 # traces later), and writes new buffers when compiled. The loss is left as it is: its gradients (82 MB
 # now) are written in the forward, before `dL/dloss` is known, and scaling them into new buffers would
-# move the same bytes as copies of them do (the step with this loss was not profiled again).
+# move the same bytes as copies of them do. What copies are left? The bench runs one compiled step of
+# each model under `torch.profiler` and counts the kernels that only copy a tensor (the runtime's copies,
+# and Inductor's kernels that fuse nothing but a clone or a `copy_`): {{fact:step_copies}} (H200; on the
+# H100: {{fact@h100:step_copies}}).
 
 # %%
 # What these modules call: your exercises' functions. Here the course's solutions are imported (their
@@ -639,8 +642,12 @@ if data is not None and data.get("facts"):
 #   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) backward only}}, for 2 and 3 passes over a `(rows, hidden)` tensor. What
 #   the backward's launch is worth shows in the sweep rows (forward and backward kernels, no autograd):
 #   one row per step took {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=1 w8}}, four rows per step
-#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w8}} (the default: each program has four
-#   rows' loads in flight instead of one, our reading of the gain), and four rows with 4 warps instead
+#   {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w8}} (the default), and one row per step
+#   with two programs per SM {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 2/SM BLOCK_M=1 w8}}: what
+#   counts is how many rows' loads an SM has in flight, four rows in one program's step or one in each
+#   of more programs. Nsight Compute on both GPUs agrees ([`results/explore`](../results/explore/README.md),
+#   "Lesson 08: the RMSNorm backward's rows in flight"): with the same 8 warps per SM, four rows a step
+#   kept the DRAM busier than one and left each instruction waiting less on its loads. Four rows with 4 warps instead
 #   of 8 {{us:rmsnorm fwd+bwd bf16 16384x4096|triton (ours) kernels, backward 1/SM BLOCK_M=4 w4}}: twice the values per thread,
 #   more than the registers hold. The compiled kernels say so ({{fact:rmsnorm_backward_registers}}):
 #   with 4 warps the compiler gave up holding the tile in registers and keeps it in local memory
