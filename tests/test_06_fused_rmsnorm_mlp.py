@@ -655,3 +655,22 @@ def test_gate_up_silu_epilogue_mistakes_are_named(epilogue, named):
     wrong = mutant("l06_fused_rmsnorm_mlp", "gate_up_silu",
                    ("h = acc_g * tl.sigmoid(acc_g) * acc_u  #", f"{epilogue}  #"))
     failure("06.gate_up_silu", wrong, named)
+
+
+# --- kernels that never leave their first K tile -------------------------------------------------
+
+def test_gate_up_whose_k_pointers_never_advance_fails():
+    """Every K step reads the first tile again. The CPU's other cases fit in one tile of BLOCK_K = 64; the
+    270 x 300 -> 280 case needs five."""
+    wrong = mutant("l06_fused_rmsnorm_mlp", "gate_up_silu",
+                   ("        x_ptrs += BLOCK_K * stride_xk\n        g_ptrs += BLOCK_K * stride_gk\n"
+                    "        u_ptrs += BLOCK_K * stride_uk\n", ""))
+    failure("06.gate_up_silu", wrong, "several tiles in every dimension")
+
+
+def test_rmsnorm_mlp_whose_k_pointers_never_advance_fails():
+    wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp",
+                   ("        acc = tl.dot(x, w, acc)  # ONE dot for gate and up: a cuBLAS-sized tile\n"
+                    "        x_ptrs += BLOCK_K * stride_xk\n        w_ptrs += BLOCK_K * stride_wk\n",
+                    "        acc = tl.dot(x, w, acc)  # ONE dot for gate and up: a cuBLAS-sized tile\n"))
+    failure("06.rmsnorm_mlp", wrong, "several tiles in every dimension")

@@ -16,7 +16,7 @@ from course_utils.mode import current  # noqa: E402
 from course_utils.lessons import l08_backward_passes as l08  # noqa: E402
 from course_utils.llama import toy_config, toy_llama  # noqa: E402
 
-from helpers import failure  # noqa: E402
+from helpers import failure, mutant  # noqa: E402
 
 SEED = 1234
 
@@ -430,3 +430,28 @@ def test_the_benchs_copy_kernels_are_the_copies_of_a_profiled_step():
     assert fact.startswith("ours: 4 copy kernels, 0.775 ms of 1.955 ms of GPU work a step "
                            "(`triton_poi_fused_as_strided_clone_0` 2 x, 0.700 ms, ")
     assert "peer: 0 copy kernels, 0.000 ms of 0.120 ms" in fact
+
+
+def test_cross_entropy_ignoring_class_zero_is_named():
+    """Only -100 is ignored: a kernel (and count) that skips targets <= 0 fails on the case that holds
+    class 0, and the message says what it did."""
+    wrong = mutant("l08_backward_passes", "cross_entropy",
+                   ("    if target == ignore_index:  # ignored row", "    if target <= 0:  # ignored row"),
+                   ("acc += (t != ignore_index).to(tl.float32)", "acc += (t > 0).to(tl.float32)"))
+    failure("08.cross_entropy", wrong, "targets 0 and", "class 0 were treated as ignored")
+
+
+def test_cross_entropy_counting_only_the_first_block_of_targets_fails():
+    """A count of the non-ignored targets over one block of 1024 rows, no loop: the case of more rows."""
+    wrong = mutant("l08_backward_passes", "cross_entropy",
+                   ("for r0 in range(0, n_rows, BLOCK):", "for r0 in range(0, BLOCK, BLOCK):"))
+    failure("08.cross_entropy", wrong, "more than a block of 1024")
+
+
+def test_attention_backward_over_the_first_128_queries_only_fails():
+    """dk and dv from the query tiles of the first 128 queries only, what a kernel with 128-query tiles
+    and no loop computes: the CPU's case of 150 queries catches it."""
+    wrong = mutant("l08_backward_passes", "attention_backward",
+                   ("    for start_m in range(lo, hi, BLOCK_M):",
+                    "    for start_m in range(lo, tl.minimum(hi, 128), BLOCK_M):"))
+    failure("08.attention_backward", wrong, "more than one tile of 128")

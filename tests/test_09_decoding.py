@@ -258,3 +258,30 @@ def test_quantize_int4_round_trips_within_half_a_step():
     assert packed.dtype == torch.uint8 and packed.shape == (8, 128) and scales.shape == (8, 4)
     err = (l09.dequantize_int4_ref(packed, scales, 64) - w).abs()
     assert bool((err <= scales.repeat_interleave(64, dim=1) / 2 + 1e-6).all())
+
+
+def test_decode_attention_without_the_rescale_fails():
+    """A running max that rises without shrinking what was summed against the old one (alpha = 1), in one
+    split walking tiles of 128 keys: every other case fits in one tile; the 600 keys that grow along the
+    context do not."""
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "decode_attention",
+                   ("        alpha = tl.exp(m_i - m_new)  # rescale",
+                    "        alpha = tl.exp(m_new - m_new)  # rescale"),
+                   ("BLOCK_N = 64 if q.is_cuda else 32", "BLOCK_N = 128"),
+                   ("num_splits = max(1, min(programs // (B * H_kv), triton.cdiv(S_max, BLOCK_N)))", "num_splits = 1"))
+    message = failure("09.decode_attention", wrong)
+    assert "context 600 whose keys grow along it" in message, message
+
+
+def test_w4a16_gemv_over_the_first_1024_weights_only_fails():
+    """The K loop stopped after 128 words (1024 weights), what one tile of 1024 without a loop computes: the
+    case of K = 1536 catches it."""
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "w4a16_gemv",
+                   ("for kw0 in tl.range(0, K_WORDS, BLOCK_KW,",
+                    "for kw0 in tl.range(0, tl.minimum(K_WORDS, 128), BLOCK_KW,"))
+    message = failure("09.w4a16_gemv", wrong)
+    assert "K = 1536 (12 groups of 128)" in message, message

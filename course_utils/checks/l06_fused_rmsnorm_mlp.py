@@ -3,7 +3,7 @@
 Every case label says what the case is there to catch: a failure header names the case, so it points
 at the likely mistake (statistics in fp16, eps outside the square root, silu on the wrong projection...).
 Shapes: hidden sizes that are no power of two and no multiple of 16 (40, 80, 781), intermediate 136
-or 1000, rows 1..37 on the CPU and up to 1823 on a GPU.
+or 1000, rows 1..37 on the CPU and up to 1823 on a GPU, and one case of 270 x 300 -> 280 on both.
 """
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ from ..roofline import Cost
 
 SOLUTIONS = "course_utils.lessons.l06_fused_rmsnorm_mlp"
 ROWS, HIDDEN, INTER = 4096, 4096, 11008  # the speed line's size: a 4096-token prefill of Llama-7B's MLP
+# (rows, hidden, intermediate) past two tiles of 128 in each: a kernel that never advances its K pointers
+# or launches one tile of rows still fails on the CPU, whose other cases fit in one tile
+BIG = (270, 300, 280)
 
 
 def _half() -> torch.dtype:
@@ -181,6 +184,9 @@ def _gate_up_cases(gen):
              _weights(inter, hidden, dtype, gen)),
             ("w_gate and w_up the two halves of one merged (272, 48) weight", randn((16, 48), dtype, gen),
              merged[:136], merged[136:]),
+            (f"{BIG[0]} rows, hidden {BIG[1]}, intermediate {BIG[2]}: several tiles in every dimension even "
+             "with blocks of 128: loop over K advancing both pointers, a grid over M and N",
+             randn(BIG[:2], dtype, gen), _weights(BIG[2], BIG[1], dtype, gen), _weights(BIG[2], BIG[1], dtype, gen)),
         ]
         for label, x, w_gate, w_up in inputs:
             out = Out("out", (x.shape[0], w_gate.shape[0]), dtype)
@@ -269,6 +275,9 @@ def _mlp_cases(gen):
             inputs.append(("values ~300 in fp16: x * x overflows fp16 (largest finite 65504), so the sum of "
                            "squares must be fp32",
                            randn((rows, hidden), dtype, gen, scale=300.0), 1e-6, inter))
+        inputs.append((f"{BIG[0]} rows, hidden {BIG[1]}, intermediate {BIG[2]}: several tiles in every "
+                       "dimension even with blocks of 128: loop over K (and the statistics over all of it), "
+                       "grids over M and N", randn(BIG[:2], dtype, gen), 1e-6, BIG[2]))
         for label, x, eps, n_inter in inputs:
             k = x.shape[1]
             norm_weight = uniform((k,), 0.5, 1.5, dtype, gen)
