@@ -270,7 +270,8 @@ def test_decode_attention_without_the_rescale_fails():
                    ("        alpha = tl.exp(m_i - m_new)  # rescale",
                     "        alpha = tl.exp(m_new - m_new)  # rescale"),
                    ("BLOCK_N = 64 if q.is_cuda else 32", "BLOCK_N = 128"),
-                   ("num_splits = max(1, min(programs // (B * H_kv), triton.cdiv(S_max, BLOCK_N)))", "num_splits = 1"))
+                   ("num_splits = max(1, min(programs // (B * H_kv), triton.cdiv(S_max, BLOCK_N)))",
+                    "num_splits = 1"))
     message = failure("09.decode_attention", wrong)
     assert "context 600 whose keys grow along it" in message, message
 

@@ -186,7 +186,8 @@ def _gate_up_cases(gen):
              merged[:136], merged[136:]),
             (f"{BIG[0]} rows, hidden {BIG[1]}, intermediate {BIG[2]}: several tiles in every dimension even "
              "with blocks of 128: loop over K advancing both pointers, a grid over M and N",
-             randn(BIG[:2], dtype, gen), _weights(BIG[2], BIG[1], dtype, gen), _weights(BIG[2], BIG[1], dtype, gen)),
+             randn(BIG[:2], dtype, gen), _weights(BIG[2], BIG[1], dtype, gen),
+             _weights(BIG[2], BIG[1], dtype, gen)),
         ]
         for label, x, w_gate, w_up in inputs:
             out = Out("out", (x.shape[0], w_gate.shape[0]), dtype)

@@ -457,7 +457,8 @@ def _attention_cases(gen):
         eps = TF32_EPS if (dtype == torch.float32 and current().gpu) else EPS[dtype]
         shapes = size(
             [((2, 3, 300, 64), False), ((2, 3, 300, 64), True), ((1, 2, 1023, 128), True), ((1, 1, 1, 64), False)],
-            [((1, 2, 37, 16), False), ((1, 1, 33, 32), True), ((1, 1, 1, 16), False), ((1, 1, 150, 16), True)])
+            [((1, 2, 37, 16), False), ((1, 1, 33, 32), True), ((1, 1, 1, 16), False),
+             ((1, 1, 150, 16), True)])
         for (B, H, S, D), causal in shapes:
             q, k, v, do = (randn((B, H, S, D), dtype, gen) for _ in range(4))
             o, lse, dq, dk, dv = _attention64(q, k, v, do, causal)

@@ -243,8 +243,8 @@ def _attention_cases(gen):
                           layout="sliced")
     B, S, D = size((8, 4099, 128), (1, 64, 32))
     yield _attention_case(f"B {B}, 32 on 8 heads, D {D}, S_max {S}", B, 32, 8, S, D, half, gen)
-    yield _attention_case("context 600 whose keys grow along it (scores rise tile after tile): a loop over key "
-                          "tiles that rescales its running sums by exp(m_old - m_new) when the max rises",
+    yield _attention_case("context 600 whose keys grow along it (scores rise tile after tile): a loop over "
+                          "key tiles that rescales its running sums by exp(m_old - m_new) when the max rises",
                           2, 4, 2, 600, 16, f32, gen, lengths=[600, 517], ramp=True)
 
 
@@ -316,8 +316,8 @@ def _w4_cases(gen):
     yield _w4_case("M = 5, K = 384 = 3 groups of 128, N = 96", 5, 96, 384, 128, half, gen)
     yield _w4_case("M = 16, group 32, fp32 scales", 16, 40, 256, 32, half, gen, scale_dtype=torch.float32)
     yield _w4_case("M = 3, group 64, N = 33", 3, 33, 448, 64, half, gen)
-    yield _w4_case("M = 2, K = 1536 (12 groups of 128), N = 40: loop over K, tile after tile", 2, 40, 1536, 128,
-                   half, gen)
+    yield _w4_case("M = 2, K = 1536 (12 groups of 128), N = 40: loop over K, tile after tile",
+                   2, 40, 1536, 128, half, gen)
 
 
 # --- registration -----------------------------------------------------------------------------
