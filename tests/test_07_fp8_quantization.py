@@ -672,3 +672,53 @@ def test_the_persistent_launch_reads_one_config(monkeypatch):
         BLOCK_M=128, BLOCK_N=256, BLOCK_K=128)
     assert (launched["num_warps"], launched["num_stages"]) == (cfg.num_warps, cfg.num_stages) == (8, 4)
     assert launched["grid"] == (min(132, (512 // 128) * (1024 // 256)),) and launched["NUM_SMS"] == 132
+
+
+def test_decode_with_any_of_torchs_float8_types_is_refused():
+    """float8_e4m3fnuz decodes e4m3fn but for a factor 2 (bias 8) and the codes 0x80 and 0x7F: no float8
+    type of torch's may stand in for the decoder."""
+    def decode_by_fnuz(bits):
+        if bits & 0x7F == 0x7F:
+            return math.nan
+        if bits == 0x80:
+            return -0.0
+        return torch.tensor([bits], dtype=torch.uint8).view(torch.float8_e4m3fnuz).item() * 2.0
+
+    failure = fails("07.decode_e4m3", decode_by_fnuz, "decodes with torch's own float8 type")
+    assert "float8_*" in failure
+
+
+def test_decode_with_the_courses_own_decoder_is_refused_however_imported():
+    """The course ships an fp8 decoder for its interpreter fix (course_utils.fp8_interpreter): calling it, by
+    its module, by a name imported from it or through its table, is not decoding."""
+    from course_utils import fp8_interpreter
+    from course_utils.fp8_interpreter import decode as the_decoder
+
+    for candidate in (lambda bits: fp8_interpreter.decode(bits), lambda bits: the_decoder(bits),
+                      lambda bits: float(fp8_interpreter.table()[bits])):
+        fails("07.decode_e4m3", candidate, "calls the course's own `course_utils.fp8_interpreter.",
+              "decode the bits yourself")
+
+
+def test_decode_that_replaces_the_profiler_is_refused():
+    """The check sees course calls through sys.setprofile: a candidate that clears it is told so."""
+    import sys
+
+    def decode_hiding(bits):
+        sys.setprofile(None)
+        return l07.decode_e4m3(bits)
+
+    fails("07.decode_e4m3", decode_hiding, "replaced the Python profiler")
+
+
+def test_the_sandbox_spec_carries_the_forbidden_calls():
+    """The batch grader runs the candidate in a sandbox from the exercise's spec: the forbidden calls and
+    the float8 types go with it."""
+    from course_utils.grading.harness import _exercise
+    from course_utils.grading.remote import _Spec, spec_of
+
+    ex = _exercise("07.decode_e4m3")
+    spec = _Spec(spec_of(ex))
+    assert spec.forbidden_calls == ex.forbidden_calls
+    assert "course_utils.fp8_interpreter:decode" in spec.forbidden_calls
+    assert torch.float8_e4m3fnuz in spec.forbidden_dtypes

@@ -309,19 +309,29 @@ def _unpack_cases(gen):
 
 # --- registration -----------------------------------------------------------------------------
 
+# Every 8-bit (and 4-bit) float type this torch has: float8_e4m3fn, ..._e4m3fnuz, ..._e5m2, ..._e8m0fnu...
+FLOAT8_DTYPES = tuple(dict.fromkeys(
+    getattr(torch, name) for name in dir(torch)
+    if name.startswith(("float8_", "float4_")) and isinstance(getattr(torch, name), torch.dtype)))
+
 register(Exercise(
     "07.decode_e4m3", "decode a float8_e4m3fn bit pattern", "decode_e4m3(bits)", _decode_cases,
     hint={"wrong": "sign = bit 7, exponent = bits 6-3 (bias 7), mantissa = bits 2-0; exponent 0 is subnormal "
                    "(M/8 * 2^-6), S 1111 111 is NaN, there is no infinity; return a Python float"},
     kernel=False,
     # A decoder built on torch's own fp8 (`.view(torch.float8_e4m3fn)`, `.to(...)`) would only check torch
-    # against itself: any torch op that touches a float8 tensor is refused. Bit arithmetic is fine on
-    # Python ints and on torch integer tensors alike, int() and float() included. numpy or ml_dtypes
-    # shortcuts are not seen.
-    forbidden_dtypes=(torch.float8_e4m3fn, torch.float8_e5m2),
-    dtype_message=("decodes with torch's own float8 type (a tensor of dtype float8_e4m3fn, from .view(...) "
-                   "or .to(...)): that checks torch against itself. Decode the bits yourself: shifts and "
-                   "masks on the int (or on a torch integer tensor, then int() / float()) are all allowed")))
+    # against itself: any torch op that touches a float8 tensor (of any of torch's 8-bit float types:
+    # e4m3fnuz decodes e4m3fn but for a factor 2) is refused, and so is a call of the course's own decoder.
+    # Bit arithmetic is fine on Python ints and on torch integer tensors alike, int() and float() included.
+    # numpy or ml_dtypes shortcuts are not seen.
+    forbidden_dtypes=FLOAT8_DTYPES,
+    dtype_message=("decodes with torch's own float8 type (a tensor of dtype float8_e4m3fn or another "
+                   "float8_*, from .view(...) or .to(...)): that checks torch against itself. Decode the bits "
+                   "yourself: shifts and masks on the int (or on a torch integer tensor, then int() / float()) "
+                   "are all allowed"),
+    forbidden_calls=("course_utils.fp8_interpreter:decode", "course_utils.fp8_interpreter:table",
+                     "course_utils.fp8_interpreter:_table"),
+    call_message="that checks the course against itself; decode the bits yourself, with shifts and masks"))
 register(Exercise(
     "07.quantize_rowwise", "row-wise e4m3 quantization", "quantize_rowwise(x, out, scale_out)",
     _quantize_cases,

@@ -192,6 +192,10 @@ class Exercise:
     # dtypes the host code may not touch, and why (07.decode_e4m3: torch's own float8 decoder)
     forbidden_dtypes: tuple[torch.dtype, ...] = ()
     dtype_message: str = ""
+    # Function exercises: course functions ("module:name") the candidate may not call, under whatever name
+    # it imported them (07.decode_e4m3: the course's own fp8 decoder), and why.
+    forbidden_calls: tuple[str, ...] = ()
+    call_message: str = ""
     # A function exercise built on the student's kernels (08.rmsnorm_train): its call must launch one.
     needs_kernels: bool = False
     speed: Speed | None = None  # on a GPU a passing check reports its speed
@@ -870,16 +874,61 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _functions(targets: Iterable[str]) -> dict:
+    """{code object: "module:name"} of the course functions named "module:name" (skipped if absent)."""
+    import importlib
+
+    codes = {}
+    for target in targets:
+        module, _, name = target.partition(":")
+        try:
+            fn = importlib.import_module(module)
+            for part in name.split("."):
+                fn = getattr(fn, part)
+            codes[inspect.unwrap(fn).__code__] = target
+        except (ImportError, AttributeError):
+            continue
+    return codes
+
+
+@contextlib.contextmanager
+def _calls_to(targets: Iterable[str], seen: list[str]):
+    """Record in `seen` each "module:name" of `targets` that Python calls inside, however the caller got
+    hold of it (sys.setprofile sees the function's code, not the name it was imported under); "profiler"
+    when the code inside replaced the hook."""
+    import sys
+
+    codes = _functions(targets)
+    if not codes:
+        yield
+        return
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes and codes[frame.f_code] not in seen:
+            seen.append(codes[frame.f_code])
+
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield
+    finally:
+        if sys.getprofile() is not hook:
+            seen.append("profiler")
+        sys.setprofile(previous)
+
+
 def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[Any, list[str]]:
     """Call a (non-kernel) candidate: its result (made plain: _plain) and what it used that the exercise
-    forbids (aten op names, "dtype:<name>" for a forbidden dtype it touched, "launch:none" when an exercise
-    that needs kernels launched none)."""
-    with _quiet_numerics(), watching() as watch:
+    forbids (aten op names, "dtype:<name>" for a forbidden dtype it touched, "call:<module:name>" for a
+    forbidden course function it called, "launch:none" when an exercise that needs kernels launched none)."""
+    called: list[str] = []
+    with _quiet_numerics(), watching() as watch, _calls_to(getattr(ex, "forbidden_calls", ()), called):
         try:
             result = _plain(candidate(*args))
         except Exception as exc:
             raise _candidate_error(exc) from None
-    used = [op for op in ex.forbidden_ops if op in watch.torch_ops]
+    used = [f"call:{name}" for name in called]
+    used += [op for op in ex.forbidden_ops if op in watch.torch_ops]
     used += [f"dtype:{str(dt).replace('torch.', '')}" for dt in ex.forbidden_dtypes if dt in watch.dtypes]
     if ex.needs_kernels and not watch.launches:
         used.append("launch:none")
@@ -890,6 +939,13 @@ def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) 
     if "launch:none" in used:
         return [Problem("no Triton kernel was launched: this function must run your Triton kernels, not "
                         "compute the answer with PyTorch", "host")]
+    calls = [u[5:] for u in used if u.startswith("call:")]
+    if "profiler" in calls:
+        return [Problem("your function replaced the Python profiler (sys.setprofile) that the check uses to "
+                        "see which course functions it calls: leave it alone", "host")]
+    if calls:
+        name = calls[0].replace(":", ".")
+        return [Problem(f"calls the course's own `{name}`: " + (ex.call_message or "write it yourself"), "host")]
     dtypes = [u for u in used if u.startswith("dtype:")]
     if dtypes:
         return [Problem(ex.dtype_message or f"uses {dtypes[0][6:]}, which this exercise asks you to do "

@@ -296,6 +296,7 @@ class _Spec:
         self.allowed_ops = tuple(data.get("allowed_ops", ()))
         self.forbidden_ops = tuple(data.get("forbidden_ops", ()))
         self.forbidden_dtypes = tuple(_dtype(d) for d in data.get("forbidden_dtypes", ()))
+        self.forbidden_calls = tuple(str(c) for c in data.get("forbidden_calls", ()))
         self.max_launches = data.get("max_launches")
         self.needs_kernels = data.get("needs_kernels") is True
 
@@ -304,6 +305,7 @@ def spec_of(ex) -> dict:
     return {"id": ex.id, "signature": ex.signature, "params": ex.params, "kernel": ex.kernel,
             "allowed_ops": list(ex.allowed_ops), "forbidden_ops": list(ex.forbidden_ops),
             "forbidden_dtypes": [str(d).replace("torch.", "") for d in getattr(ex, "forbidden_dtypes", ())],
+            "forbidden_calls": list(getattr(ex, "forbidden_calls", ())),
             "max_launches": ex.max_launches, "needs_kernels": bool(getattr(ex, "needs_kernels", False))}
 
 
