@@ -326,9 +326,9 @@ register(Exercise(
     # numpy or ml_dtypes shortcuts are not seen.
     forbidden_dtypes=FLOAT8_DTYPES,
     dtype_message=("decodes with torch's own float8 type (a tensor of dtype float8_e4m3fn or another "
-                   "float8_*, from .view(...) or .to(...)): that checks torch against itself. Decode the bits "
-                   "yourself: shifts and masks on the int (or on a torch integer tensor, then int() / float()) "
-                   "are all allowed"),
+                   "float8_*, from .view(...) or .to(...)): that checks torch against itself. Decode the "
+                   "bits yourself: shifts and masks on the int (or on a torch integer tensor, then int() / "
+                   "float()) are all allowed"),
     forbidden_calls=("course_utils.fp8_interpreter:decode", "course_utils.fp8_interpreter:table",
                      "course_utils.fp8_interpreter:_table"),
     call_message="that checks the course against itself; decode the bits yourself, with shifts and masks"))

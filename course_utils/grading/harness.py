@@ -945,7 +945,8 @@ def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) 
                         "see which course functions it calls: leave it alone", "host")]
     if calls:
         name = calls[0].replace(":", ".")
-        return [Problem(f"calls the course's own `{name}`: " + (ex.call_message or "write it yourself"), "host")]
+        why = ex.call_message or "write it yourself"
+        return [Problem(f"calls the course's own `{name}`: {why}", "host")]
     dtypes = [u for u in used if u.startswith("dtype:")]
     if dtypes:
         return [Problem(ex.dtype_message or f"uses {dtypes[0][6:]}, which this exercise asks you to do "
