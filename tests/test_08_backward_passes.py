@@ -262,14 +262,14 @@ def test_silu_mul_function_writes_in_place_only_when_eager(monkeypatch, compilin
 # --- wrong autograd Functions -----------------------------------------------------------------
 
 class _SavesXhat(torch.autograd.Function):
-    """Right values, but the forward keeps xhat, a second (rows, hidden) tensor."""
+    """Right values, but the forward keeps a copy of x, a second (rows, hidden) tensor."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
         rows = x.reshape(-1, x.shape[-1])
         y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0])
         l08.rmsnorm_forward(rows, weight, eps, y, rstd)
-        ctx.save_for_backward(x, weight, rstd, rows * rstd[:, None])
+        ctx.save_for_backward(x, weight, rstd, rows.clone())
         return y.view(x.shape)
 
     @staticmethod
@@ -455,3 +455,71 @@ def test_attention_backward_over_the_first_128_queries_only_fails():
                    ("    for start_m in range(lo, hi, BLOCK_M):",
                     "    for start_m in range(lo, tl.minimum(hi, 128), BLOCK_M):"))
     failure("08.attention_backward", wrong, "more than one tile of 128")
+
+
+def test_rmsnorm_train_around_the_courses_function_is_refused(refuse_course_solutions):
+    """Returning the course's own RMSNormFunction: its forward launches the given forward kernel (allowed,
+    no solution in it), its backward the course's rmsnorm_backward_kernel, which is refused by name."""
+    failure("08.rmsnorm_train", lambda x, weight, eps: l08.RMSNormFunction.apply(x, weight, eps),
+            "the backward: your function launches `rmsnorm_backward_kernel`, the course's solution")
+
+
+class _TorchForward(torch.autograd.Function):
+    """y computed with torch on the host, the forward kernel launched beside it as cover."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rows = x.reshape(-1, x.shape[-1])
+        y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0])
+        l08.rmsnorm_forward(rows, weight, eps, y, rstd)
+        ctx.save_for_backward(x, weight, rstd)
+        return (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * weight).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return l08.RMSNormFunction.backward(ctx, dy)
+
+
+class _CopyInAList(torch.autograd.Function):
+    """The course's function, but the forward also keeps y in a list on ctx: a (rows, hidden) copy all the
+    same."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y = l08.RMSNormFunction.forward(ctx, x, weight, eps)
+        ctx.cache = {"rows": [y.clone()]}
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return l08.RMSNormFunction.backward(ctx, dy)
+
+
+def test_rmsnorm_train_computing_y_with_torch_beside_the_kernel_is_refused():
+    failure("08.rmsnorm_train", lambda x, w, eps: _TorchForward.apply(x, w, eps),
+            "computed with torch operations on the host (aten.")
+
+
+def test_rmsnorm_train_keeping_a_copy_in_a_list_on_ctx_is_named():
+    failure("08.rmsnorm_train", lambda x, w, eps: _CopyInAList.apply(x, w, eps),
+            "keeps a (rows, hidden) tensor")
+
+
+def test_rmsnorm_train_ignoring_dys_strides_fails_on_the_transposed_gradient():
+    wrong = mutant("l08_backward_passes", "rmsnorm_train",
+                   ("dy_rows = dy.reshape(rows.shape).contiguous()", "dy_rows = dy.reshape(rows.shape)"))
+    failure("08.rmsnorm_train", wrong, "dy transposed")
+
+
+def test_given_kernels_of_the_lesson_are_not_refused_as_solutions(refuse_course_solutions):
+    """A kernel the exercise notebook gives (no solution block in it: count_targets_kernel, the forward
+    RMSNorm) may be launched from the course's module; a kernel with the answer in it may not."""
+    from course_utils.grading.provenance import course_solution
+
+    module = "course_utils.lessons.l08_backward_passes"
+    for given in ("count_targets_kernel", "rmsnorm_forward_kernel", "sum_rows_kernel",
+                  "attention_delta_kernel"):
+        assert course_solution("08.cross_entropy", None, [(given, module)]) is None, given
+    for answer in ("cross_entropy_kernel", "rmsnorm_backward_kernel", "attention_dkdv_kernel"):
+        refusal = course_solution("08.cross_entropy", None, [(answer, module)])
+        assert "the course's solution" in refusal, answer

@@ -225,13 +225,22 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
     node saves what the student's saved and asks the sandbox for the backward (remote.autograd_in)."""
     solution = json.loads((ROOT / "solutions" / "08_backward_passes.ipynb").read_text())
     for name, old, new in (("right", "", ""),
-                           ("wrong_dw", "dw.to(weight.dtype), None", "(2 * dw).to(weight.dtype), None"),
+                           ("wrong_grads", "rmsnorm_backward(dy_rows, rows, weight, rstd, dx, dw)",
+                            "rmsnorm_backward(rows, dy_rows, weight, rstd, dx, dw)"),
                            ("saves_copy", "ctx.save_for_backward(x, weight", "ctx.save_for_backward(x.clone(), weight"),
                            ("torch_backward", "rmsnorm_backward(dy_rows, rows, weight, rstd, dx, dw)",
                             "xhat, g = rows.float() * rstd[:, None], dy_rows.float() * weight.float()\n"
                             "        dx.copy_((g - xhat * (g * xhat).mean(1, keepdim=True))"
                             " * rstd[:, None])\n"
-                            "        dw.copy_((dy_rows.float() * xhat).sum(0))")):
+                            "        dw.copy_((dy_rows.float() * xhat).sum(0))"),
+                           ("torch_beside_kernel",
+                            "        return dx.view(x.shape), dw.to(weight.dtype), None",
+                            "        dw = dw * 1.0\n"
+                            "        return dx.view(x.shape), dw.to(weight.dtype), None"),
+                           ("strides_ignored", "dy_rows = dy.reshape(rows.shape).contiguous()",
+                            "dy_rows = dy.reshape(rows.shape)"),
+                           ("copy_in_a_list", "        return y.view(x.shape)",
+                            "        ctx.cache = {'rows': [y.clone()]}\n        return y.view(x.shape)")):
         nb = copy.deepcopy(solution)
         at = _index(nb, "class RMSNormFunction")
         source = "".join(nb["cells"][at]["source"])
@@ -242,10 +251,17 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
         (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb))
     found = {sub.name: sub.exercises["08.rmsnorm_train"] for sub in batch.grade([tmp_path], timeout=120, jobs=2)}
     assert found["right.ipynb"].status == batch.PASS, found["right.ipynb"]
-    assert found["wrong_dw.ipynb"].status == batch.FAIL and "weight.grad" in found["wrong_dw.ipynb"].reason
+    assert found["wrong_grads.ipynb"].status == batch.FAIL and "x.grad" in found["wrong_grads.ipynb"].reason
     assert found["saves_copy.ipynb"].status == batch.FAIL and "keeps a (rows, hidden)" in found["saves_copy.ipynb"].reason
     assert found["torch_backward.ipynb"].status == batch.FAIL, found["torch_backward.ipynb"]
     assert "the backward launched no Triton kernel" in found["torch_backward.ipynb"].reason
+    # the sandbox's backward reports its host ops; the transposed gradient arrives with its strides
+    assert found["torch_beside_kernel.ipynb"].status == batch.FAIL
+    assert "computed with torch operations" in found["torch_beside_kernel.ipynb"].reason
+    assert found["strides_ignored.ipynb"].status == batch.FAIL
+    assert "transposed" in found["strides_ignored.ipynb"].detail
+    assert found["copy_in_a_list.ipynb"].status == batch.FAIL, found["copy_in_a_list.ipynb"]
+    assert "keeps a (rows, hidden)" in found["copy_in_a_list.ipynb"].reason
 
 
 def test_a_flood_of_empty_buffers_is_refused():

@@ -21,7 +21,8 @@ import torch
 
 from ..grading import Case, Exercise, Out, register
 from ..grading.guard import watching
-from ..grading.harness import compare
+from ..grading.harness import backward_problems, compare
+from ..grading.remote import ctx_tensors
 from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
 from ..mode import current, size
 
@@ -380,6 +381,7 @@ def _train_verify(x, weight, eps, dy):
         if not watch.launches:
             problems.append("the backward launched no Triton kernel: compute dx and dw with your "
                             "rmsnorm_backward kernel, not with PyTorch")
+        problems += backward_problems("08.rmsnorm_train", watch)
         for name, t in (("x", x), ("weight", weight)):
             if t.grad is None:
                 problems.append(f"no gradient reached `{name}`: backward returns (dx, dw, None), one per input")
@@ -402,7 +404,7 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
         saved = list(fn.saved_tensors)
     except RuntimeError as exc:
         return [f"could not read the saved tensors: {exc}"]
-    saved += [v for v in vars(fn).values() if isinstance(v, torch.Tensor)] if hasattr(fn, "__dict__") else []
+    saved += [t for _, t in ctx_tensors(vars(fn))] if hasattr(fn, "__dict__") else []  # lists, dicts too
     inputs = {x.untyped_storage().data_ptr(), weight.untyped_storage().data_ptr()}
     copies = [t for t in saved if t.numel() >= rows * hidden and t.untyped_storage().data_ptr() not in inputs]
     problems = []
@@ -421,17 +423,19 @@ def _train_cases(gen):
     for dtype in _dtypes():
         shapes = [("one row of 48", (1, 48)), (f"{rows} rows x hidden {hidden}", (rows, hidden)),
                   ("x (2, 7, 80): (batch, seq, hidden), y and dx keep x's shape", (2, 7, 80))]
+        shapes.append((f"{rows} rows x hidden {hidden}, dy transposed (column-major, as a matmul's gradient "
+                       "can come): use dy's own strides or make it contiguous", (rows, hidden)))
         for label, shape in shapes:
             # Parameters: leaves that collect .grad, and that the harness passes as they are (not copied)
             x = torch.nn.Parameter(randn(shape, dtype, gen))
             weight = torch.nn.Parameter(uniform((shape[-1],), 0.5, 1.5, dtype, gen))
-            dy = randn(shape, dtype, gen)
+            dy = randn(shape[::-1], dtype, gen).t() if "transposed" in label else randn(shape, dtype, gen)
             yield Case(f"{label}, {_name(dtype)}", (x, weight, 1e-6), None, verify=_train_verify(x, weight, 1e-6, dy))
 
 
 register(Exercise(
     "08.rmsnorm_train", "a differentiable RMSNorm: torch.autograd.Function on the two kernels",
-    "rmsnorm_train(x, weight, eps)", _train_cases, kernel=False, needs_kernels=True,
+    "rmsnorm_train(x, weight, eps)", _train_cases, kernel=False, needs_kernels=True, host_arithmetic=False,
     hint="forward: rows = x.reshape(-1, hidden), y and rstd (rows,) fp32 from rmsnorm_forward, "
          "ctx.save_for_backward(x, weight, rstd), return y.view(x.shape); backward: dx, dw from rmsnorm_backward "
          "on dy.reshape(rows.shape).contiguous(), return dx.view(x.shape), dw.to(weight.dtype), None"))

@@ -395,11 +395,14 @@ _watches: list[Watch] = []  # the active watches, innermost last
 _FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
 
 
-def record_launches(names: list[str]) -> None:
+def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = ()) -> None:
     """Kernels launched elsewhere on this code's behalf (a sandbox running a student's backward for
-    the batch grader's stand-in node): every active watch counts them as its own launches."""
+    the batch grader's stand-in node): every active watch counts them as its own launches, each
+    (name, module) as a launch with no shapes, and the torch ops that code ran as its own."""
     for watch in _watches:
         watch.launches += names
+        watch.launched += [Launch(name, module, ()) for name, module in launched]
+        watch.torch_ops += [op for op in dict.fromkeys(ops) if op not in watch.torch_ops]
 
 
 def _addresses(ptrs, mask) -> np.ndarray:

@@ -196,8 +196,12 @@ class Exercise:
     # it imported them (07.decode_e4m3: the course's own fp8 decoder), and why.
     forbidden_calls: tuple[str, ...] = ()
     call_message: str = ""
-    # A function exercise built on the student's kernels (08.rmsnorm_train): its call must launch one.
+    # A function exercise built on the student's kernels (08.rmsnorm_train): its call must launch one, of
+    # the student's own (not the course's solution kernels of the same lesson).
     needs_kernels: bool = False
+    # False: a function exercise whose arithmetic belongs in kernels: its host code may only allocate, view
+    # and copy tensors, in the call and in the backward of what it returns (check_backward_host).
+    host_arithmetic: bool = True
     speed: Speed | None = None  # on a GPU a passing check reports its speed
 
     def __post_init__(self):
@@ -932,13 +936,48 @@ def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[An
     used += [f"dtype:{str(dt).replace('torch.', '')}" for dt in ex.forbidden_dtypes if dt in watch.dtypes]
     if ex.needs_kernels and not watch.launches:
         used.append("launch:none")
+    if ex.needs_kernels:
+        refusal = course_solution(ex.id, None, watch.launched)
+        used += [f"solution:{refusal}"] if refusal else []
+    if not getattr(ex, "host_arithmetic", True):
+        used += [f"host:{op}" for op in host_arithmetic(watch)]
     return result, used
+
+
+def host_arithmetic(watch) -> list[str]:
+    """The torch ops a watched stretch of host code ran that compute (not allocation, views or copies).
+    `add_` is left out: it is how autograd accumulates a gradient into a leaf that already has one."""
+    return [op for op in watch.compute_ops() if op not in COPY_OPS and op != "add_"]
+
+
+def backward_problems(exercise_id: str, watch) -> list[str]:
+    """What a candidate's backward (watched while autograd ran it) did that a kernel exercise's host code
+    may not: launch the course's solution kernels, or compute with torch."""
+    problems = []
+    refusal = course_solution(exercise_id, None, watch.launched)
+    if refusal:
+        problems.append(Problem(f"the backward: {refusal}", "host"))
+    ops = host_arithmetic(watch)
+    if ops:
+        problems.append(Problem("the backward computed with torch operations outside your kernels ("
+                                + watch.describe_ops(ops) + "): dx and dw must come from your Triton kernels",
+                                "host"))
+    return problems
 
 
 def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) -> list[str]:
     if "launch:none" in used:
         return [Problem("no Triton kernel was launched: this function must run your Triton kernels, not "
                         "compute the answer with PyTorch", "host")]
+    solutions = [u[9:] for u in used if u.startswith("solution:")]
+    if solutions:
+        return [Problem(solutions[0], "host")]
+    host = [u[5:] for u in used if u.startswith("host:")]
+    if host:
+        named = ", ".join(f"aten.{op}" + (f" ({TORCH_NAMES[op]})" if op in TORCH_NAMES else "")
+                          for op in host[:4])
+        return [Problem(f"computed with torch operations on the host ({named}): the arithmetic belongs in "
+                        "your Triton kernels; the host code only allocates, reshapes and launches", "host")]
     calls = [u[5:] for u in used if u.startswith("call:")]
     if "profiler" in calls:
         return [Problem("your function replaced the Python profiler (sys.setprofile) that the check uses to "

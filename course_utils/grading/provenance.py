@@ -1,5 +1,6 @@
 """Is a candidate the student's own? The course's solutions live in course_utils/lessons/: a candidate
-defined there, or a kernel of the exercise's own lesson launched for it, is the course's answer.
+defined there, or a kernel of the exercise's own lesson launched for it, is the course's answer (unless
+that kernel is given code, with no solution block in it).
 
 Kernels of earlier lessons that an exercise builds on stay allowed (lesson 06's down projection runs
 lesson 03's matmul; lesson 06 packs its weights with lesson 02's copy_2d).
@@ -77,7 +78,25 @@ def course_solution(exercise_id: str, candidate=None, launched: Iterable = ()) -
     own_lesson = LESSONS_PACKAGE + "l" + exercise_id.split(".", 1)[0] + "_"
     for launch in launched:
         name, module = (launch.name, launch.module) if hasattr(launch, "module") else launch
-        if module.startswith(own_lesson):
+        if module.startswith(own_lesson) and not _given(module, name):
             return (f"your function launches `{name}`, the course's solution from {_module_path(module)}; "
                     "write your own")
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _given(module: str, name: str) -> bool:
+    """Is kernel `name` of lesson `module` code the exercise notebook gives (no `# BEGIN SOLUTION` in its
+    source, e.g. lesson 08's rmsnorm_forward_kernel), rather than an answer? Unknown kernels are answers."""
+    import importlib
+
+    try:
+        fn = getattr(importlib.import_module(module), name)
+        for _ in range(4):  # an autotuner around a jit function around the Python function
+            if inspect.isfunction(fn) or not hasattr(fn, "fn"):
+                break
+            fn = fn.fn
+        source = inspect.getsource(fn)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return False
+    return "BEGIN SOLUTION" not in source

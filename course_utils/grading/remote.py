@@ -25,6 +25,7 @@ HEADER_MAX = 4 << 20  # a JSON header larger than this is a broken (or hostile) 
 RESULT_MAX = 256 << 20  # bytes of tensors a function exercise may return
 BLOBS_MAX = 4096  # storages in one message (a flood of empty ones would fill the grader's memory)
 LAUNCHES_MAX = 64  # kernel names a sandbox's backward reports (the grader needs to know there were some)
+OPS_MAX = 256  # torch ops a sandbox's backward reports (which ones, not how often)
 
 
 class ProtocolError(Exception):
@@ -299,6 +300,7 @@ class _Spec:
         self.forbidden_calls = tuple(str(c) for c in data.get("forbidden_calls", ()))
         self.max_launches = data.get("max_launches")
         self.needs_kernels = data.get("needs_kernels") is True
+        self.host_arithmetic = data.get("host_arithmetic") is not False
 
 
 def spec_of(ex) -> dict:
@@ -306,7 +308,8 @@ def spec_of(ex) -> dict:
             "allowed_ops": list(ex.allowed_ops), "forbidden_ops": list(ex.forbidden_ops),
             "forbidden_dtypes": [str(d).replace("torch.", "") for d in getattr(ex, "forbidden_dtypes", ())],
             "forbidden_calls": list(getattr(ex, "forbidden_calls", ())),
-            "max_launches": ex.max_launches, "needs_kernels": bool(getattr(ex, "needs_kernels", False))}
+            "max_launches": ex.max_launches, "needs_kernels": bool(getattr(ex, "needs_kernels", False)),
+            "host_arithmetic": bool(getattr(ex, "host_arithmetic", True))}
 
 
 def problems_out(problems) -> list:
@@ -468,8 +471,25 @@ def autograd_out(fn, args) -> dict:
     except RuntimeError as exc:
         info["saved_error"] = str(exc)[:500]
     if hasattr(fn, "__dict__"):
-        info["attrs"] = {str(k): describe(v) for k, v in vars(fn).items() if isinstance(v, torch.Tensor)}
+        info["attrs"] = {str(k).replace(".", "_"): describe(v) for k, v in ctx_tensors(vars(fn))}
     return info
+
+
+def ctx_tensors(attrs: dict, limit: int = 64) -> list:
+    """(name, tensor) of every tensor an autograd node's attributes hold, also inside lists, tuples, sets and
+    dicts (ctx.cache = [xhat] keeps xhat as surely as ctx.xhat = xhat); names like "cache.0"."""
+    import torch
+
+    found, stack = [], [(str(k), v, 0) for k, v in attrs.items()]
+    while stack and len(found) < limit:
+        name, value, depth = stack.pop()
+        if isinstance(value, torch.Tensor):
+            found.append((name, value))
+        elif depth < 4 and isinstance(value, (list, tuple, set, frozenset)):
+            stack += [(f"{name}.{i}", v, depth + 1) for i, v in enumerate(value)]
+        elif depth < 4 and isinstance(value, dict):
+            stack += [(f"{name}.{k}", v, depth + 1) for k, v in value.items()]
+    return found
 
 
 def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
@@ -509,7 +529,7 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
         @staticmethod
         def backward(ctx, grad):
             enc = Encoder()
-            chan.send({"op": "backward", "device": device, "grad": enc.encode(grad.contiguous())}, enc.blobs())
+            chan.send({"op": "backward", "device": device, "grad": enc.encode(grad)}, enc.blobs())
             msg, blobs = chan.recv()
             if msg.get("op") == "raised":
                 raise RuntimeError(str(msg.get("raised") or msg.get("message", ""))[:2000])
@@ -519,8 +539,13 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
             grads = [decoder.decode(g) for g in _list(msg.get("grads"))]
             if len(grads) != len(args):
                 raise ProtocolError("gradients for a different number of arguments")
-            # The kernels the sandbox's backward launched, for a check that watches the backward
-            record_launches([str(name)[:80] for name in _list(msg.get("launches"))[:LAUNCHES_MAX]])
+            # The kernels the sandbox's backward launched (with the modules that defined them) and the torch
+            # ops its host code ran, for a check that watches the backward
+            launched = [(str(pair[0])[:80], str(pair[1])[:200])
+                        for pair in _list(msg.get("launched"))[:LAUNCHES_MAX]
+                        if isinstance(pair, list) and len(pair) == 2]
+            record_launches([str(name)[:80] for name in _list(msg.get("launches"))[:LAUNCHES_MAX]], launched,
+                            [str(op)[:80] for op in _list(msg.get("ops"))[:OPS_MAX]])
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
@@ -565,7 +590,9 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 grads = [grads_enc.encode(a.grad) if isinstance(a, torch.Tensor) and a.grad is not None else None
                          for a in fargs]
                 changed += integrity.restore() if integrity is not None else []
-                reply = {"op": "grads", "grads": grads, "launches": watch.launches[:LAUNCHES_MAX]}
+                reply = {"op": "grads", "grads": grads, "launches": watch.launches[:LAUNCHES_MAX],
+                         "launched": [[la.name, la.module] for la in watch.launched[:LAUNCHES_MAX]],
+                         "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX]}
                 chan.send(_tampered(changed) if changed else reply, grads_enc.blobs())
                 continue
             if op == "signature":
