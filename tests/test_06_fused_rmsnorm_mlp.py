@@ -674,3 +674,32 @@ def test_rmsnorm_mlp_whose_k_pointers_never_advance_fails():
                     "        x_ptrs += BLOCK_K * stride_xk\n        w_ptrs += BLOCK_K * stride_wk\n",
                     "        acc = tl.dot(x, w, acc)  # ONE dot for gate and up: a cuBLAS-sized tile\n"))
     failure("06.rmsnorm_mlp", wrong, "several tiles in every dimension")
+
+
+def test_launches_on_buffers_written_from_the_rows_count_whatever_their_shape():
+    """The unfused block with its temporaries stored transposed and one row longer, (hidden + 1, rows) and
+    (intermediate + 1, rows): only its first and last launches have a tensor of `rows` rows, yet each
+    launch reads what the one before it wrote from the rows. Counted by storage, all three are on the
+    activations; the fused block's launches (weight packing, statistics pre-pass, gate/up, down) are two."""
+    from course_utils.grading.guard import Launch
+    from course_utils.grading.harness import Fusion, _launches_on_the_rows
+
+    rows, hidden, inter = 37, 40, 136
+    fusion = Fusion("", lambda case: None, kernels=2, pre_pass=True)
+    x, w, xn_t, w_gu, h_t, w_down, out, rstd, h = range(1, 10)  # storages
+    unfused = [
+        Launch("rmsnorm", "m", ((rows, hidden), (hidden,), (hidden + 1, rows)), (True, True, False),
+               ((rows, hidden), (), ()), (x, w, xn_t)),
+        Launch("gate_up", "m", ((hidden + 1, rows), (2 * inter, hidden), (inter + 1, rows)),
+               (False, True, False), ((), (), ()), (xn_t, w_gu, h_t)),
+        Launch("down", "m", ((inter + 1, rows), (hidden, inter), (rows, hidden)), (False, True, False),
+               ((), (), (rows, hidden)), (h_t, w_down, out))]
+    assert _launches_on_the_rows(fusion, unfused, rows) == ["rmsnorm", "gate_up", "down"]
+    fused = [
+        Launch("pack", "m", ((inter, hidden), (2 * inter, hidden)), (True, False), ((), ()), (w, w_gu)),
+        Launch("row_rstd", "m", ((rows, hidden), (rows,)), (True, False), ((rows, hidden), ()), (x, rstd)),
+        Launch("gate_up", "m", ((rows, hidden), (2 * inter, hidden), (rows,), (rows, inter)),
+               (True, False, False, False), ((rows, hidden), (), (), ()), (x, w_gu, rstd, h)),
+        Launch("down", "m", ((rows, inter), (hidden, inter), (rows, hidden)), (False, True, False),
+               ((), (), (rows, hidden)), (h, w_down, out))]
+    assert _launches_on_the_rows(fusion, fused, rows) == ["gate_up", "down"]

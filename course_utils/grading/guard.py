@@ -110,6 +110,9 @@ class Launch:
     # Per tensor argument: the shape of the call's tensor (input or output) whose storage it shares, () if
     # none. A flat view of x still belongs to x: it is x's (rows, hidden) that makes a launch one on the rows.
     bases: tuple[tuple[int, ...], ...] = ()
+    # Per tensor argument: the address of its storage. A launch that reads a buffer an earlier launch on the
+    # rows wrote is on the rows too, whatever shape the buffer was given (harness._launch_problems).
+    storages: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -575,7 +578,8 @@ def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     return Launch(_kernel_name(kernel), _kernel_module(kernel), tuple(tuple(t.shape) for t in tensors),
                   tuple(_storage(t) in watch.input_storages for t in tensors),
-                  tuple(watch.call_shapes.get(_storage(t), ()) for t in tensors))
+                  tuple(watch.call_shapes.get(_storage(t), ()) for t in tensors),
+                  tuple(_storage(t) for t in tensors))
 
 
 def _storage(t: torch.Tensor) -> int:

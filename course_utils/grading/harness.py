@@ -623,6 +623,23 @@ def _statistics_pass(launch, rows: int) -> bool:
                for shape, is_input in zip(launch.shapes, _input_flags(launch)))
 
 
+def _launches_on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[str]:
+    """The names of the launches that work on the activations: a tensor with one row per output row (the
+    call's x or out, or a view of them), or a buffer that an earlier such launch wrote (by its storage:
+    a temporary stored transposed, padded or flat is still the rows' data). A statistics pre-pass
+    (fusion.pre_pass) is not counted and taints nothing: it holds at most two values per row."""
+    counted, written = [], set()
+    for launch in launched:
+        on_rows = any(len(shape) >= 2 and shape[0] == rows for shape in (*launch.shapes, *launch.bases))
+        if fusion.pre_pass and _statistics_pass(launch, rows):
+            continue
+        if on_rows or any(storage in written for storage in launch.storages):
+            counted.append(launch.name)
+            flags = _input_flags(launch)
+            written |= {storage for storage, is_input in zip(launch.storages, flags) if not is_input}
+    return counted
+
+
 def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[str]:
     """Too many launches, or (fused exercises) an intermediate written to memory."""
     problems = []
@@ -630,10 +647,7 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
     limit, counted, what = ex.max_launches, names, "kernels"
     if ex.fusion is not None:
         limit = ex.fusion.kernels
-        rows = _rows(case)
-        counted = [launch.name for launch in launched
-                   if any(len(shape) >= 2 and shape[0] == rows for shape in (*launch.shapes, *launch.bases))
-                   and not (ex.fusion.pre_pass and _statistics_pass(launch, rows))]
+        counted = _launches_on_the_rows(ex.fusion, launched, _rows(case))
         what = "kernels on the activations"
     if limit is not None and len(counted) > limit:
         shown = ", ".join(counted[:6]) + (", ..." if len(counted) > 6 else "")
