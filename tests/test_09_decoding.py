@@ -286,3 +286,14 @@ def test_w4a16_gemv_over_the_first_1024_weights_only_fails():
                     "for kw0 in tl.range(0, tl.minimum(K_WORDS, 128), BLOCK_KW,"))
     message = failure("09.w4a16_gemv", wrong)
     assert "K = 1536 (12 groups of 128)" in message, message
+
+
+@interpreter_only
+def test_kv_append_rewriting_the_whole_cache_is_refused():
+    """Right values everywhere, but every row of the cache stored back: the interpreter sees each store, and
+    the check names the elements that should have been left alone."""
+    from kv_rewrite import kv_append
+
+    message = failure("09.kv_append", kv_append)
+    assert "stored into" in message and "it must leave alone" in message, message
+    assert "row positions[b] of each sequence's heads" in message, message

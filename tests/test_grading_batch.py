@@ -320,3 +320,21 @@ def test_a_notebook_can_neither_retry_its_way_to_a_pass_nor_write_into_the_repor
     with (tmp_path / "grades.csv").open(newline="") as f:
         rows = list(csv.reader(f))
     assert len(rows) == 3 and not any(cell[:1] in "=+-@" for row in rows for cell in row if cell)
+
+
+def test_stores_into_the_cache_outside_the_new_row_are_seen_in_the_sandbox(tmp_path):
+    """09.kv_append with the right values but every row of the cache rewritten: the sandbox's interpreter sees
+    the stores (harness._stores_outside), told by the grader which elements may change (Out.writable)."""
+    solution = json.loads((ROOT / "solutions" / "09_decoding.ipynb").read_text())
+    rewrite = (ROOT / "tests" / "kv_rewrite.py").read_text()
+    for name, extra in (("right", ""), ("rewrites", rewrite)):
+        nb = copy.deepcopy(solution)
+        nb["cells"] = [c for c in nb["cells"] if 'check("09.' not in "".join(c["source"])
+                       or 'check("09.kv_append"' in "".join(c["source"])]
+        if extra:
+            nb["cells"].insert(_index(nb, 'check("09.kv_append"'), _code(extra))
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb))
+    found = {sub.name: sub.exercises["09.kv_append"] for sub in batch.grade([tmp_path], timeout=120, jobs=2)}
+    assert found["right.ipynb"].status == batch.PASS, found["right.ipynb"]
+    assert found["rewrites.ipynb"].status == batch.FAIL, found["rewrites.ipynb"]
+    assert "it must leave alone" in found["rewrites.ipynb"].reason

@@ -123,8 +123,12 @@ def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None,
     rows = torch.arange(B)
     want_k[rows, :, positions.long()] = f64(k_new)
     want_v[rows, :, positions.long()] = f64(v_new)
-    args = (k_new, v_new, Out("cache_k", (B, H, S, D), dtype, init=cache_k),
-            Out("cache_v", (B, H, S, D), dtype, init=cache_v), positions.to(current().device))
+    writable = torch.zeros(B, H, S, D, dtype=torch.bool)  # row positions[b] of every (b, h), nothing else
+    writable[rows, :, positions.long()] = True
+    what = "row positions[b] of each sequence's heads"
+    args = (k_new, v_new, Out("cache_k", (B, H, S, D), dtype, init=cache_k, writable=writable, what=what),
+            Out("cache_v", (B, H, S, D), dtype, init=cache_v, writable=writable, what=what),
+            positions.to(current().device))
     return Case(label, args, {"cache_k": want_k, "cache_v": want_v}, 0.0, 0.0, explain=_kv_explain)
 
 

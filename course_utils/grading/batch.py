@@ -429,7 +429,7 @@ class Grader:
         def run_case(case) -> list[str]:
             import torch
 
-            from .harness import judge_function_case, judge_kernel_case, prepare_kernel_case
+            from .harness import judge_function_case, judge_kernel_case, prepare_kernel_case, writable_of
 
             encoder = remote.Encoder()
             header = {"op": "call", "spec": spec, "device": self.device}
@@ -445,6 +445,8 @@ class Grader:
                 position = {id(a): i for i, a in enumerate(args)}
                 header["outputs"] = {name: [encoder.storage_index(view), position[id(view)]]
                                      for name, (_, view, _) in prepared.buffers.items()}
+                header["writable"] = {name: [encoder.encode(mask.to(torch.uint8)), what]
+                                      for name, (mask, what) in writable_of(case).items()}
             sent = sum(raw.numel() for raw in encoder.storages)
             chan.send(header, encoder.blobs())
             msg, blobs = chan.recv(blob_limit=sent + remote.RESULT_MAX)

@@ -324,6 +324,7 @@ class Tracker:
     def __init__(self):
         self.buffers: dict[int, tuple[int, int, np.ndarray, np.ndarray, str, object]] = {}
         self.problems: dict[str, str] = {}  # buffer name -> what was found (the first time only)
+        self.written: dict[int, np.ndarray] = {}  # buffer start -> which of its bytes a kernel stored to
 
     def add(self, t: torch.Tensor, name: str) -> None:
         import ctypes
@@ -337,6 +338,18 @@ class Tracker:
             return
         real = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(start))
         self.buffers[start] = (start, start + n, real, real.copy(), name, storage)
+        self.written[start] = np.zeros(n, dtype=bool)
+
+    def stored(self, t: torch.Tensor) -> torch.Tensor | None:
+        """Per element of `t` (a view into a tracked buffer): did a kernel store to any of its bytes? None
+        when `t`'s buffer is not tracked."""
+        start = _storage_ptr(t)
+        written = self.written.get(start)
+        if written is None:
+            return None
+        size = t.element_size()
+        per_element = torch.from_numpy(written[:written.size // size * size].reshape(-1, size).any(axis=1))
+        return per_element.as_strided(t.shape, t.stride(), t.storage_offset())
 
     def tracks(self, t: torch.Tensor) -> bool:
         try:
@@ -386,8 +399,9 @@ class Tracker:
                 self._found(name, f"read back by a {what} in your kernel")
 
     def after_write(self, addrs: np.ndarray, itemsize: int) -> None:
-        for (_, _, real, shadow, _, _), offs in self._bytes(addrs, itemsize):
+        for (start, _, real, shadow, _, _), offs in self._bytes(addrs, itemsize):
             shadow[offs] = real[offs]
+            self.written[start][offs] = True
 
     def messages(self) -> list[str]:
         return list(self.problems.values())

@@ -128,6 +128,10 @@ class Out:
     # An in/out buffer (e.g. a KV cache the candidate appends to): it starts as a copy of `init`, with
     # init's strides, instead of poison; elements the candidate must leave alone keep init's values.
     init: torch.Tensor | None = field(default=None, compare=False)
+    # Of an in/out buffer: the elements the candidate may store to (bool, out's shape); storing anywhere
+    # else, even the value that was there, fails (checked in the interpreter, which sees every store).
+    writable: torch.Tensor | None = field(default=None, compare=False)
+    what: str = ""  # what the writable elements are, for the failure ("row positions[b] of each sequence")
 
 
 @dataclass
@@ -727,16 +731,38 @@ def _collections_see_only_new_objects():
 
 
 def call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
-                          buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]], device: str) -> CallFacts:
+                          buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]], device: str,
+                          writable: dict[str, tuple[torch.Tensor, str]] | None = None) -> CallFacts:
     """Call the candidate once, watching it (the candidate's side). Raises CheckFailed when it raised,
-    went out of bounds or crashed the GPU; the outputs are left in `buffers` for `judge_kernel_case`."""
+    went out of bounds or crashed the GPU; the outputs are left in `buffers` for `judge_kernel_case`.
+    writable: {output name: (bool mask of the elements it may store to, what they are)} (Out.writable)."""
     with _collections_see_only_new_objects():
-        return _call_kernel_candidate(ex, candidate, call_args, buffers, device)
+        return _call_kernel_candidate(ex, candidate, call_args, buffers, device, writable or {})
+
+
+def _stores_outside(tracker: Tracker, buffers, writable) -> list[Problem]:
+    """Stores the interpreter saw into elements of an in/out buffer that the call must leave alone."""
+    problems = []
+    for name, (mask, what) in writable.items():
+        if name not in buffers:
+            continue
+        stored = tracker.stored(buffers[name][1])
+        if stored is None or tuple(mask.shape) != tuple(stored.shape):
+            continue
+        outside = stored & ~mask.to(torch.bool).cpu()
+        if bool(outside.any()):
+            first = tuple(int(i) for i in outside.nonzero()[0])
+            problems.append(Problem(
+                f"your kernel stored into {int(outside.sum())} element(s) of `{name}` it must leave alone "
+                f"(the first at index {first}): store only {what or 'the elements this call changes'}. "
+                "Rewriting the others, even with the values they held, moves bytes for nothing and can "
+                "overwrite what another writer put there", "wrong"))
+    return problems
 
 
 def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
                            buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]],
-                           device: str) -> CallFacts:
+                           device: str, writable: dict) -> CallFacts:
     # The outputs' bytes as the last kernel launch left them, and how many torch ops had run by then:
     # output that changes afterwards without a torch op that writes was written by NumPy or the like.
     after_launch: dict[str, torch.Tensor] = {}
@@ -792,6 +818,7 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
     if tracker is not None:
         tracker.verify_all("found after your function returned")
         facts.host += [Problem(text, "host") for text in tracker.messages()]
+        facts.host += _stores_outside(tracker, buffers, writable)
     torch_wrote_later = any(op.endswith("_") or op in ex.allowed_ops or op not in HOST_OPS
                             for op in watch.torch_ops[ops_at_last_launch[0]:])
     for name, (_, view, _) in buffers.items():
@@ -867,8 +894,15 @@ def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str)
     prepared = prepare_kernel_case(ex, case, device)
     if case.raises is not None:
         return _expect_refusal(case, candidate, prepared.call_args)
-    facts = call_kernel_candidate(ex, candidate, prepared.call_args, prepared.buffers, device)
+    facts = call_kernel_candidate(ex, candidate, prepared.call_args, prepared.buffers, device,
+                                  writable_of(case))
     return judge_kernel_case(ex, case, prepared, facts)
+
+
+def writable_of(case: Case) -> dict[str, tuple[torch.Tensor, str]]:
+    """{output name: (Out.writable, Out.what)} of a case's in/out buffers that say which elements change."""
+    return {arg.name: (arg.writable, arg.what) for arg in case.args
+            if isinstance(arg, Out) and arg.writable is not None}
 
 
 def _function_args(args) -> tuple:

@@ -627,7 +627,10 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
             elif spec.kernel:
                 outs = {name: tuple(idx) for name, idx in msg.get("outputs", {}).items()}
                 buffers = {name: (args[a], args[a], args[a].numel()) for name, (_, a) in outs.items()}
-                facts = call_kernel_candidate(spec, candidate, args, buffers, device)
+                writable = {str(name): (decoder.decode(pair[0]).to(torch.bool), str(pair[1])[:300])
+                            for name, pair in dict(msg.get("writable") or {}).items()
+                            if isinstance(pair, list) and len(pair) == 2}
+                facts = call_kernel_candidate(spec, candidate, args, buffers, device, writable)
                 reply = {"op": "called", "facts": facts_out(facts)}
                 result_enc.storages += decoder.storages
             else:
