@@ -261,14 +261,20 @@ def test_silu_mul_function_writes_in_place_only_when_eager(monkeypatch, compilin
 
 # --- wrong autograd Functions -----------------------------------------------------------------
 
+def _forward_kernel(x, weight, eps):
+    """The given forward kernel on x's rows: (rows (rows, hidden) view of x, y, rstd (rows,) fp32)."""
+    rows = x.reshape(-1, x.shape[-1])
+    y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0])
+    l08.rmsnorm_forward(rows, weight, eps, y, rstd)
+    return rows, y, rstd
+
+
 class _SavesXhat(torch.autograd.Function):
     """Right values, but the forward keeps a copy of x, a second (rows, hidden) tensor."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        rows = x.reshape(-1, x.shape[-1])
-        y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0])
-        l08.rmsnorm_forward(rows, weight, eps, y, rstd)
+        rows, y, rstd = _forward_kernel(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd, rows.clone())
         return y.view(x.shape)
 
@@ -304,9 +310,7 @@ class _BackwardInTorch(_InTorch):
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        rows = x.reshape(-1, x.shape[-1])
-        y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0])
-        l08.rmsnorm_forward(rows, weight, eps, y, rstd)
+        _, y, rstd = _forward_kernel(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd.view(x.shape[:-1]))
         return y.view(x.shape)
 
@@ -469,9 +473,7 @@ class _TorchForward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        rows = x.reshape(-1, x.shape[-1])
-        y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0])
-        l08.rmsnorm_forward(rows, weight, eps, y, rstd)
+        _, _, rstd = _forward_kernel(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
         return (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * weight).to(x.dtype)
 
