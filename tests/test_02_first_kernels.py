@@ -375,7 +375,7 @@ def test_copy_2d_assuming_contiguous_fails_on_the_transposed_case():
         copy_2d_contiguous_kernel[grid](x, out, M, N, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
 
     m = size((1823, 781), (67, 45))[0]
-    err = failure("02.copy_2d", contiguous_only, "failed on case 3/5: transposed: strides (1, M)",
+    err = failure("02.copy_2d", contiguous_only, "failed on case 3/6: transposed: strides (1, M)",
                   f"strides=(1, {m})", "elements differ beyond",
                   "hint: address element (i, j) as i * x.stride(0)")
     assert "transposed" in err.case
@@ -388,7 +388,7 @@ def test_copy_2d_with_swapped_strides():
         copy_2d_kernel[grid](x, out, M, N, x.stride(1), x.stride(0), out.stride(0), out.stride(1),
                              BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
 
-    failure("02.copy_2d", swapped, "case 2/5: contiguous")
+    failure("02.copy_2d", swapped, "case 2/6: contiguous")
 
 
 def test_copy_2d_masking_columns_against_the_block_is_out_of_bounds():
@@ -409,7 +409,7 @@ def test_copy_2d_only_whole_tiles():
         copy_2d_kernel[grid](x, out, M, N, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
                              BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
 
-    failure("02.copy_2d", whole_tiles, "case 2/5", "elements were never written")
+    failure("02.copy_2d", whole_tiles, "case 2/6", "elements were never written")
 
 
 def test_copy_2d_contiguous_then_flat_copy_is_torch_on_the_host():
@@ -511,7 +511,7 @@ def test_add_with_a_grid_capped_at_the_sm_count_misses_the_rest():
         n = out.numel()
         add_kernel[(min(triton.cdiv(n, BLOCK), 132),)](x, y, out, n, BLOCK=BLOCK)  # no loop over the rest
 
-    err = failure("02.vector_add", capped, "more blocks than a grid capped at the SM count covers",
+    err = failure("02.vector_add", capped, "than a grid capped at the SM count covers",
                   "elements were never written", "hint: the grid must cover all n elements")
     assert "case 7/7" in str(err)
 
@@ -583,3 +583,28 @@ def test_the_benchs_read_only_kernel_sums_each_block():
     read_only_kernel[(4,)](x, sums, x.numel(), BLOCK=256)
     want = torch.stack([x[i * 256:(i + 1) * 256].sum() for i in range(4)])
     torch.testing.assert_close(sums, want, rtol=1e-5, atol=1e-4)
+
+
+# --- grids that stop at the first tile along some axis ------------------------------------------------
+
+def test_relu_launched_over_rows_instead_of_elements_fails():
+    """One program of 1024 per row covers the (37, 781) case; the 2 x 3000 case has more elements per row
+    than a block."""
+    from helpers import mutant
+
+    wrong = mutant("l02_first_kernels", "relu",
+                   ("relu_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)",
+                    "relu_kernel[(x.shape[0],)](x, out, n, BLOCK=BLOCK)"))
+    failure("02.relu", wrong, "2 rows of 3000", "launch over numel")
+
+
+def test_copy_2d_with_one_column_tile_of_128_fails():
+    """A grid over row tiles only, columns in one tile of 128: every other case is narrower than that."""
+    from helpers import mutant
+
+    wrong = mutant("l02_first_kernels", "copy_2d",
+                   ("BLOCK_M: int = 32, BLOCK_N: int = 32) -> None:",
+                    "BLOCK_M: int = 32, BLOCK_N: int = 128) -> None:"),
+                   ("grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))",
+                    "grid = (triton.cdiv(M, BLOCK_M), 1)"))
+    failure("02.copy_2d", wrong, "130 x 259: more than one tile of 128")

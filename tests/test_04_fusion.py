@@ -326,3 +326,25 @@ def test_profile_to_trace_writes_a_trace_of_the_eager_chain(tmp_path):
 def test_sin_instruction_reads_ptx():
     assert "approx" in bench04.sin_instruction("  sin.approx.f32 %f2, %f1;")
     assert "libdevice" in bench04.sin_instruction("  fma.rn.f32 %f2, %f1, %f3, %f4;")
+
+
+def test_bytes_moved_as_a_table_of_the_fixed_questions_fails():
+    """Two questions are drawn from the seed: a lookup table of the fixed ones has no answer for them."""
+    table = {(1, 4, 1, False): 8, (1, 4, 1, True): 8, (1 << 26, 4, 4, False): 2147483648,
+             (1 << 26, 4, 4, True): 536870912, (4096 * 11008, 2, 3, False): 541065216,
+             (4096 * 11008, 2, 3, True): 180355072, (1823, 8, 7, False): 204176, (1823, 8, 7, True): 29168}
+
+    def bytes_moved(n_elements, bytes_per_element, n_ops, fused):
+        return table.get((n_elements, bytes_per_element, n_ops, fused), 0)
+
+    failure("04.bytes_moved", bytes_moved, "returned 0")
+
+
+def test_silu_mul_launched_over_rows_instead_of_elements_fails():
+    """One program of 1024 per row covers the (37, 781) case; the 2 x 3000 case does not."""
+    from helpers import mutant
+
+    wrong = mutant("l04_fusion", "silu_mul",
+                   ("    grid = (triton.cdiv(n, BLOCK),)\n    silu_mul_kernel[grid]",
+                    "    grid = (g.shape[0],)\n    silu_mul_kernel[grid]"))
+    failure("04.silu_mul", wrong, "2 rows of 3000")

@@ -179,9 +179,9 @@ ROWS = 16  # rows per program: the interpreter runs programs one by one, so fewe
 
 @triton.jit
 def _softmax_whole_row_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, son, BLOCK: tl.constexpr,
-                              BUG: tl.constexpr):
-    """Whole rows per program (any length in the interpreter). BUG 1: no max; 2: pad with 0."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+                              BUG: tl.constexpr, R: tl.constexpr):
+    """Whole rows, R per program (any length in the interpreter). BUG 1: no max; 2: pad with 0."""
+    rows = tl.program_id(0) * R + tl.arange(0, R)
     safe_rows = tl.minimum(rows, n_rows - 1)
     cols = tl.arange(0, BLOCK)
     mask = cols[None, :] < n_cols
@@ -202,9 +202,10 @@ def _softmax_whole_row_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, son
 def _whole_row(bug):
     def softmax_whole_row(x, out):
         n_rows, n_cols = x.shape
-        grid = (triton.cdiv(n_rows, ROWS),)
-        _softmax_whole_row_kernel[grid](x, out, n_rows, n_cols, *x.stride(), *out.stride(),
-                                        BLOCK=triton.next_power_of_2(n_cols), BUG=bug)
+        block = triton.next_power_of_2(n_cols)
+        rows = ROWS if ROWS * block <= 1 << 20 else 1  # a tile holds at most 2^20 elements
+        _softmax_whole_row_kernel[(triton.cdiv(n_rows, rows),)](
+            x, out, n_rows, n_cols, *x.stride(), *out.stride(), BLOCK=block, BUG=bug, R=rows)
     return softmax_whole_row
 
 
@@ -279,7 +280,7 @@ def test_softmax_online_without_max_subtraction_fails():
     def two_paths(x, out):
         (_whole_row(0) if x.shape[1] <= 8192 else _online(3))(x, out)
 
-    failure("05.softmax", two_paths, "rows of 40000 near +100", "subtract each row's max")
+    failure("05.softmax", two_paths, "rows of 70000 near +100", "subtract each row's max")
 
 
 def test_softmax_online_without_minus_inf_guard_fails():
@@ -606,3 +607,59 @@ def test_attention_causal_mask_without_the_diagonal_is_named():
 def test_attention_without_the_final_division_is_named():
     wrong = mutant("l05_online_softmax", "attention", ("out = acc / l_i[:, None]", "out = acc"))
     failure("05.attention", wrong, "without the final division by l")
+
+
+# --- loops that never leave their first tile, and reads that hide from the log ----------------------
+
+def test_attention_with_tiles_of_128_and_no_rescale_fails():
+    """With 128 x 128 tiles every other CPU case is one key tile, where the rescale never matters: the case
+    of 300 keys has three."""
+    wrong = mutant("l05_online_softmax", "attention",
+                   ("BLOCK_M = BLOCK_M or size(128, 32)", "BLOCK_M = 128"),
+                   ("BLOCK_N = BLOCK_N or size(32 if wide else 64, 32)", "BLOCK_N = 128"),
+                   ("alpha = tl.exp2(m_i - m_new)", "alpha = tl.exp2(m_new - m_new)"))
+    failure("05.attention", wrong, "S = 300, large scores")
+
+
+def test_softmax_online_over_its_first_block_of_65536_only_fails():
+    """The online kernel with one block of 65536 and no loop holds a row of 40000; rows of 70000 do not
+    fit."""
+    wrong = mutant("l05_online_softmax", "softmax",
+                   ("block_n=size(4096, 8192)", "block_n=65536"),
+                   ("for start in range(0, n_cols, BLOCK_N):  # pass 1",
+                    "for start in range(0, BLOCK_N, BLOCK_N):  # pass 1"),
+                   ("for i in range(n_blocks):  # pass 2", "for i in range(1):  # pass 2"),
+                   ("start = (n_blocks - 1 - i) * BLOCK_N", "start = 0"))
+    failure("05.softmax", wrong, "rows of 70000")
+
+
+def _stats_nan_after_a_finite_block(x, block):
+    """Merges an all -inf block's (-inf, NaN) as if it were a block: right only while nothing came before."""
+    m, d = -math.inf, 0.0
+    for start in range(0, x.numel(), block):
+        chunk = x[start:start + block].to(torch.float64)
+        m_b = float(chunk.max())
+        d_b = float(torch.exp(chunk - m_b).sum())  # NaN when the block is all -inf
+        if m == -math.inf:
+            m, d = m_b, (0.0 if m_b == -math.inf else d_b)
+            continue
+        m_new = max(m, m_b)
+        m, d = m_new, d * math.exp(m - m_new) + d_b * math.exp(m_b - m_new)
+    return m, d
+
+
+def test_online_stats_spoiled_by_an_all_minus_inf_block_after_finite_ones_fails():
+    failure("05.online_softmax_stats", _stats_nan_after_a_finite_block, "the third too", "NaN")
+
+
+@pytest.mark.parametrize("reads", ["cat of the blocks", "as_subclass"])
+def test_online_stats_reading_everything_at_once_through_a_side_door_fails(reads):
+    """torch.cat over x's own blocks, or a plain tensor made with as_subclass (which torch does not route
+    through __torch_function__), read all of x at once: the log counts both."""
+    def stats(x, block):
+        y = torch.cat(list(x.split(block))) if reads == "cat of the blocks" else x.as_subclass(torch.Tensor)
+        y = y.to(torch.float64)
+        m = float(y.max())
+        return m, (float(torch.exp(y - m).sum()) if m > -math.inf else 0.0)
+
+    failure("05.online_softmax_stats", stats, "elements of x at once")

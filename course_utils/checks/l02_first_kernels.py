@@ -27,12 +27,14 @@ def _add_cases(gen):
                        *tolerance(dtype))
     n = CAPPED_GRID_LENGTH
     x, y = randn(n, gen=gen), randn(n, gen=gen)
-    yield Case(f"length {n}: more blocks than a grid capped at the SM count covers", (x, y, Out("out", (n,),
-               torch.float32)), {"out": f64(x) + f64(y)}, *tolerance(torch.float32))
+    yield Case(f"length {n}: more blocks of {size(4096, 1024)} than a grid capped at the SM count covers",
+               (x, y, Out("out", (n,), torch.float32)), {"out": f64(x) + f64(y)}, *tolerance(torch.float32))
 
 
 def _relu_cases(gen):
-    shapes = [((1,), "one element"), ((3, 5, 7), "3-D"), (size((1823, 781), (37, 781)), "2-D, odd sizes")]
+    shapes = [((1,), "one element"), ((3, 5, 7), "3-D"), (size((1823, 781), (37, 781)), "2-D, odd sizes"),
+              ((2, 3000), "2 rows of 3000: more elements than rows x a block (launch over numel, not "
+                          "shape[0])")]
     for shape, label in shapes:
         for dtype in (torch.float32, torch.float16):
             x = randn(shape, dtype, gen)
@@ -48,6 +50,8 @@ def _copy_cases(gen):
         ("transposed: strides (1, M)", transposed((m, n), gen=gen)),
         ("every other column of a wider tensor", sliced((m, n), gen=gen)),
         ("a transposed slice", randn((n * 2, m), gen=gen)[::2].t()),
+        ("130 x 259: more than one tile of 128 in each dimension (a 2-D grid over rows and columns)",
+         randn((130, 259), gen=gen)),
     ]
     for label, x in inputs:
         yield Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": f64(x)})

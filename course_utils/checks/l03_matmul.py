@@ -182,7 +182,7 @@ def _shapes(gen, naive: bool) -> dict[str, tuple[int, int, int]]:
         return {
             "odd": size((1823, 781, 517), (5, 3, 83)),
             "random": size((m * 7, 1000 - m, 700 + m), (m // 20 + 2, 3 + m % 3, m + 20)),
-            "row": size((1, 781, 1023), (1, 9, 300)),  # K > 128: more than one chunk
+            "row": size((1, 781, 1023), (1, 9, 1100)),  # K > 1024: more than one chunk of any size
             "K = 1": size((517, 261, 1), (5, 3, 1)),
         }
     return {
@@ -191,7 +191,7 @@ def _shapes(gen, naive: bool) -> dict[str, tuple[int, int, int]]:
         "row": size((1, 781, 1023), (1, 45, 67)),
         "K = 1": size((517, 261, 1), (33, 17, 1)),
         "long K": size((129, 97, 4099), (17, 19, 300)),
-        "tall": size((2600, 300, 100), (150, 70, 40)),
+        "tall": size((2600, 300, 100), (300, 150, 40)),  # past two tiles of 128 rows, one of 128 columns
     }
 
 
@@ -308,6 +308,8 @@ def _linear_relu_cases(gen):
     M, N, K = size((128, 256, 256), (33, 40, 50))
     yield _linear_case(f"bias far below zero on most columns: mostly clamped, M, N, K = {M}, {N}, {K}",
                        *inputs(M, N, K, torch.float32, bias_scale=10 * math.sqrt(K)))
+    yield _linear_case("M, N, K = 130, 260, 300: more than one tile of 128 rows, of 256 columns and of 256 K "
+                       "steps (a grid over M and N, a loop over K)", *inputs(130, 260, 300, torch.float16))
 
 
 def _linear_temporary(case: Case) -> tuple[int, str] | None:

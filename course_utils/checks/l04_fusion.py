@@ -20,13 +20,18 @@ def _half() -> torch.dtype:
 
 
 def _bytes_cases(gen):
-    del gen  # the same questions every time: there is nothing random to draw
     questions = [
         (1, 4, 1, False), (1, 4, 1, True),
         (1 << 26, 4, 4, False), (1 << 26, 4, 4, True),  # sin^4 of 2^26 fp32 elements
         (4096 * 11008, 2, 3, False), (4096 * 11008, 2, 3, True),  # a bf16 chain of three ops
         (1823, 8, 7, False), (1823, 8, 7, True),
     ]
+    # and two drawn from the seed: a table of the fixed answers is no answer
+    for _ in range(2):
+        n = int(torch.randint(1, 1 << 30, (1,), generator=gen))
+        b = (1, 2, 4, 8)[int(torch.randint(4, (1,), generator=gen))]
+        ops = int(torch.randint(1, 12, (1,), generator=gen))
+        questions += [(n, b, ops, False), (n, b, ops, True)]
     for n, b, ops, fused in questions:
         expected = 2 * n * b if fused else 2 * ops * n * b
         label = f"{'fused' if fused else 'unfused'}: {ops} op(s) on {n} elements of {b} bytes"
@@ -84,6 +89,8 @@ def _sin4_cases(gen):
         ("a large length plus 3", randn((size((1 << 22) + 3, (1 << 14) + 3),), gen=gen, scale=2.0)),
         ("2-D, contiguous, odd sizes", randn(size((1823, 781), (37, 781)), gen=gen, scale=2.0)),
         ("3-D, contiguous", randn((3, 5, 7), gen=gen)),
+        ("2 rows of 3000: more elements than rows x a block (launch over numel, not shape[0])",
+         randn((2, 3000), gen=gen, scale=2.0)),
         ("arguments up to +-50: sin's argument reduction",
          uniform((size(1 << 20, 4099),), -50.0, 50.0, gen=gen)),
     ]
@@ -144,6 +151,8 @@ def _silu_mul_cases(gen):
             ("2-D (tokens, intermediate), odd sizes", randn(shape_2d, dtype, gen, scale=3.0),
              randn(shape_2d, dtype, gen)),
             ("3-D, contiguous", randn((2, 3, 129), dtype, gen, scale=3.0), randn((2, 3, 129), dtype, gen)),
+            ("2 rows of 3000: more elements than rows x a block (launch over numel, not shape[0])",
+             randn((2, 3000), dtype, gen, scale=3.0), randn((2, 3000), dtype, gen)),
             ("large |g| (uniform in +-100): exp(g) and exp(-g) overflow",
              uniform(shape_2d, -100.0, 100.0, dtype, gen), randn(shape_2d, dtype, gen)),
         ]

@@ -143,12 +143,20 @@ class _ReadLog(torch.Tensor):
         w._reads, w._storage = [], x.untyped_storage().data_ptr()
         return w
 
+    def as_subclass(self, cls):
+        """A plain tensor over the same elements escapes the log: count it as a read of all of them (torch
+        does not route as_subclass through __torch_function__)."""
+        with torch._C.DisableTorchFunctionSubclass():
+            self._reads.append(("as_subclass", self.storage_offset(), self.numel()))
+        return torch.Tensor.as_subclass(self, cls)
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         with torch._C.DisableTorchFunctionSubclass():
             result = func(*args, **kwargs)
-        watched = [a for a in (*args, *kwargs.values()) if isinstance(a, cls)]
+        # inside lists and tuples too: torch.cat(list(x.split(block))) reads every block at once
+        watched = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, cls)]
         if not watched:
             return result
         root = watched[0]
@@ -159,10 +167,10 @@ class _ReadLog(torch.Tensor):
 
         def wrap(t):
             if view_of_x(t):
-                w = t.as_subclass(cls)
+                w = torch.Tensor.as_subclass(t, cls)
                 w._reads, w._storage = root._reads, root._storage
                 return w
-            return t.as_subclass(torch.Tensor) if isinstance(t, cls) else t
+            return torch.Tensor.as_subclass(t, torch.Tensor) if isinstance(t, cls) else t
 
         if isinstance(result, tuple | list):
             wrapped = type(result)(wrap(t) for t in result)
@@ -172,8 +180,9 @@ class _ReadLog(torch.Tensor):
             views = view_of_x(result)
         if name not in _METADATA and not views:
             with torch._C.DisableTorchFunctionSubclass():
-                for a in watched:
-                    root._reads.append((name, a.storage_offset(), a.numel()))
+                # one op over several views (torch.cat of x's blocks) reads all of them at once
+                first = min(a.storage_offset() for a in watched)
+                root._reads.append((name, first, sum(a.numel() for a in watched)))
         return wrapped
 
 
@@ -231,7 +240,8 @@ def _stats_cases(gen):
     x = randn(n, gen=gen, scale=2)
     x[(torch.rand(n, generator=gen) < 0.3).to(x.device)] = NEG_INF  # masked logits
     x[:64] = NEG_INF  # the whole first block
-    inputs.append(("some -inf, the whole first block -inf", x, 64))
+    x[128:192] = NEG_INF  # and a whole block after finite ones: its (-inf, 0) must not spoil the running sum
+    inputs.append(("some -inf, the whole first block -inf and the third too", x, 64))
     for label, x, block in inputs:
         rtol = 1e-12 if x.dtype == torch.float64 else 1e-5
         yield Case(label, (_ReadLog.watch(x), block), None, verify=_stats_verify(f64(x), block, rtol))
@@ -289,7 +299,9 @@ def _softmax_case(label, x):
 
 def _softmax_cases(gen):
     m, n = size((1823, 781), (37, 781))
-    long_rows, long_cols = size((64, 100_000), (3, 40_000))
+    # Rows past 65536 (2 x the one-pass kernel's largest row): no single block holds one; the -inf half of
+    # a row below is then longer than the one-pass limit too
+    long_rows, long_cols = size((64, 100_000), (3, 70_000))
     yield _softmax_case("one row of length 1", randn((1, 1), gen=gen))
     yield _softmax_case("rows of length 1", randn((5, 1), gen=gen))
     yield _softmax_case(f"{m} x {n}: no multiple of any block (pad with -inf, not 0)", randn((m, n), gen=gen))
@@ -452,6 +464,12 @@ def _attention_cases(gen):
         yield Case(label, (q, k, v, Out("out", shape, dtype), causal),
                    {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(dtype),
                    explain=_attention_explain)
+    q, k, v = qkv((1, 1, 300, 16), torch.float32, scale=3.0)
+    yield Case("S = 300, large scores: more than two tiles of 128 queries and of keys (a grid over every "
+               "query tile, a loop over every key tile, the rescale when the max grows)",
+               (q, k, v, Out("out", (1, 1, 300, 16), torch.float32), False),
+               {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32, 3.0),
+               explain=_attention_explain)
     B, H, S, D = size((2, 4, 300, 64), (2, 2, 45, 16))  # B > 1: batch and head each have their stride
     for causal in (False, True):
         # Peaked scores: the running max jumps often, so a missing rescale shows.
