@@ -403,3 +403,16 @@ def test_no_answer_key_in_the_notebook_sources():
                  ROOT / "course_utils" / "lessons" / "l01_strides_and_intensity.py"):
         text = path.read_text()
         assert truth not in text and truth.replace(" ", "") not in text, path
+
+
+def test_intensity_in_float32_says_the_digits_differ():
+    """A float32 result agrees with the answer to the 6 digits a message shows: it shows enough to differ."""
+    import numpy as np
+
+    def intensity32(M, N, K, bytes_per_element):
+        return float(np.float32(2 * M * N * K) / np.float32((M * K + K * N + M * N) * bytes_per_element))
+
+    with pytest.raises(CheckFailed) as info:
+        check("01.matmul_intensity", intensity32, seed=0, quiet=True)
+    message = str(info.value)
+    assert "relative difference" in message and "float32" in message, message

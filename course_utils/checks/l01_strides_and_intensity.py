@@ -158,6 +158,17 @@ def _is_number(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _returned(result, expected) -> str:
+    """"returned X, expected Y" with enough digits to tell them apart: a float32 result agrees with the
+    answer to 6 digits but not to the check's relative 1e-9."""
+    shown = f"returned {result:.6g}, expected {expected:.6g}"
+    if f"{float(result):.6g}" == f"{float(expected):.6g}":
+        rel = abs(float(result) - expected) / abs(expected) if expected else abs(float(result))
+        shown = (f"returned {float(result)!r}, expected {float(expected)!r} (relative difference {rel:.1e}: "
+                 "computed in float32, or rounded? compute in Python floats or float64)")
+    return shown
+
+
 def _verify_intensity(result, case: Case) -> list[str]:
     M, N, K, b = case.args
     expected = case.expected
@@ -179,7 +190,7 @@ def _verify_intensity(result, case: Case) -> list[str]:
     for wrong, why in diagnoses:
         if _close(result, wrong):
             return [f"returned {result:.6g}, expected {expected:.6g}: {why}"]
-    return [f"returned {result:.6g}, expected {expected:.6g}"]
+    return [_returned(result, expected)]
 
 
 def _intensity_cases(gen):
@@ -214,7 +225,7 @@ def _verify_attainable(result, case: Case) -> list[str]:
     if _close(result, min(peak, intensity / bw)) or _close(result, min(peak, bw / intensity)):
         return [f"returned {result:.6g}, expected {expected:.6g}: the memory roof is intensity (FLOP/byte) "
                 f"TIMES bandwidth (byte/s), which gives FLOP/s"]
-    return [f"returned {result:.6g}, expected {expected:.6g}"]
+    return [_returned(result, expected)]
 
 
 def _attainable_cases(gen):
