@@ -43,7 +43,8 @@ def _verify_bytes(result, case: Case) -> list[str]:
     if isinstance(result, bool) or not isinstance(result, int):
         if isinstance(result, float) and result == case.expected:
             return [f"returned the float {result!r}: return an int (bytes are whole; use * and //, not /)"]
-        return [f"returned {result!r} ({type(result).__name__}), expected the int {case.expected}"]
+        return [f"returned {result!r} ({type(result).__name__}), expected the int {case.expected}: return a "
+                "Python int (int(...) of a NumPy or torch integer)"]
     if result == case.expected:
         return []
     problems = [f"returned {result}, expected {case.expected}"]
