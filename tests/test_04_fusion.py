@@ -348,3 +348,10 @@ def test_silu_mul_launched_over_rows_instead_of_elements_fails():
                    ("    grid = (triton.cdiv(n, BLOCK),)\n    silu_mul_kernel[grid]",
                     "    grid = (g.shape[0],)\n    silu_mul_kernel[grid]"))
     failure("04.silu_mul", wrong, "2 rows of 3000")
+
+
+def test_bytes_moved_as_a_numpy_integer_is_told_to_return_an_int():
+    import numpy as np
+
+    failure("04.bytes_moved", lambda n, b, ops, fused: np.int64(2 * n * b if fused else 2 * ops * n * b),
+            "expected the int", "return a Python int")
