@@ -741,3 +741,36 @@ def test_finalizers_that_keep_running_fail():
 
     with pytest.raises(CheckFailed, match="kept running code after your function returned"):
         check("02.vector_add", add, seed=1, quiet=True)
+
+
+def test_values_written_from_the_host_element_by_element_are_refused():
+    """x read through ctypes (a side door the grader's scan flags), relu computed in Python, and each result
+    written with out.view(-1)[i].fill_(v) beside a kernel that does nothing: fill_ of one element with a
+    value carries data, unlike a whole tensor set to a constant."""
+    import ctypes
+    import struct
+
+    import torch
+    import triton
+
+    from course_utils.grading import CheckFailed, check
+
+    @triton.jit
+    def nothing_kernel(p):
+        pass
+
+    def relu(x, out):
+        storage = x.untyped_storage()
+        raw = bytes((ctypes.c_uint8 * storage.nbytes()).from_address(storage.data_ptr()))
+        fmt, size = {torch.float32: "f", torch.float16: "e"}[x.dtype], x.element_size()
+        values = [struct.unpack_from(fmt, raw, (x.storage_offset() + i) * size)[0] for i in range(x.numel())]
+        flat = out.view(-1)
+        for i, v in enumerate(values):
+            if v > 0:
+                flat[i].fill_(v)
+            else:
+                flat[i].zero_()
+        nothing_kernel[(1,)](out)
+
+    with pytest.raises(CheckFailed, match="element by element"):
+        check("02.relu", relu, seed=1, quiet=True)

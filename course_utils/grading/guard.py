@@ -140,6 +140,9 @@ class Watch:
     # Functions named *_ref (the PyTorch references) that were running when such an op ran.
     references: list[str] = field(default_factory=list)
     host_reads: list[str] = field(default_factory=list)  # Tensor.numpy / tolist / item ... outside launches
+    # Fills that carry data: a value other than 0 written into one element of a larger tensor
+    # (out.view(-1)[i].fill_(v)), what host code computed; a whole tensor set to a constant is not counted.
+    host_fills: int = 0
     # Each outermost launch: which kernel, where it was defined, the shapes of its tensor arguments.
     launched: list[Launch] = field(default_factory=list)
     # Tensors the host code allocated (outside launches): what a fused exercise must not need.
@@ -249,6 +252,8 @@ class _RecordOps(TorchDispatchMode):
                 self.watch.host_reads.append("item")
             if name in _FILLS and any(isinstance(a, torch.Tensor) for a in args[1:]):
                 name = "fill_.Tensor"  # filled with a tensor's element: a copy of data, not a constant
+            elif name == "fill_" and _fills_part_with_data(args):
+                self.watch.host_fills += 1
             self.watch.torch_ops.append(name)
             if name not in HOST_OPS:
                 _caller(self.watch, name)
@@ -289,6 +294,19 @@ class _RecordHostCalls(TorchFunctionMode):
         if name in HOST_READS and not self.recorder.paused:
             self.watch.host_reads.append(name)
         return func(*args, **(kwargs or {}))
+
+
+def _fills_part_with_data(args) -> bool:
+    """Is aten.fill_(t, value) a non-zero value written into one element of a larger storage (x[i].fill_(v),
+    how host code writes computed values one by one)? Whole tensors set to a constant are not counted."""
+    if len(args) < 2 or not isinstance(args[0], torch.Tensor) or isinstance(args[1], torch.Tensor):
+        return False
+    t, value = args[0], args[1]
+    try:
+        whole = t.untyped_storage().nbytes() // max(t.element_size(), 1)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return value != 0 and t.numel() == 1 < whole
 
 
 def _storage_ptr(t: torch.Tensor) -> int:

@@ -596,6 +596,10 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
         problems.append(Problem(
             "computed with torch operations outside your Triton kernel (" + watch.describe_ops(forbidden)
             + "): the arithmetic must happen inside your Triton kernel", "host"))
+    if watch.host_fills:
+        problems.append(Problem(
+            f"wrote values into tensors from the host, element by element ({watch.host_fills} x Tensor.fill_ "
+            "of one element with a value): the results must come from your kernel's stores", "host"))
     reads = sorted(set(watch.host_reads))
     if reads:
         problems.append(Problem(
