@@ -204,7 +204,7 @@ class Exercise:
     # the student's own (not the course's solution kernels of the same lesson).
     needs_kernels: bool = False
     # False: a function exercise whose arithmetic belongs in kernels: its host code may only allocate, view
-    # and copy tensors, in the call and in the backward of what it returns (check_backward_host).
+    # and copy tensors, in the call and in the backward of what it returns (backward_problems).
     host_arithmetic: bool = True
     speed: Speed | None = None  # on a GPU a passing check reports its speed
 
@@ -986,9 +986,8 @@ def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[An
     used = [f"call:{name}" for name in called]
     used += [op for op in ex.forbidden_ops if op in watch.torch_ops]
     used += [f"dtype:{str(dt).replace('torch.', '')}" for dt in ex.forbidden_dtypes if dt in watch.dtypes]
-    if ex.needs_kernels and not watch.launches:
-        used.append("launch:none")
     if ex.needs_kernels:
+        used += [] if watch.launches else ["launch:none"]
         refusal = course_solution(ex.id, None, watch.launched)
         used += [f"solution:{refusal}"] if refusal else []
     if not getattr(ex, "host_arithmetic", True):
@@ -1017,6 +1016,11 @@ def backward_problems(exercise_id: str, watch) -> list[str]:
     return problems
 
 
+def _aten_names(ops: list[str]) -> str:
+    """ "aten.mul (torch.mul / *), aten.mean (torch.mean)" for a failure message."""
+    return ", ".join(f"aten.{op}" + (f" ({TORCH_NAMES[op]})" if op in TORCH_NAMES else "") for op in ops)
+
+
 def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) -> list[str]:
     if "launch:none" in used:
         return [Problem("no Triton kernel was launched: this function must run your Triton kernels, not "
@@ -1026,10 +1030,9 @@ def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) 
         return [Problem(solutions[0], "host")]
     host = [u[5:] for u in used if u.startswith("host:")]
     if host:
-        named = ", ".join(f"aten.{op}" + (f" ({TORCH_NAMES[op]})" if op in TORCH_NAMES else "")
-                          for op in host[:4])
-        return [Problem(f"computed with torch operations on the host ({named}): the arithmetic belongs in "
-                        "your Triton kernels; the host code only allocates, reshapes and launches", "host")]
+        return [Problem(f"computed with torch operations on the host ({_aten_names(host[:4])}): the "
+                        "arithmetic belongs in your Triton kernels; the host code only allocates, reshapes and "
+                        "launches", "host")]
     calls = [u[5:] for u in used if u.startswith("call:")]
     if "profiler" in calls:
         return [Problem("your function replaced the Python profiler (sys.setprofile) that the check uses to "
@@ -1043,9 +1046,7 @@ def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) 
         return [Problem(ex.dtype_message or f"uses {dtypes[0][6:]}, which this exercise asks you to do "
                         "without", "host")]
     if used:
-        named = ", ".join(f"aten.{op}" + (f" ({TORCH_NAMES[op]})" if op in TORCH_NAMES else "")
-                          for op in used)
-        return [Problem(f"uses {named}, which this exercise asks you to do yourself", "host")]
+        return [Problem(f"uses {_aten_names(used)}, which this exercise asks you to do yourself", "host")]
     if case.verify is not None:
         return case.verify(result, case)
     if result != case.expected:
