@@ -197,6 +197,19 @@ def test_invalid_notebooks_say_why(tmp_path):
     assert found["cells.ipynb"].notes == "invalid notebook: JSON without a list of cells"
 
 
+def test_a_link_in_the_folder_is_not_graded(tmp_path):
+    """A symbolic link in the folder (to the course's solution, to another submission: what an unpacked
+    archive can hold) would be graded as the file it points to: it is an invalid notebook, refused unread.
+    A file named on the command line is the instructor's choice, and is followed."""
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "subs" / "link.ipynb").symlink_to(ROOT / "solutions" / "02_first_kernels.ipynb")
+    (sub,) = batch.grade([tmp_path / "subs"], timeout=5)
+    assert sub.status == batch.INVALID and sub.total == 0, sub
+    assert sub.notes.startswith("invalid notebook: a symbolic link (to ")
+    named = batch.find_notebooks([tmp_path / "subs" / "link.ipynb"])
+    assert named == [("link.ipynb", ROOT / "solutions" / "02_first_kernels.ipynb")]
+
+
 def test_check_ids_come_from_the_check_cells():
     nb = batch.read_notebook(ROOT / "exercises" / "02_first_kernels.ipynb")
     assert [ids for ids in batch.check_cells(nb).values()] == [["02.vector_add"], ["02.relu"], ["02.copy_2d"]]

@@ -1,6 +1,7 @@
 """Grade exercise notebooks: `python -m course_utils grade PATH... [--timeout S] [--report P] [--jobs N]`.
 
-PATH is a notebook or a folder of them (searched recursively, checkpoints skipped). Each notebook:
+PATH is a notebook or a folder of them (searched recursively, checkpoints skipped; a symbolic link in a
+folder is reported as an invalid notebook, not followed). Each notebook:
 - is read, never written, and runs in a sandbox of its own (sandbox.py: bubblewrap, an unprivileged
   user, no network, its own PID namespace, a private /tmp, the course package without the solutions,
   limits on memory, processes, output and time), `timeout` seconds in all, cell by cell;
@@ -104,16 +105,20 @@ class Submission:
 # --- reading submissions ------------------------------------------------------------------------
 
 def find_notebooks(paths: Iterable[str | Path]) -> list[tuple[str, Path]]:
-    """(name for the table, path) of every notebook named or found under the folders named."""
+    """(name for the table, path) of every notebook named or found under the folders named.
+
+    A symbolic link found in a folder is kept as the link (grade_notebook refuses it: it would grade the
+    file it points to, the course's solution or another submission, as this one); a file named on the
+    command line is the instructor's choice and is followed."""
     found: list[tuple[str, Path]] = []
     for given in paths:
         path = Path(given)
         if path.is_dir():
             inside = sorted(p for p in path.rglob("*.ipynb")
-                            if ".ipynb_checkpoints" not in p.parts and p.is_file())
+                            if ".ipynb_checkpoints" not in p.parts and (p.is_file() or p.is_symlink()))
             found += [(p.relative_to(path).as_posix(), p) for p in inside]
         elif path.is_file():
-            found.append((path.name, path))
+            found.append((path.name, path.resolve()))
         else:
             raise UsageError(f"no such file or folder: {given}")
     if not found:
@@ -132,6 +137,8 @@ def read_notebook(path: Path):
     """The notebook as an nbformat v4 node; InvalidNotebook with a one-line reason otherwise."""
     import nbformat
 
+    if path.is_symlink():
+        raise InvalidNotebook(f"a symbolic link (to {os.readlink(path)}), not a notebook of its own")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
