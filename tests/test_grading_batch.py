@@ -210,6 +210,16 @@ def test_a_link_in_the_folder_is_not_graded(tmp_path):
     assert named == [("link.ipynb", ROOT / "solutions" / "02_first_kernels.ipynb")]
 
 
+def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):
+    """A notebook of gigabytes would be read whole into the grader's memory (and decoded and parsed: several
+    times its size): past batch.NOTEBOOK_MAX it is an invalid notebook, and no more of it is read."""
+    (tmp_path / "huge.ipynb").write_text(json.dumps(_load("solutions")))
+    monkeypatch.setattr(batch, "NOTEBOOK_MAX", 4096, raising=False)
+    (sub,) = batch.grade([tmp_path], timeout=5)
+    assert sub.status == batch.INVALID, sub
+    assert sub.notes == "invalid notebook: larger than the limit of 4,096 bytes"
+
+
 def test_check_ids_come_from_the_check_cells():
     nb = batch.read_notebook(ROOT / "exercises" / "02_first_kernels.ipynb")
     assert [ids for ids in batch.check_cells(nb).values()] == [["02.vector_add"], ["02.relu"], ["02.copy_2d"]]

@@ -51,6 +51,9 @@ OUTPUT = "too much output"
 GRADED, INVALID, NO_CHECKS, KERNEL_ERROR = "graded", "invalid notebook", "no check cells", "kernel error"
 
 STARTUP = 180  # seconds a sandbox may take to start (not counted in the notebook's timeout)
+# A larger file is refused unread: the grader would hold it, decoded and parsed, several times over in memory.
+# The course's notebooks are tens of KiB; a student's, with its outputs and images, a few MiB.
+NOTEBOOK_MAX = 64 << 20
 CELL_WIDTH = 60  # table cells (a failure's reason) are cut to this many characters
 NOTES_WIDTH = 90
 
@@ -139,8 +142,12 @@ def read_notebook(path: Path):
 
     if path.is_symlink():
         raise InvalidNotebook(f"a symbolic link (to {os.readlink(path)}), not a notebook of its own")
+    with path.open("rb") as f:  # at most NOTEBOOK_MAX bytes: the file may be of any size, or no file at all
+        data = f.read(NOTEBOOK_MAX + 1)
+    if len(data) > NOTEBOOK_MAX:
+        raise InvalidNotebook(f"larger than the limit of {NOTEBOOK_MAX:,} bytes")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidNotebook(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
