@@ -287,6 +287,31 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
     assert "keeps a (rows, hidden)" in found["copy_in_a_list.ipynb"].reason
 
 
+IN_PLACE = {"pack_int4": "def pack_int4(lo, hi):\n    lo |= hi << 4\n    return lo\n",
+            "unpack_int4": "def unpack_int4(packed):\n    hi = packed >> 4\n    packed &= 0xF\n"
+                           "    return packed, hi\n"}
+
+
+def test_a_function_exercise_that_changes_its_inputs_fails_in_the_sandbox_too(tmp_path):
+    """07.pack_int4 answered in place (lo |= hi << 4; return lo): the interactive check fails it for modifying
+    its input. The sandbox sends its arguments back and the grader compares them with the case's own; a view
+    of the input (01.transpose_view) still shares the storage the sandbox was given."""
+    nb = json.loads((ROOT / "solutions" / "07_fp8_quantization.ipynb").read_text())
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    first = next(i for i, c in enumerate(cells) if "from course_utils import check" in "".join(c["source"]))
+    nb["cells"] = cells[first - 1:first + 1]
+    for name, source in IN_PLACE.items():
+        nb["cells"] += [_code(source), _code(f'check("07.{name}", {name})')]
+    (tmp_path / "in_place.ipynb").write_text(json.dumps(nb))
+    views = json.loads((ROOT / "solutions" / "01_strides_and_intensity.ipynb").read_text())
+    (tmp_path / "views.ipynb").write_text(json.dumps(views))
+    found = {sub.name: sub for sub in batch.grade([tmp_path], timeout=120, jobs=2)}
+    for name in IN_PLACE:
+        verdict = found["in_place.ipynb"].exercises[f"07.{name}"]
+        assert verdict.status == batch.FAIL and "modified its input" in verdict.reason, verdict
+    assert found["views.ipynb"].passed == found["views.ipynb"].total == 5, found["views.ipynb"]
+
+
 def test_a_flood_of_empty_buffers_is_refused():
     """A message announcing millions of (empty) buffers would grow the grader's list of them for as long as
     the notebook's time lasts: more than remote.BLOBS_MAX is a broken protocol, at once."""

@@ -40,7 +40,7 @@ import time
 import types
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import flags, remote, sandbox
@@ -443,15 +443,16 @@ class Grader:
         def run_case(case) -> list[str]:
             import torch
 
-            from .harness import judge_function_case, judge_kernel_case, prepare_kernel_case, writable_of
+            from .harness import (_function_args, judge_function_case, judge_kernel_case, modified_inputs,
+                                  prepare_kernel_case, writable_of)
 
             encoder = remote.Encoder()
             header = {"op": "call", "spec": spec, "device": self.device}
             if ex.kernel:
                 prepared = prepare_kernel_case(ex, case, self.device)
                 args = prepared.call_args
-            else:
-                args = list(case.args)
+            else:  # copies: what the sandbox sends back lands in them, never in the case's own inputs
+                args = list(_function_args(case.args))
             header["args"] = [encoder.encode(a) for a in args]
             if getattr(case, "raises", None) is not None:
                 header["expect_raise"] = case.raises.__name__
@@ -491,7 +492,8 @@ class Grader:
             if isinstance(autograd, dict) and isinstance(result, torch.Tensor):  # its graph is in the sandbox
                 result = remote.autograd_in(chan, result, autograd, args, self.device)
             used = [u for u in remote._list(msg.get("used", [])) if isinstance(u, str)]
-            return judge_function_case(ex, case, result, used)
+            return (modified_inputs(ex, case, args)
+                    or judge_function_case(ex, replace(case, args=tuple(args)), result, used))
 
         verdict = Verdict(PASS, seed=seed)
         try:

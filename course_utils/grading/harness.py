@@ -1059,11 +1059,16 @@ def _run_function_case(ex: Exercise, candidate: Callable, case: Case) -> list[st
     The judge sees those copies (a view must share the storage the candidate was given)."""
     args = _function_args(case.args)
     result, used = call_function_candidate(ex, candidate, args)
+    return modified_inputs(ex, case, args) or judge_function_case(ex, dataclasses.replace(case, args=args),
+                                                                  result, used)
+
+
+def modified_inputs(ex: Exercise, case: Case, args) -> list[str]:
+    """A function exercise's inputs are read-only: the problem when the candidate changed its copy of one
+    (`args`, from _function_args; in a batch grader, as the sandbox sent it back)."""
     modified = [name for name, a, b in zip(ex.params, case.args, args)
                 if isinstance(a, torch.Tensor) and a is not b and not torch.equal(_bits(a), _bits(b))]
-    if modified:
-        return [Problem(f"your function modified its input `{modified[0]}`", "input")]
-    return judge_function_case(ex, dataclasses.replace(case, args=args), result, used)
+    return [Problem(f"your function modified its input `{modified[0]}`", "input")] if modified else []
 
 
 def _check_signature(ex: Exercise, candidate: Callable) -> None:

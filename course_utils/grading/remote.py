@@ -681,7 +681,7 @@ def serve() -> None:
     from course_utils import grading
     from course_utils.grading import guard, harness  # noqa: F401 (imported before the snapshot)
 
-    harness._function_args = tuple  # the grader keeps its own copies: here the arguments are fresh
+    harness._function_args = tuple  # the grader keeps its own copies (and compares them): these are fresh
     serve_check = _serve_check
 
     def check(exercise_id, candidate, *args, **kwargs):
