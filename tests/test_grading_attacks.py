@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import triton
 import triton.language as tl
 
@@ -710,6 +711,61 @@ def test_a_result_whose_equality_lies_fails(exercise, candidate):
     from course_utils.grading.harness import CheckFailed
 
     with pytest.raises(CheckFailed, match="returned"):
+        check(exercise, candidate, seed=1, quiet=True)
+
+
+class _Agreeing(torch.Tensor):
+    """A tensor subclass whose __torch_function__ makes torch.equal say yes."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "equal":
+            return True
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+class _Later:
+    """Claims to be what `make` returns (isinstance believes __class__), and calls `make` only when the check
+    looks at it: after the watch on the call ended, with the torch ops the exercise forbids."""
+
+    def __init__(self, make, cls):
+        self._make, self._cls = make, cls
+
+    __class__ = property(lambda self: self._cls)
+
+    def __getattr__(self, name):
+        return getattr(self._make(), name)
+
+    def __iter__(self):
+        return iter(self._make())
+
+    def __len__(self):
+        return len(self._make())
+
+    def __eq__(self, other):
+        return self._make() == other
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return func(*[a._make() if type(a) is _Later else a for a in args], **(kwargs or {}))
+
+
+@pytest.mark.parametrize("exercise, candidate", [
+    ("07.pack_int4", lambda lo, hi: torch.zeros(lo.shape, dtype=torch.uint8).as_subclass(_Agreeing)),
+    ("07.unpack_int4", lambda packed: (torch.zeros_like(packed).as_subclass(_Agreeing),) * 2),
+    ("01.transpose_view", lambda t, dim0, dim1: _Later(lambda: t.transpose(dim0, dim1), torch.Tensor)),
+    ("01.broadcast_view", lambda t, shape: _Later(lambda: t.expand(shape), torch.Tensor)),
+    ("01.contiguous_strides", lambda shape: _Later(lambda: torch.empty(shape).stride(), tuple)),
+])
+def test_a_result_that_lies_about_its_type_or_its_values_fails(exercise, candidate):
+    """Only a value of a plain type is judged: a tensor subclass is judged as a plain tensor over its memory,
+    and an object of any other class as nothing but its class name (it can pretend to be a tensor or a tuple
+    and compute its answer with forbidden ops when looked at). In a sandbox neither leaves the process."""
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    with pytest.raises(CheckFailed):
         check(exercise, candidate, seed=1, quiet=True)
 
 

@@ -914,20 +914,37 @@ def _function_args(args) -> tuple:
     return tuple(_same_layout_copy(a) if type(a) is torch.Tensor else a for a in args)
 
 
+class Unplain:
+    """What _plain makes of a returned object that is none of the plain types: an object of a class of the
+    same name that says what it was, and nothing else (no ==, no attributes, no __torch_function__)."""
+
+    def __repr__(self) -> str:
+        return f"<a {type(self).__name__}>"
+
+
 def _plain(value: Any) -> Any:
-    """The value with subclasses of int, float, tuple and list made plain (inside tuples and lists too):
-    a subclass can redefine == to say yes to any expected answer. Their own values are kept."""
-    if isinstance(value, bool):
+    """The value with subclasses of int, float, str, tuple, list and torch.Tensor made plain (inside tuples
+    and lists too), and any other object but None, a dict or a NumPy scalar replaced by an Unplain: a
+    subclass can redefine == to say yes to any expected answer, or a tensor's __torch_function__ make
+    torch.equal say so; an object can claim to be a tensor or a tuple (isinstance believes its `__class__`)
+    and compute its answer only when the check looks at it, after the watch on the call has ended (with
+    the torch ops the exercise forbids). Their own values are kept. By type(), which cannot lie."""
+    kind = type(value)
+    if value is None or kind in (bool, dict) or (issubclass(kind, np.generic) and kind.__module__ == "numpy"):
         return value
-    if isinstance(value, int):
+    if issubclass(kind, int):
         return int.__int__(value)
-    if isinstance(value, float):
+    if issubclass(kind, float):
         return float.__float__(value)
-    if isinstance(value, tuple):
+    if issubclass(kind, str):
+        return str.__str__(value)
+    if issubclass(kind, tuple):
         return tuple(_plain(v) for v in tuple.__iter__(value))
-    if isinstance(value, list):
+    if issubclass(kind, list):
         return [_plain(v) for v in list.__iter__(value)]
-    return value
+    if issubclass(kind, torch.Tensor):  # a subclass: a plain tensor over its memory, in its autograd graph
+        return value if kind is torch.Tensor else torch.Tensor.as_subclass(value, torch.Tensor)
+    return type(kind.__name__, (Unplain,), {"__module__": __name__})()
 
 
 def _functions(targets: Iterable[str]) -> dict:
