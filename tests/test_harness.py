@@ -42,6 +42,20 @@ def test_two_calls_without_seed_draw_different_inputs():
     assert not any(torch.equal(a, b) for a, b in zip(first, second) if a.numel() > 1)
 
 
+def test_a_notebook_that_seeds_python_random_still_gets_fresh_inputs():
+    """random.seed(0) in a notebook (for its own demo, or to know the check's inputs before it draws them)
+    leaves the checks' seeds alone: they come from the OS, not from the notebook's random module."""
+    import random
+
+    seeds = []
+    for _ in range(2):
+        random.seed(0)
+        with pytest.raises(CheckFailed) as info:
+            check("02.vector_add", lambda x, y, out: None, quiet=True)
+        seeds.append(info.value.seed)
+    assert seeds[0] != seeds[1]
+
+
 def test_the_seed_reproduces_the_inputs():
     first, second, other = [], [], []
     check("02.vector_add", _recorder(first), seed=1234, quiet=True)

@@ -1129,6 +1129,12 @@ def _exercise(exercise_id: str) -> Exercise:
     return REGISTRY[exercise_id]
 
 
+# The seeds of checks, drawn from the OS: Python's `random` is the notebook's, and a notebook that calls
+# random.seed(0) (for its own reproducible demo, or to know the inputs before the check draws them) would
+# get the same inputs on every check.
+_SEEDS = random.SystemRandom()
+
+
 def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, quiet: bool = False,
           course: bool = False) -> None:
     """Run every case of an exercise against `candidate`; print one line on success, raise on failure.
@@ -1138,7 +1144,7 @@ def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, qui
     """
     ex = _exercise(exercise_id)
     _check_signature(ex, candidate)
-    seed = random.randrange(2**31) if seed is None else seed
+    seed = _SEEDS.randrange(2**31) if seed is None else seed
     device = current().device
     with course_solutions_allowed() if course else contextlib.nullcontext():
         refusal = course_solution(ex.id, candidate)
