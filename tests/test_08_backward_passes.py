@@ -513,6 +513,27 @@ def test_rmsnorm_train_ignoring_dys_strides_fails_on_the_transposed_gradient():
     failure("08.rmsnorm_train", wrong, "dy transposed")
 
 
+def test_rmsnorm_train_on_a_transposed_x_matches_autograd():
+    """A column-major x: the kernels read a row's elements as consecutive, so rmsnorm_train must make the rows
+    contiguous first (read as rows, the transposed view gave values off by up to 1e36)."""
+    x = torch.randn(48, 13).t().requires_grad_()  # (13, 48), strides (1, 13)
+    weight = (torch.rand(48) + 0.5).requires_grad_()
+    dy = torch.randn(13, 48)
+    l08.rmsnorm_train(x, weight, 1e-6).backward(dy)
+    x64, w64 = x.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+    y64 = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w64
+    y64.backward(dy.double())
+    torch.testing.assert_close(l08.rmsnorm_train(x, weight, 1e-6).double(), y64.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weight.grad.double(), w64.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_rmsnorm_train_reading_a_transposed_x_as_rows_fails():
+    wrong = mutant("l08_backward_passes", "rmsnorm_train",
+                   ("rows = x.reshape(-1, x.shape[-1]).contiguous()", "rows = x.reshape(-1, x.shape[-1])"))
+    failure("08.rmsnorm_train", wrong, "x transposed")
+
+
 def test_given_kernels_of_the_lesson_are_not_refused_as_solutions(refuse_course_solutions):
     """A kernel the exercise notebook gives (no solution block in it: count_targets_kernel, the forward
     RMSNorm) may be launched from the course's module; a kernel with the answer in it may not."""

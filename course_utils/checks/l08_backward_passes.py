@@ -418,25 +418,34 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
     return problems
 
 
+def _draw(shape, dtype, gen, column_major: bool) -> torch.Tensor:
+    """Normal values of `shape`, row-major or column-major (the transposed view of the reversed shape)."""
+    return randn(shape[::-1], dtype, gen).t() if column_major else randn(shape, dtype, gen)
+
+
 def _train_cases(gen):
     rows, hidden = size((1823, 781), (13, 781))
     for dtype in _dtypes():
-        shapes = [("one row of 48", (1, 48)), (f"{rows} rows x hidden {hidden}", (rows, hidden)),
-                  ("x (2, 7, 80): (batch, seq, hidden), y and dx keep x's shape", (2, 7, 80))]
+        # (label, shape, which of x and dy is column-major: the transposed view of a (hidden, rows) tensor)
+        shapes = [("one row of 48", (1, 48), ""), (f"{rows} rows x hidden {hidden}", (rows, hidden), ""),
+                  ("x (2, 7, 80): (batch, seq, hidden), y and dx keep x's shape", (2, 7, 80), "")]
         shapes.append((f"{rows} rows x hidden {hidden}, dy transposed (column-major, as a matmul's gradient "
-                       "can come): use dy's own strides or make it contiguous", (rows, hidden)))
-        for label, shape in shapes:
+                       "can come): use dy's own strides or make it contiguous", (rows, hidden), "dy"))
+        shapes.append((f"{rows} rows x hidden {hidden}, x transposed (column-major: a row's elements are not "
+                       "consecutive): make the rows contiguous before the kernels read them",
+                       (rows, hidden), "x"))
+        for label, shape, column_major in shapes:
             # Parameters: leaves that collect .grad, and that the harness passes as they are (not copied)
-            x = torch.nn.Parameter(randn(shape, dtype, gen))
+            x = torch.nn.Parameter(_draw(shape, dtype, gen, column_major == "x"))
             weight = torch.nn.Parameter(uniform((shape[-1],), 0.5, 1.5, dtype, gen))
-            dy = randn(shape[::-1], dtype, gen).t() if "transposed" in label else randn(shape, dtype, gen)
+            dy = _draw(shape, dtype, gen, column_major == "dy")
             yield Case(f"{label}, {_name(dtype)}", (x, weight, 1e-6), None, verify=_train_verify(x, weight, 1e-6, dy))
 
 
 register(Exercise(
     "08.rmsnorm_train", "a differentiable RMSNorm: torch.autograd.Function on the two kernels",
     "rmsnorm_train(x, weight, eps)", _train_cases, kernel=False, needs_kernels=True, host_arithmetic=False,
-    hint="forward: rows = x.reshape(-1, hidden), y and rstd (rows,) fp32 from rmsnorm_forward, "
+    hint="forward: rows = x.reshape(-1, hidden).contiguous(), y and rstd (rows,) fp32 from rmsnorm_forward, "
          "ctx.save_for_backward(x, weight, rstd), return y.view(x.shape); backward: dx, dw from rmsnorm_backward "
          "on dy.reshape(rows.shape).contiguous(), return dx.view(x.shape), dw.to(weight.dtype), None"))
 

@@ -365,8 +365,10 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss: torch.Tenso
 # above) and saves, with `ctx.save_for_backward`, what the backward needs: `x`, `weight` and `rstd`
 # (rows,) fp32; **not** `xhat` or any other (rows, hidden) copy. Its `backward` gets `dy` and returns
 # one gradient per forward input (`None` for `eps`), computed by your `rmsnorm_backward`; `dw` comes out
-# fp32, return it in `weight`'s dtype. `x` may be (batch, seq, hidden): work on `x.reshape(-1, hidden)`
-# and give `y` and `dx` `x`'s shape; `dy` may be non-contiguous (make it contiguous).
+# fp32, return it in `weight`'s dtype. `x` may be (batch, seq, hidden): work on
+# `x.reshape(-1, hidden).contiguous()` and give `y` and `dx` `x`'s shape. The kernels read a row's
+# elements as consecutive, so a transposed `x` (or a non-contiguous `dy`) must be made contiguous first
+# (`.contiguous()` copies only when the layout is not contiguous already).
 # ([lesson section](../notebooks/08_backward_passes.ipynb#torch.autograd.Function:-what-a-backward-may-keep))
 
 # %%
@@ -374,7 +376,7 @@ class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         # BEGIN SOLUTION
-        rows = x.reshape(-1, x.shape[-1])  # (rows, hidden): a view of a contiguous activation
+        rows = x.reshape(-1, x.shape[-1]).contiguous()  # (rows, hidden): x itself if contiguous, else a copy
         y = torch.empty_like(rows)
         rstd = torch.empty(rows.shape[0], device=x.device, dtype=torch.float32)
         rmsnorm_forward(rows, weight, eps, y, rstd)
@@ -386,7 +388,7 @@ class RMSNormFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         # BEGIN SOLUTION
         x, weight, rstd = ctx.saved_tensors
-        rows = x.reshape(-1, x.shape[-1])
+        rows = x.reshape(-1, x.shape[-1]).contiguous()  # the forward's rows again (a copy for a transposed x)
         dy_rows = dy.reshape(rows.shape).contiguous()
         dx = torch.empty_like(rows)
         dw = torch.empty(rows.shape[1], device=x.device, dtype=torch.float32)

@@ -271,7 +271,7 @@ for name, got, want in (("y", y, y64), ("dx", dx, x64.grad), ("dw", dw, w64.grad
 class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, eps):
-        flat = x.reshape(-1, x.shape[-1])  # (rows, H)
+        flat = x.reshape(-1, x.shape[-1]).contiguous()  # (rows, H); the kernels take no strides
         n_rows, n_cols = flat.shape
         y = torch.empty_like(flat)
         stats = torch.empty((2, n_rows), device=x.device, dtype=torch.float32)  # mean, rstd
@@ -283,7 +283,7 @@ class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, w, stats = ctx.saved_tensors
-        flat = x.reshape(-1, x.shape[-1])
+        flat = x.reshape(-1, x.shape[-1]).contiguous()
         grad_x = torch.empty_like(flat)
         grad_w = torch.empty(flat.shape[1], device=x.device, dtype=torch.float32)
         grad_b = torch.empty_like(grad_w)
