@@ -260,6 +260,17 @@ def test_quantize_int4_round_trips_within_half_a_step():
     assert bool((err <= scales.repeat_interleave(64, dim=1) / 2 + 1e-6).all())
 
 
+@pytest.mark.parametrize("H_q, H_kv, D, says", [(4, 2, 80, "power of 2"), (4, 2, 8, "power of 2"),
+                                                 (6, 4, 16, "multiple of H_kv")])
+def test_decode_attention_refuses_shapes_outside_its_contract_with_a_message(H_q, H_kv, D, says):
+    """A head dim tl.dot cannot tile (80: Phi-2's) or query heads that do not group evenly over the K/V heads
+    raise a ValueError that says why, as lesson 05's attention does, not an error from inside Triton (D = 80)
+    or a silent result with heads left unwritten (6 over 4)."""
+    q, cache = torch.randn(1, H_q, D), torch.randn(1, H_kv, 10, D)
+    with pytest.raises(ValueError, match=says):
+        l09.decode_attention(q, cache, cache, torch.tensor([5], dtype=torch.int32), torch.empty_like(q))
+
+
 def test_decode_attention_without_the_rescale_fails():
     """A running max that rises without shrinking what was summed against the old one (alpha = 1), in one
     split walking tiles of 128 keys: every other case fits in one tile; the 600 keys that grow along the

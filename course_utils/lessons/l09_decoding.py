@@ -218,9 +218,13 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
                      out: torch.Tensor, num_splits: int | None = None, BLOCK_N: int | None = None,
                      num_warps: int = 4, num_stages: int = 3) -> None:
     """out (B, H_q, D) = softmax(q K^T / sqrt(D)) V over the first lengths[b] keys of each sequence (GQA)."""
-    # BEGIN SOLUTION
     B, H_q, D = q.shape
     H_kv, S_max = cache_k.shape[1], cache_k.shape[2]
+    if D < 16 or D & (D - 1):
+        raise ValueError(f"head dim {D}: this kernel needs a power of 2 >= 16 (tl.dot's smallest tile)")
+    if H_q % H_kv:
+        raise ValueError(f"{H_q} query heads cannot share {H_kv} K/V heads evenly: H_q must be a multiple of H_kv")
+    # BEGIN SOLUTION
     group = H_q // H_kv
     if BLOCK_N is None:
         BLOCK_N = 64 if q.is_cuda else 32
