@@ -55,6 +55,19 @@ def _kernels_defined() -> list[str]:
     return found
 
 
+def _triton_built_for_the_other_mode(interpret: bool) -> bool:
+    """Was triton imported before the mode was set, in the other mode? Its own @triton.jit helpers
+    (tl.zeros, tl.sum, tl.max, tl.cdiv...) are built when triton.language is imported: built for the GPU,
+    the interpreter cannot call them from a kernel ("Cannot call @triton.jit'd outside of the scope of a
+    kernel"), and a correct kernel fails."""
+    standard = sys.modules.get("triton.language.standard")
+    if standard is None or not hasattr(standard, "zeros"):
+        return False
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(standard.zeros, InterpretedFunction) != interpret
+
+
 def current() -> Mode:
     """The mode in force now, read from the environment (no side effects)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -92,7 +105,15 @@ def setup(mode: str | None = None, *, quiet: bool = False) -> Mode:
     else:
         os.environ.pop("TRITON_INTERPRET", None)
     _sync_triton_knob(requested == "interpret")
-    if previous != requested and _kernels_defined():
+    if _triton_built_for_the_other_mode(requested == "interpret"):
+        print(
+            f"warning: triton was imported before setup() chose {requested} mode, so its own helpers "
+            "(tl.zeros, tl.sum, tl.max, ...) were built for the other mode and kernels that call them will "
+            "fail (\"Cannot call @triton.jit'd outside of the scope of a kernel\"); restart the kernel and "
+            "run setup() before importing triton",
+            file=sys.stderr,
+        )
+    elif previous != requested and _kernels_defined():
         print(
             f"warning: kernels were defined before switching to {requested} mode "
             f"({', '.join(_kernels_defined())}); restart the kernel so they are defined again",

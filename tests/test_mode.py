@@ -59,6 +59,19 @@ def test_kernels_defined_in_interpreter_mode_are_interpreted():
     assert out.strip() == "InterpretedFunction"
 
 
+def test_triton_imported_before_the_interpreter_was_chosen_is_named():
+    """Triton's own @triton.jit helpers (tl.zeros, tl.sum) are built when triton.language is imported:
+    imported before setup() chose the interpreter, they are GPU functions that a correct interpreted kernel
+    cannot call ("Cannot call @triton.jit'd outside of the scope of a kernel"). setup() says so; in the
+    right order it says nothing."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "COURSE_MODE")}
+    setup = "from course_utils import setup; setup('interpret', quiet=True)"
+    for code, warned in ((f"import triton\n{setup}", True), (f"{setup}\nimport triton\n{setup}", False)):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ,
+                                check=True)
+        assert ("triton was imported before setup()" in result.stderr) == warned, result.stderr
+
+
 def test_size_follows_the_mode(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert mode.size(gpu=1 << 28, cpu=1 << 12) == 1 << 12
