@@ -769,6 +769,57 @@ def test_a_result_that_lies_about_its_type_or_its_values_fails(exercise, candida
         check(exercise, candidate, seed=1, quiet=True)
 
 
+def _two_passes(x: torch.Tensor):
+    """05.online_softmax_stats without the online algorithm: the max first, then the sum."""
+    x = x.to(torch.float64)
+    m = float(x.max())
+    return m, (float(torch.exp(x - m).sum()) if m > -float("inf") else 0.0)
+
+
+def _cleared(x, block):
+    stats = _two_passes(x)
+    x._reads.clear()
+    return stats
+
+
+def _rebound(x, block):
+    stats = _two_passes(x)
+    x._reads = []
+    return stats
+
+
+def _with_subclass_off(x, block):
+    with torch._C.DisableTorchFunctionSubclass():
+        return _two_passes(x)
+
+
+def _over_its_storage(x, block):
+    return _two_passes(torch.empty(0, dtype=x.dtype).set_(x.untyped_storage(), x.storage_offset(), x.shape))
+
+
+def _in_numpy(x, block):
+    import numpy as np
+
+    a = torch.Tensor.as_subclass(x, torch.Tensor).numpy().astype(np.float64)
+    m = float(a.max())
+    return m, (float(np.exp(a - m).sum()) if m > -float("inf") else 0.0)
+
+
+@pytest.mark.parametrize("candidate", [
+    _cleared, _rebound, lambda x, block: _two_passes(torch.Tensor.as_subclass(x, torch.Tensor)),
+    _with_subclass_off, _over_its_storage, _in_numpy,
+], ids=["cleared", "rebound", "as_subclass", "subclass_off", "set_", "numpy"])
+def test_online_stats_cannot_hide_a_whole_pass_from_the_read_log(candidate):
+    """05.online_softmax_stats in two whole passes over x, the read log emptied, or x read through a plain
+    tensor over its memory: the log is a copy, and while the check calls the candidate the reads of x's
+    memory are also seen where torch runs them (dispatch) or hands them to NumPy."""
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    with pytest.raises(CheckFailed, match="elements of x at once|has no setter"):
+        check("05.online_softmax_stats", candidate, seed=1, quiet=True)
+
+
 @triton.jit
 def _add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

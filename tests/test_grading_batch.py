@@ -312,6 +312,40 @@ def test_a_function_exercise_that_changes_its_inputs_fails_in_the_sandbox_too(tm
     assert found["views.ipynb"].passed == found["views.ipynb"].total == 5, found["views.ipynb"]
 
 
+READ_LOG_DODGES = {  # 05.online_softmax_stats in two whole passes, the read log cleared or bypassed
+    "cleared": "def online_softmax_stats(x, block):\n    m, d = two_passes(x)\n    x._reads.clear()\n"
+               "    return m, d\n",
+    "as_subclass": "def online_softmax_stats(x, block):\n"
+                   "    return two_passes(torch.Tensor.as_subclass(x, torch.Tensor))\n",
+}
+TWO_PASSES = """
+def two_passes(x):
+    x = x.to(torch.float64)
+    m = float(x.max())
+    return m, (float(torch.exp(x - m).sum()) if m > -math.inf else 0.0)
+"""
+
+
+def test_the_read_log_of_online_stats_is_kept_in_the_sandbox_too(tmp_path):
+    """The sandbox reports 05.online_softmax_stats's read log: what the candidate did to x._reads changes
+    nothing (a copy), and a plain tensor over x's memory is read where torch runs (dispatch)."""
+    nb = json.loads((ROOT / "solutions" / "05_online_softmax.ipynb").read_text())
+    at = _index(nb, 'check("05.online_softmax_stats"')
+    cells = [c for c in nb["cells"][:at + 1] if c["cell_type"] == "code"]
+    nb["cells"] = cells
+    (tmp_path / "honest.ipynb").write_text(json.dumps(nb))
+    for name, source in READ_LOG_DODGES.items():
+        dodge = copy.deepcopy(nb)
+        dodge["cells"].insert(len(cells) - 1, _code(TWO_PASSES + source))
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(dodge))
+    graded = batch.grade([tmp_path], timeout=120, jobs=2)
+    found = {sub.name: sub.exercises["05.online_softmax_stats"] for sub in graded}
+    assert found["honest.ipynb"].status == batch.PASS, found["honest.ipynb"]
+    for name in READ_LOG_DODGES:
+        assert found[f"{name}.ipynb"].status == batch.FAIL, found[f"{name}.ipynb"]
+        assert "elements of x at once" in found[f"{name}.ipynb"].reason
+
+
 def test_a_flood_of_empty_buffers_is_refused():
     """A message announcing millions of (empty) buffers would grow the grader's list of them for as long as
     the notebook's time lasts: more than remote.BLOBS_MAX is a broken protocol, at once."""

@@ -1,9 +1,14 @@
 """Exercises of lesson 05: merging softmax statistics, the online pass, fused softmax, FlashAttention."""
 from __future__ import annotations
 
+import contextlib
 import math
+import weakref
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ..grading import Case, Exercise, Out, register
 from ..grading.harness import Speed
@@ -127,27 +132,76 @@ _METADATA = {
 }
 
 
+# aten ops that make views or read only sizes: what the reads of x's memory seen at dispatch leave out.
+_NO_READ = {
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "t", "transpose", "permute", "expand",
+    "expand_as", "view_as", "slice", "select", "unsqueeze", "squeeze", "detach", "alias", "lift_fresh",
+    "split", "split_with_sizes", "chunk", "narrow", "unbind", "unfold", "resolve_conj", "resolve_neg",
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "empty_like", "zeros_like", "ones_like",
+    "full_like", "new_empty", "new_zeros", "new_ones", "new_full",
+}
+# Tensor methods that hand the data to Python or NumPy without an aten op.
+_HOST_READS = {"numpy", "tolist", "__array__", "__dlpack__"}
+# The reads of each watched x, by the address of its memory: kept here, out of reach of the code watched
+# (x._reads is a copy: clearing it, or what it was, changes nothing; the grader's copy of the sandbox's
+# log is set with _ReadLog.set_reads).
+_LOGS: dict[int, list] = {}
+
+
+def _address(t: torch.Tensor) -> int | None:
+    """Where t's memory starts (None for a tensor without memory, e.g. on the meta device)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        try:
+            return torch.Tensor.untyped_storage(t).data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return None
+
+
+def _read(log: list, name: str, tensors: list) -> None:
+    """One operation over `tensors` (views of x): a read of all of them at once, from the first."""
+    with torch._C.DisableTorchFunctionSubclass():
+        first = min(a.storage_offset() for a in tensors)
+        log.append((name, first, sum(a.numel() for a in tensors)))
+
+
 class _ReadLog(torch.Tensor):
     """A tensor that logs which of its elements each operation reads: (op, first element, count).
 
     Views of it (slices, `split`) stay logged; anything computed from it is a plain tensor. The log
     shows whether a candidate reduced the whole tensor at once or went back to an earlier block.
+    While a check calls the candidate (`reading`), the reads of x's memory through any tensor are logged
+    too, where torch runs them: a plain tensor over it (torch.Tensor.as_subclass, set_) or x itself with
+    __torch_function__ switched off reads it all the same.
     """
-
-    _reads: list
-    _storage: int
 
     @classmethod
     def watch(cls, x: torch.Tensor) -> _ReadLog:
-        w = x.as_subclass(cls)
-        w._reads, w._storage = [], x.untyped_storage().data_ptr()
+        w = torch.Tensor.as_subclass(x, cls)
+        _LOGS[_address(w)] = []
+        weakref.finalize(w, _LOGS.pop, _address(w), None)  # the log goes with the case
         return w
+
+    @property
+    def _reads(self) -> list:
+        return list(_LOGS.get(_address(self), ()))
+
+    @staticmethod
+    def set_reads(t: _ReadLog, reads: list) -> None:
+        """The grader's side: the log the sandbox reported for its copy of t."""
+        _LOGS[_address(t)] = list(reads)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def reading(t: _ReadLog):
+        """Around a call given t (harness.call_function_candidate): log what reads t's memory at dispatch."""
+        log = _LOGS.setdefault(_address(t), [])
+        with _DispatchReads(_address(t), log), _HostReads(_address(t), log):
+            yield
 
     def as_subclass(self, cls):
         """A plain tensor over the same elements escapes the log: count it as a read of all of them (torch
         does not route as_subclass through __torch_function__)."""
-        with torch._C.DisableTorchFunctionSubclass():
-            self._reads.append(("as_subclass", self.storage_offset(), self.numel()))
+        _read(_LOGS.setdefault(_address(self), []), "as_subclass", [self])
         return torch.Tensor.as_subclass(self, cls)
 
     @classmethod
@@ -156,20 +210,18 @@ class _ReadLog(torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             result = func(*args, **kwargs)
         # inside lists and tuples too: torch.cat(list(x.split(block))) reads every block at once
-        watched = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, cls)]
+        watched = [a for a in tree_leaves((args, kwargs)) if isinstance(a, cls)]
         if not watched:
             return result
-        root = watched[0]
+        root = _address(watched[0])
         name = getattr(func, "__name__", str(func))
 
         def view_of_x(t) -> bool:
-            return isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == root._storage
+            return isinstance(t, torch.Tensor) and _address(t) == root
 
         def wrap(t):
             if view_of_x(t):
-                w = torch.Tensor.as_subclass(t, cls)
-                w._reads, w._storage = root._reads, root._storage
-                return w
+                return torch.Tensor.as_subclass(t, cls)
             return torch.Tensor.as_subclass(t, torch.Tensor) if isinstance(t, cls) else t
 
         if isinstance(result, tuple | list):
@@ -178,12 +230,41 @@ class _ReadLog(torch.Tensor):
         else:
             wrapped = wrap(result)
             views = view_of_x(result)
-        if name not in _METADATA and not views:
-            with torch._C.DisableTorchFunctionSubclass():
-                # one op over several views (torch.cat of x's blocks) reads all of them at once
-                first = min(a.storage_offset() for a in watched)
-                root._reads.append((name, first, sum(a.numel() for a in watched)))
+        if name not in _METADATA and not views:  # one op over several views (torch.cat of x's blocks)
+            _read(_LOGS.setdefault(root, []), name, watched)
         return wrapped
+
+
+class _DispatchReads(TorchDispatchMode):
+    """Each aten op (but views) whose tensors include some over the memory at `address`: a read of them."""
+
+    def __init__(self, address: int, log: list):
+        super().__init__()
+        self.address, self.log = address, log
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in _NO_READ:
+            over = [t for t in tree_leaves((args, kwargs))
+                    if isinstance(t, torch.Tensor) and _address(t) == self.address]
+            if over:
+                _read(self.log, func.overloadpacket.__name__, over)
+        return func(*args, **(kwargs or {}))
+
+
+class _HostReads(TorchFunctionMode):
+    """A plain tensor over the memory at `address` handed to NumPy or Python (numpy, tolist): a read of it.
+    (The watched tensor itself logs these in its own __torch_function__.)"""
+
+    def __init__(self, address: int, log: list):
+        super().__init__()
+        self.address, self.log = address, log
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        plain = args[0] if args and type(args[0]) is torch.Tensor else None
+        if name in _HOST_READS and plain is not None and _address(plain) == self.address:
+            _read(self.log, name, [plain])
+        return func(*args, **(kwargs or {}))
 
 
 def _stats_verify(x64: torch.Tensor, block: int, rtol: float):

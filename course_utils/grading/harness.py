@@ -990,12 +990,24 @@ def _calls_to(targets: Iterable[str], seen: list[str]):
         sys.setprofile(previous)
 
 
+def _reading(args) -> contextlib.ExitStack:
+    """The watch an input brings for the call it is given to (checks' input wrappers with a `reading`, e.g.
+    05.online_softmax_stats's read log): entered around the call, in a sandbox too."""
+    stack = contextlib.ExitStack()
+    for arg in args:
+        reading = getattr(type(arg), "reading", None)
+        if isinstance(arg, torch.Tensor) and callable(reading):
+            stack.enter_context(reading(arg))
+    return stack
+
+
 def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[Any, list[str]]:
     """Call a (non-kernel) candidate: its result (made plain: _plain) and what it used that the exercise
     forbids (aten op names, "dtype:<name>" for a forbidden dtype it touched, "call:<module:name>" for a
     forbidden course function it called, "launch:none" when an exercise that needs kernels launched none)."""
     called: list[str] = []
-    with _quiet_numerics(), watching() as watch, _calls_to(getattr(ex, "forbidden_calls", ()), called):
+    with (_quiet_numerics(), watching() as watch, _calls_to(getattr(ex, "forbidden_calls", ()), called),
+          _reading(args)):
         try:
             result = _plain(candidate(*args))
         except Exception as exc:
