@@ -69,6 +69,13 @@ def test_strides_wrong_type():
     fails("01.contiguous_strides", lambda shape: "1, 1", "tuple of ints")
 
 
+def test_strides_as_numpy_integers_are_told_to_become_python_ints():
+    def with_numpy(shape):
+        return tuple(np.cumprod((1, *shape[:0:-1]))[::-1]) if shape else ()
+
+    fails("01.contiguous_strides", with_numpy, "return Python ints")
+
+
 # --- 01.transpose_view ----------------------------------------------------------------------------
 
 def _swapped(t, dim0, dim1):

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
 import torch
 
 from ..grading import Case, CheckFailed, Exercise, register
@@ -42,7 +43,11 @@ def _verify_strides(result, case: Case) -> list[str]:
     shape, expected = case.args[0], case.expected
     if not isinstance(result, tuple | list) or not all(isinstance(s, int) and not isinstance(s, bool)
                                                          for s in result):
-        return [f"returned {result!r}: expected a tuple of ints, one stride per dimension (like t.stride())"]
+        why = ""
+        if isinstance(result, tuple | list) and any(isinstance(s, np.integer | torch.Tensor) for s in result):
+            why = ": return Python ints (int(...) of each NumPy or torch integer)"
+        return [f"returned {result!r}: expected a tuple of ints, one stride per dimension "
+                f"(like t.stride()){why}"]
     result = tuple(result)
     if result == expected:
         return []
