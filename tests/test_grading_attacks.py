@@ -518,6 +518,44 @@ def test_interrupting_the_grader_kills_its_sandboxes(tmp_path):
     assert _temp_dirs() <= temps
 
 
+WRITE_EVERYWHERE = """
+import os
+for folder in ("/", "/dev", "/dev/shm", "/tmp", "/submission"):
+    mib = 0
+    try:
+        with open(os.path.join(folder, "filler"), "wb", buffering=0) as f:
+            while mib < 64:
+                f.write(bytes(1 << 20))
+                mib += 1
+    except OSError:
+        pass
+    print(folder, mib)
+"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("user", ["root", "unprivileged"])
+def test_a_sandbox_writes_only_into_its_size_limited_folders(user, tmp_path, monkeypatch):
+    """A grader run by an ordinary user gives each sandbox a user namespace, where the tmpfs that bwrap makes
+    for the root and for /dev (half the machine's memory each: tmpfs pages are no process's data, past
+    the memory limit) belonged to the sandbox: a notebook could fill the machine's memory through them.
+    Only /tmp and /submission, of `limits.tmpfs` bytes, and /dev/shm, of `limits.shm`, take writes."""
+    if user == "unprivileged":  # the command of a grader that is not root: bwrap makes a user namespace
+        monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    limits = sandbox.Limits(tmpfs=8 << 20)
+    limits.shm = 4 << 20
+    course = sandbox.stage_package(tmp_path, 2)
+    with open(ROOT / "solutions" / "02_first_kernels.ipynb", "rb") as f:
+        cmd = sandbox.command(course, f.fileno(), "nb.ipynb", gpu=False, limits=limits)
+        monkeypatch.undo()
+        python = cmd.index("-m")
+        done = subprocess.run([*cmd[:python], "-c", WRITE_EVERYWHERE], pass_fds=(f.fileno(),),
+                              capture_output=True, text=True, timeout=60)
+    mib = {folder: int(n) for folder, n in (line.split() for line in done.stdout.splitlines())}
+    assert mib["/"] == mib["/dev"] == 0, (done.stdout, done.stderr)
+    assert mib["/dev/shm"] <= 4 and 0 < mib["/tmp"] <= 8 and 0 < mib["/submission"] <= 8, done.stdout
+
+
 def _is_child(pid: int, parent: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

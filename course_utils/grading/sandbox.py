@@ -9,8 +9,9 @@ Inside a sandbox (`bwrap`, Debian package `bubblewrap`):
 - read-only: the system's /usr, the Python installation, and a copy of course_utils made for
   this run WITHOUT the solution modules of the submission's lesson and later lessons (earlier
   lessons' kernels, which later exercises reuse, stay importable);
-- writable: a private /tmp and /work (where the notebook's copy lies), both size-limited tmpfs
-  that vanish with the sandbox. Nothing the grader later reads is on them;
+- writable: a private /tmp and /submission (where the notebook's copy lies), both size-limited tmpfs
+  that vanish with the sandbox, and a smaller /dev/shm; the root and /dev are read-only. Nothing
+  the grader later reads is on them;
 - limits: address data (RLIMIT_DATA), processes and threads (RLIMIT_NPROC), core files off; the
   grader adds the wall time and the output size (the output pipe is drained and cut).
 On a GPU the /dev/nvidia* devices are bound and Triton gets a private cache in /tmp.
@@ -41,7 +42,8 @@ class Limits:
     memory: int = 3 << 30  # bytes of data (heap, anonymous mappings) per sandbox; more on a GPU (GPU_MEMORY)
     processes: int = 1024  # processes and threads of the sandbox's user
     output: int = 16 << 20  # bytes a notebook may print in all; more ends it
-    tmpfs: int = 1 << 30  # bytes of /tmp and of /work each
+    tmpfs: int = 1 << 30  # bytes of /tmp and of /submission each
+    shm: int = 64 << 20  # bytes of /dev/shm (POSIX shared memory and semaphores)
 
 
 def bwrap() -> str | None:
@@ -170,6 +172,11 @@ def command(course: Path, notebook_fd: int, notebook_name: str, *, gpu: bool, li
         for dev in sorted(Path("/dev").glob("nvidia*")):
             cmd += ["--dev-bind", str(dev), str(dev)]
         cmd += ["--ro-bind-try", "/sys", "/sys"]
+    # bwrap builds the root and /dev on tmpfs of half the machine's memory, owned by the sandbox's user when
+    # it has a user namespace (a grader that is not root): writable past every limit, since tmpfs pages are
+    # no process's data. Once built, both are read-only, and /dev/shm is a small tmpfs of its own.
+    cmd += ["--perms", "1777", "--size", str(limits.shm), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev", "--remount-ro", "/"]
     if os.geteuid() == 0:
         cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "USER": "student", "LANG": "C.UTF-8",
