@@ -601,6 +601,22 @@ def test_quantize_two_pass_path_for_long_rows():
     assert bool(((out.float() - q_ref.float()).abs() <= q_ref.float().abs() / 8 + 2.0**-9).all())
 
 
+@needs_fp8
+def test_quantize_rows_of_tiny_values_keep_their_scale():
+    """Rows whose amax is below 448 / fp32's largest value (1.3e-36): 448 / amax is inf there, which made
+    every element +-448 and a zero NaN; x / amax * 448 stays finite for any normal amax. Both paths."""
+    from course_utils.checks.l07_fp8_quantization import _quantize_case, _quantize_verify
+
+    device = current().device
+    x = torch.randn(4, 300, device=device) * torch.tensor([1e-37, 1e-36, 3e-38, 1.0], device=device)[:, None]
+    x[:, 7] = 0
+    for block in (None, 128):  # one pass, two passes
+        out = torch.empty(4, 300, device=device, dtype=E4M3)
+        scale = torch.empty(4, device=device)
+        l07.quantize_rowwise(x, out, scale, BLOCK=block)
+        assert _quantize_verify({"out": out, "scale_out": scale}, _quantize_case("tiny rows", x)) == []
+
+
 # --- 07.decode_e4m3: bit arithmetic on torch integers is fine, torch's own float8 is not -------------
 
 def test_decode_with_torch_integer_bit_arithmetic_passes():

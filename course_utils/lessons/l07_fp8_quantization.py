@@ -100,8 +100,10 @@ def quantize_rowwise_kernel(x_ptr, out_ptr, scale_ptr, n_cols, stride_xr, stride
         x = tl.load(x_row + cols * stride_xc, mask=mask, other=0.0).to(tl.float32)
         amax = tl.max(tl.abs(x), axis=0)
         safe = tl.where(amax > 0, amax, FP8_MAX)  # an all-zero row gets scale 1, not 0/0
-        inv = FP8_MAX / safe
-        q = tl.minimum(tl.maximum(x * inv, -FP8_MAX), FP8_MAX)
+        # x / amax first (at most 1), then times 448: 448 / amax overflows fp32 to inf for a row whose amax
+        # is below 1.3e-36, and would turn its zeros into NaN and everything else into +-448
+        inv = 1.0 / safe
+        q = tl.minimum(tl.maximum(x * inv * FP8_MAX, -FP8_MAX), FP8_MAX)
         tl.store(out_row + cols, q.to(out_ptr.dtype.element_ty), mask=mask)
     else:  # a long row: one pass for amax, a second one (from L2) to quantize
         running = tl.zeros((BLOCK,), dtype=tl.float32)  # elementwise max so far; reduced once at the end
@@ -111,11 +113,11 @@ def quantize_rowwise_kernel(x_ptr, out_ptr, scale_ptr, n_cols, stride_xr, stride
             running = tl.maximum(running, tl.abs(x))
         amax = tl.max(running, axis=0)
         safe = tl.where(amax > 0, amax, FP8_MAX)
-        inv = FP8_MAX / safe
+        inv = 1.0 / safe  # not 448 / amax: see above
         for start in range(0, n_cols, BLOCK):
             mask = start + cols < n_cols
             x = tl.load(x_row + (start + cols) * stride_xc, mask=mask, other=0.0).to(tl.float32)
-            q = tl.minimum(tl.maximum(x * inv, -FP8_MAX), FP8_MAX)
+            q = tl.minimum(tl.maximum(x * inv * FP8_MAX, -FP8_MAX), FP8_MAX)
             tl.store(out_row + start + cols, q.to(out_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + row, safe / FP8_MAX)  # dequantization scale: x ~ out * scale
     # END SOLUTION
