@@ -608,3 +608,38 @@ def test_copy_2d_with_one_column_tile_of_128_fails():
                    ("grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))",
                     "grid = (triton.cdiv(M, BLOCK_M), 1)"))
     failure("02.copy_2d", wrong, "130 x 259: more than one tile of 128")
+
+
+def test_copy_2d_of_a_very_long_row_fits_a_gpu_grid(monkeypatch):
+    """A (1, 2^22 + 5) copy in tiles of 32 columns needed 131073 programs along axis 1 of the grid, where a
+    GPU holds 65535 ("Triton Error [CUDA]: invalid argument"); the interpreter has no such limit, so the
+    launch is recorded here instead of run. Wider tiles keep it within the limit and cover every element."""
+    from course_utils.lessons import l02_first_kernels as l02
+
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **meta: launches.append((grid, meta))
+
+    monkeypatch.setattr(l02, "copy_2d_kernel", Recorder())
+    for shape in [(1, (1 << 22) + 5), (3, 40_000_000)]:
+        x = torch.empty(shape, device="meta")  # no memory: only the shape and strides reach the launch
+        l02.copy_2d(x, torch.empty(shape, device="meta"))
+        (grid, meta), = launches
+        launches.clear()
+        assert all(programs <= 65535 for programs in grid[1:]), grid
+        assert grid[0] * meta["BLOCK_M"] >= shape[0] and grid[1] * meta["BLOCK_N"] >= shape[1]
+        assert meta["BLOCK_M"] * meta["BLOCK_N"] == 32 * 32  # the same elements per program
+
+
+def test_copy_2d_with_wider_tiles_copies_every_element(monkeypatch):
+    """The wider tiles of a long row, run: with the axis limit lowered to 4, a transposed (5, 300) copy
+    takes tiles of 8 x 128 (3 programs along axis 1) and still copies every element."""
+    from course_utils.lessons import l02_first_kernels as l02
+
+    monkeypatch.setattr(l02, "GRID_AXIS_MAX", 4)
+    x = torch.randn(300, 5, device=current().device).t()
+    out = torch.full((5, 300), float("nan"), device=current().device)
+    l02.copy_2d(x, out)
+    assert torch.equal(out, x)

@@ -90,8 +90,16 @@ def relu(x: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) -> None:
 # per `BLOCK_M x BLOCK_N` tile, with a mask in both dimensions. Taught in
 # [Two dimensions and strides](../notebooks/02_first_kernels.ipynb#Two-dimensions-and-strides), with a
 # worked sibling that writes a 2-D tile through any strides.
+#
+# One limit of the hardware: a GPU grid holds at most 2^31 - 1 programs along axis 0 but only
+# `GRID_AXIS_MAX = 65535` along axes 1 and 2. A row of 2^22 elements in tiles of 32 columns would need
+# 131072 programs along axis 1, and such a launch fails ("invalid argument"): give a row that long wider
+# tiles (and fewer rows per tile, so that a program still holds `BLOCK_M x BLOCK_N` elements).
 
 # %%
+GRID_AXIS_MAX = 65535  # the most programs a CUDA grid holds along its axes 1 and 2
+
+
 @triton.jit
 def copy_2d_kernel(x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -108,7 +116,9 @@ def copy_2d(x: torch.Tensor, out: torch.Tensor, BLOCK_M: int = 32, BLOCK_N: int 
     """out[i, j] = x[i, j]; x 2-D with any strides, out contiguous."""
     # BEGIN SOLUTION
     M, N = x.shape
-    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
+    while triton.cdiv(N, BLOCK_N) > GRID_AXIS_MAX:  # a very long row: wider tiles, fewer rows each
+        BLOCK_M, BLOCK_N = max(1, BLOCK_M // 2), 2 * BLOCK_N
+    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))  # rows on axis 0, which holds 2^31 - 1
     copy_2d_kernel[grid](x, out, M, N, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
                          BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
     # END SOLUTION
