@@ -2,6 +2,8 @@
 the mistake, and the autotune pruning, precision switch, tolerances and napkin maths do what they say."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import triton
@@ -116,8 +118,8 @@ def test_grouped_order_is_the_lessons_example_and_a_permutation():
 def _naive_launch(a, b, out, strides, grid=None, BLOCK_K=128):
     M, K = a.shape
     N = b.shape[1]
-    matmul_naive_kernel[grid or (M, N)](a, b, out, M, N, K, *strides, out.stride(0), out.stride(1),
-                                        BLOCK_K=BLOCK_K)
+    matmul_naive_kernel[grid or (M * N,)](a, b, out, M, N, K, *strides, out.stride(0), out.stride(1),
+                                          BLOCK_K=BLOCK_K)
 
 
 def test_naive_assuming_contiguous_inputs_fails():
@@ -128,11 +130,34 @@ def test_naive_assuming_contiguous_inputs_fails():
     failure("03.matmul_naive", contiguous_only, "transposed", "differ beyond")
 
 
-def test_naive_one_column_of_programs_fails():
-    def rows_only(a, b, out):
-        _naive_launch(a, b, out, (a.stride(0), a.stride(1), b.stride(0), b.stride(1)), grid=(a.shape[0], 1))
+def test_naive_one_program_per_row_fails():
+    def rows_only(a, b, out):  # M programs where M * N are needed: only the first M outputs are written
+        _naive_launch(a, b, out, (a.stride(0), a.stride(1), b.stride(0), b.stride(1)), grid=(a.shape[0],))
 
     failure("03.matmul_naive", rows_only, "never written")
+
+
+def test_naive_grid_of_a_vocabulary_sized_output_fits_a_gpu():
+    """(1, 4096) @ (4096, 128256), an LM head: a 2-D grid (M, N) put 128256 programs on axis 1, where a GPU
+    holds 65535 ("Triton Error [CUDA]: invalid argument"); the interpreter has no such limit, so the launch
+    is recorded here instead of run."""
+    from course_utils.lessons import l03_matmul as l03
+
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **meta: launches.append(grid)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(l03, "matmul_naive_kernel", Recorder())
+        for M, K, N in [(1, 4096, 128256), (100_000, 64, 3)]:
+            a, b = torch.empty((M, K), device="meta"), torch.empty((K, N), device="meta")
+            l03.matmul_naive(a, b, torch.empty((M, N), device="meta"))
+            (grid,) = launches
+            launches.clear()
+            assert all(programs <= 65535 for programs in grid[1:]), grid
+            assert math.prod(grid) == M * N  # one program per output element
 
 
 @triton.jit

@@ -81,10 +81,13 @@ def grouped_pid(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple
 # matrix-vector product as the worked sibling.
 #
 # `out[m, n] = sum_k a[m, k] * b[k, n]` for `a (M, K)`, `b (K, N)` with any strides, `out (M, N)`.
-# The strawman: a 2-D grid of `M x N` programs; program `(m, n)` walks row `m` of `a` and column `n`
+# The strawman: `M x N` programs, one per output; program `(m, n)` walks row `m` of `a` and column `n`
 # of `b` in chunks of `BLOCK_K` (mask the last chunk: `K` is any length), multiplies in fp32 and
 # sums. Traffic: every program loads `2K` elements for `2K` FLOPs, `2MNK` loads in all; nothing is
-# reused between programs except by luck in the caches.
+# reused between programs except by luck in the caches. Launch them as a 1-D grid of `M * N` programs
+# (`m = pid // N`, `n = pid % N`): a 2-D grid `(M, N)` does not launch on a GPU once `N` passes 65535,
+# the most programs its axis 1 holds (lesson 02's `GRID_AXIS_MAX`), and a vocabulary-sized output
+# (N = 128256 for Llama 3) passes it.
 
 # %%
 @triton.jit
@@ -92,8 +95,9 @@ def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                         BLOCK_K: tl.constexpr):
     # BEGIN SOLUTION
-    m = tl.program_id(0)
-    n = tl.program_id(1)
+    pid = tl.program_id(0)  # one program per output element, in row-major order
+    m = pid // N
+    n = pid % N
     acc = tl.zeros((BLOCK_K,), dtype=tl.float32)  # (BLOCK_K,) partial sums, in fp32 whatever the inputs
     for k0 in range(0, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)  # (BLOCK_K,)
@@ -110,7 +114,7 @@ def matmul_naive(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     # BEGIN SOLUTION
     M, K = a.shape
     N = b.shape[1]
-    grid = (M, N)  # M * N programs: one per output element
+    grid = (M * N,)  # M * N programs, one per output element, on axis 0 (2^31 - 1 programs, not 65535)
     matmul_naive_kernel[grid](a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                               out.stride(0), out.stride(1), BLOCK_K=128)
     # END SOLUTION
