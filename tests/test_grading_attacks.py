@@ -146,6 +146,40 @@ def add(x, y, out):
 def relu(x, out):
     out.copy_(x.clamp_min(0))
 """,
+    # The notebook answers the grader on its pipe itself (fd 3 in, fd 4 out), with nothing the code scan
+    # flags: host torch into the outputs, and made-up facts (a launch, no host ops).
+    "raw_pipe": """
+import os as o, json as j, struct as s, torch
+def _rd(n):
+    b = b''
+    while len(b) < n:
+        b += o.read(3, n - len(b))
+    return b
+def _recv():
+    h = j.loads(_rd(s.unpack('>Q', _rd(8))[0]))
+    return h, [_rd(s.unpack('>Q', _rd(8))[0]) for _ in range(h.get('blobs', 0))]
+def _send(h, blobs=()):
+    d = j.dumps(dict(h, blobs=len(blobs))).encode()
+    o.write(4, s.pack('>Q', len(d)) + d + b''.join(s.pack('>Q', len(b)) + b for b in blobs))
+def check(exercise, func):
+    _send({'op': 'check', 'exercise': exercise})
+    while (got := _recv())[0]['op'] != 'done':
+        h, blobs = got
+        if h['op'] == 'signature':
+            _send({'op': 'ok', 'name': 'mine', 'module': '__main__'})
+            continue
+        raws = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
+        args = [raws[a['s']].view(getattr(torch, a['dtype'])).as_strided(a['size'], a['stride'], a['offset'])
+                if isinstance(a, dict) and a.get('t') == 'tensor' else a for a in h['args']]
+        x, out = args[0], args[-1]
+        out.copy_(x + args[1] if exercise == '02.vector_add' else x.clamp_min(0) if exercise == '02.relu'
+                  else x)
+        launched = [{'name': 'k', 'module': '__main__', 'shapes': [], 'inputs': [], 'bases': [],
+                     'storages': []}]
+        facts = {'returned': None, 'returned_other': False, 'host': [], 'changed_later': [],
+                 'launched': launched, 'allocations': []}
+        _send({'op': 'called', 'facts': facts}, [r.numpy().tobytes() for r in raws])
+""",
     "out_set": """
 import torch
 def copy_2d(x, out):
@@ -430,8 +464,10 @@ def check(exercise, func):  # answers the grader itself: host torch, and facts t
 
 
 def test_answering_the_grader_directly_is_flagged():
-    """The sandbox's pipe to the grader is in the notebook's process: code that reaches it (a closure,
-    raw file descriptors, the grader's modules) can report made-up facts. Only the flags show it."""
+    """The sandbox's pipe to the grader is in the notebook's process. Its raw file descriptors alone give
+    nothing (a message needs the MAC of the key only the grading code's channel holds: credit_raw_pipe);
+    code that reaches the channel itself (a closure, the grader's modules) can report made-up facts, and
+    only the flags show it."""
     from course_utils.grading import flags
 
     found = " ".join(flags.scan([FORGED_CHECK, "import os\nos.write(4, b'x')", "open('/dev/fd/4', 'wb')"]))

@@ -365,6 +365,9 @@ class Grader:
                 msg, _ = chan.recv(blob_limit=0)
                 if msg.get("op") != "ready":
                     raise remote.ProtocolError(f"expected ready, got {msg.get('op')!r}")
+                key = os.urandom(32)  # every later message, both ways, carries its MAC under this key
+                chan.send({"op": "key", "key": key.hex()})
+                chan.authenticate(key)
                 chan.deadline = time.monotonic() + self.timeout
                 for index, cell in enumerate(nb.cells):
                     if cell.cell_type != "code" or not cell.source.strip():

@@ -8,12 +8,19 @@ left in every buffer, and whether it raised. Expected values, tolerances and ver
 the sandbox; the grader judges the bytes with the harness's own rules (harness.judge_kernel_case).
 
 Frames on the pipes: 8 bytes big-endian length, then the bytes. A message is a JSON header frame
-followed by `blobs` raw frames (the storages of the tensors it carries). Everything the grader
-reads from a sandbox is checked (sizes, dtypes, strides within their storage) before use.
+followed by `blobs` raw frames (the storages of the tensors it carries), then, once the grader has
+sent the sandbox its key (before the notebook's first cell), a frame with the message's HMAC-SHA256
+under that key. The notebook runs in the process that holds the pipes: its code could write a made-up
+answer to a check on them (host torch in the outputs, facts that say a kernel ran) with no construct
+the code scan flags; without the key, which only the grading code has, the grader refuses it.
+Everything the grader reads from a sandbox is checked (sizes, dtypes, strides within their storage)
+before use.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import select
@@ -51,6 +58,23 @@ class Channel:
             os.set_blocking(write_fd, False)
             os.set_blocking(read_fd, False)
         self.deadline: float | None = None
+        self._keyed: tuple | None = None  # HMAC-SHA256's inner and outer hashes of the key (authenticate)
+
+    def authenticate(self, key: bytes) -> None:
+        """From now on each message sent ends with its HMAC-SHA256 under `key` (32 bytes), and each message
+        received must. Only the key's two padded hashes are kept, as hashlib objects: later MACs are computed
+        with their C methods (copy, update, digest), which no code of the notebook's can replace to see
+        them."""
+        pad = key.ljust(64, b"\0")
+        self._keyed = (hashlib.sha256(bytes(b ^ 0x36 for b in pad)),
+                       hashlib.sha256(bytes(b ^ 0x5C for b in pad)))
+
+    def _mac(self, frames: list) -> bytes:
+        inner, outer = self._keyed[0].copy(), self._keyed[1].copy()
+        for frame in frames:
+            inner.update(frame)
+        outer.update(inner.digest())
+        return outer.digest()
 
     def _wait(self, fd: int, write: bool) -> None:
         left = None if self.deadline is None else self.deadline - time.monotonic()
@@ -88,31 +112,50 @@ class Channel:
 
     def send(self, header: dict, blobs: list[bytes] = ()) -> None:
         data = json.dumps({**header, "blobs": len(blobs)}).encode()
-        self._write(struct.pack(">Q", len(data)) + data)
+        frames = [struct.pack(">Q", len(data)), data]
         for blob in blobs:
-            self._write(struct.pack(">Q", len(blob)))
-            self._write(blob)
+            frames += [struct.pack(">Q", len(blob)), blob]
+        if self._keyed is not None:  # first: a message without it fails at its first frame, not by a timeout
+            mac = self._mac(frames)
+            frames[:0] = [struct.pack(">Q", len(mac)), mac]
+        for frame in frames:
+            self._write(frame)
 
     def recv(self, *, blob_limit: int = RESULT_MAX) -> tuple[dict, list[bytes]]:
+        mac = None
+        if self._keyed is not None:
+            (size,) = struct.unpack(">Q", self._read(8))
+            if size != 32:
+                raise ProtocolError(_UNKEYED)
+            mac = self._read(size)
         (n,) = struct.unpack(">Q", self._read(8))
         if n > HEADER_MAX:
             raise ProtocolError(f"a message header of {n} bytes")
+        data = self._read(n)
         try:
-            header = json.loads(self._read(n))
+            header = json.loads(data)
         except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, an int of 5000 digits, [[[[...
             raise ProtocolError(f"a message that is not JSON ({str(exc)[:200]})") from None
         if not isinstance(header, dict) or not isinstance(header.get("blobs", 0), int):
             raise ProtocolError("a message that is not a JSON object")
         if header.get("blobs", 0) > BLOBS_MAX:
             raise ProtocolError(f"a message with more than {BLOBS_MAX} buffers")
-        blobs, total = [], 0
+        blobs, total, frames = [], 0, [struct.pack(">Q", n), data]
         for _ in range(max(0, header.get("blobs", 0))):
-            (size,) = struct.unpack(">Q", self._read(8))
+            size_frame = self._read(8)
+            (size,) = struct.unpack(">Q", size_frame)
             total += size
             if total > blob_limit:
                 raise ProtocolError(f"more than {blob_limit} bytes of data in one message")
             blobs.append(self._read(size))
+            frames += [size_frame, blobs[-1]]
+        if mac is not None and not hmac.compare_digest(mac, self._mac(frames)):
+            raise ProtocolError(_UNKEYED)
         return header, blobs
+
+
+_UNKEYED = ("a message without the MAC of the grading code's key: the notebook wrote to the grader's pipe "
+            "itself")
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -701,6 +744,10 @@ def serve() -> None:
     course_utils.setup(quiet=True)  # the mode (COURSE_MODE) before Triton's modules are snapshot
     integrity = Integrity()
     chan.send({"op": "ready"})
+    msg, _ = chan.recv()  # the key, before any code of the notebook's runs
+    if msg.get("op") != "key" or not isinstance(msg.get("key"), str):
+        return
+    chan.authenticate(bytes.fromhex(msg.pop("key")))
     while True:
         msg, _ = chan.recv()
         if msg.get("op") != "cell":
