@@ -475,6 +475,33 @@ def test_answering_the_grader_directly_is_flagged():
     assert "raw file descriptors (cells 2, 3)" in found
 
 
+SPY_ON_THE_CHANNEL = """
+g = check.__globals__  # the sandbox's check() is defined in the grader's remote module
+_send = g["Channel"].send
+def _spy(self, *args, **kwargs):  # the next message the grading code sends hands over its channel
+    captured.append(self)
+    return _send(self, *args, **kwargs)
+captured, g["Channel"].send = [], _spy
+"""
+
+
+@pytest.mark.parametrize("source, flag", [
+    (SPY_ON_THE_CHANNEL, "object internals"),
+    ("import sys\nremote = sys.modules['course_utils.grading.' + 'remote']", "sys.modules"),
+    ("from sys import modules", "sys.modules"),
+    ("import os\nw = getattr(os, 'wr' + 'ite')", "computed attribute names"),
+    ("import os as o\no.write(4, b'x')", "raw file descriptors"),
+    ("classes = ().__class__.__base__.__subclasses__()", "object internals"),
+    ("names = vars(check)", "object internals"),
+])
+def test_reaching_the_grader_without_naming_it_is_flagged(source, flag):
+    """The grader's channel (and with it a made-up answer to every check, 3/3 on the unsolved notebook) is
+    one `check.__globals__` away, or a `sys.modules` lookup, or any class alive: flagged like a closure."""
+    from course_utils.grading import flags
+
+    assert any(found.startswith(flag) for found in flags.scan([source])), flags.scan([source])
+
+
 @pytest.mark.parametrize("name", sorted(SIDE_DOORS))
 def test_host_computation_through_side_doors_gets_no_credit(graded, name):
     flag, _ = SIDE_DOORS[name]

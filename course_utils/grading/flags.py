@@ -16,7 +16,9 @@ that somebody tried to reach the grader, the expected answers or the host past t
   scan cannot read), /proc (looking at other processes);
 - raw file descriptors (os.read/os.write/os.fdopen/os.dup, open() of a number, /dev/fd), a function's
   __closure__, the grader's modules (course_utils.grading): in a sandbox, the pipe to the grader, where
-  a notebook could answer a check itself with a made-up account of how its outputs were computed.
+  a notebook could answer a check itself with a made-up account of how its outputs were computed;
+- the same reached without naming it: object internals (a function's __globals__, __dict__, vars(),
+  __subclasses__ and the class graph, __code__), sys.modules, getattr/setattr with a computed name.
 """
 from __future__ import annotations
 
@@ -45,6 +47,11 @@ FRAME_ATTRS = {"_getframe": "frames", "f_locals": "frames", "f_back": "frames", 
                "setprofile": "frames", "_current_frames": "frames", "get_objects": "gc",
                "get_referrers": "gc", "get_referents": "gc", "__closure__": "frames",
                "cell_contents": "frames"}
+# Attributes that lead from an object to others it was not given: a function's module globals (the
+# grader's channel class is one `check.__globals__["Channel"]` away), every class alive (`__subclasses__`),
+# code objects.
+OBJECT_INTERNALS = {"__globals__", "__subclasses__", "__base__", "__bases__", "__mro__", "__dict__",
+                    "__getattribute__", "__code__"}
 TORCH_INTERNALS = {"_disable_current_modes": "torch._C internals", "_DisableTorchDispatch": "torch._C internals",
                    "DisableTorchFunction": "torch._C internals",
                    "DisableTorchFunctionSubclass": "torch._C internals",
@@ -86,6 +93,7 @@ class _Scan(ast.NodeVisitor):
         self.course_names: set[str] = set()  # names bound to course_utils modules or their contents
         self.uses_ctypes_or_numpy = False
         self.data_ptr = False
+        self.os_names: set[str] = {"os"}  # names bound to the os module (`import os as o`)
 
     def add(self, what: str) -> None:
         if what not in self.found:
@@ -98,6 +106,8 @@ class _Scan(ast.NodeVisitor):
                 self.add(MODULES[top])
             if top in ("ctypes", "numpy"):
                 self.uses_ctypes_or_numpy = True
+            if alias.name == "os":
+                self.os_names.add(alias.asname or "os")
             if top == "course_utils":
                 self.course_names.add(alias.asname or top)
             if alias.name.startswith("course_utils.grading"):
@@ -118,6 +128,8 @@ class _Scan(ast.NodeVisitor):
             for alias in node.names:
                 if alias.name in FRAME_ATTRS:
                     self.add(FRAME_ATTRS[alias.name])
+                if alias.name == "modules":
+                    self.add("sys.modules")
         if top == "course_utils":
             self.course_names.update(alias.asname or alias.name for alias in node.names)
         if (node.module or "").startswith("course_utils.grading") or any(
@@ -127,10 +139,14 @@ class _Scan(ast.NodeVisitor):
 
     def visit_Attribute(self, node):
         root = _root(node)
-        if root == "os" and node.attr in OS_CALLS:
+        if root in self.os_names and node.attr in OS_CALLS:
             self.add(OS_CALLS[node.attr])
         if node.attr in FRAME_ATTRS:
             self.add(FRAME_ATTRS[node.attr])
+        if node.attr in OBJECT_INTERNALS:
+            self.add("object internals")
+        if node.attr == "modules" and _dotted(node.value) == "sys":
+            self.add("sys.modules")
         if node.attr in TORCH_INTERNALS:
             self.add(TORCH_INTERNALS[node.attr])
         if node.attr == "set_":
@@ -160,6 +176,15 @@ class _Scan(ast.NodeVisitor):
             self.add(RAW_FDS)
         if name in ("setattr", "delattr") and node.args and _root(node.args[0]) in self.course_names:
             self.add("assignment into course_utils")
+        # getattr(os, "wr" + "ite"): a name this scan cannot read, like code given to exec
+        by_name = name in ("getattr", "setattr", "delattr", "hasattr") and len(node.args) > 1
+        attr = node.args[1] if by_name else None
+        if attr is not None and not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)):
+            self.add("computed attribute names")
+        if attr is not None and isinstance(attr, ast.Constant) and attr.value in OBJECT_INTERNALS:
+            self.add("object internals")
+        if name == "vars" and node.args:
+            self.add("object internals")
         self.generic_visit(node)
 
     def _targets(self, targets):
@@ -215,6 +240,7 @@ def scan(sources: Iterable[str], course_cells: set[str] = frozenset()) -> list[s
     cells install with subprocess, for example), skipped when a cell is one of them unchanged."""
     where: dict[str, list[int]] = {}
     course_names: set[str] = set()
+    os_names: set[str] = {"os"}
     for number, source in enumerate(sources, 1):
         if source.strip() in course_cells:
             continue
@@ -224,7 +250,7 @@ def scan(sources: Iterable[str], course_cells: set[str] = frozenset()) -> list[s
         except SyntaxError:
             continue
         visitor = _Scan()
-        visitor.course_names = course_names
+        visitor.course_names, visitor.os_names = course_names, os_names
         visitor.visit(tree)
         found = list(visitor.found)
         if visitor.data_ptr and visitor.uses_ctypes_or_numpy:
