@@ -223,7 +223,8 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
     if D < 16 or D & (D - 1):
         raise ValueError(f"head dim {D}: this kernel needs a power of 2 >= 16 (tl.dot's smallest tile)")
     if H_q % H_kv:
-        raise ValueError(f"{H_q} query heads cannot share {H_kv} K/V heads evenly: H_q must be a multiple of H_kv")
+        raise ValueError(f"{H_q} query heads cannot share {H_kv} K/V heads evenly: "
+                         "H_q must be a multiple of H_kv")
     # BEGIN SOLUTION
     group = H_q // H_kv
     if BLOCK_N is None:
