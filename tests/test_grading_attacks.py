@@ -146,6 +146,22 @@ def add(x, y, out):
 def relu(x, out):
     out.copy_(x.clamp_min(0))
 """,
+    # The checker's last look at the outputs ends with gc.unfreeze(): replaced, it writes the host's answer
+    # after every look, before the bytes go to the grader.
+    "write_after_the_last_look": """
+import gc, torch, triton, triton.language as tl
+@triton.jit
+def _touch(p):
+    pass
+def add(x, y, out):
+    _touch[(1,)](out)
+    unfreeze = gc.unfreeze
+    def later():
+        unfreeze()
+        gc.unfreeze = unfreeze
+        out.copy_(x + y)
+    gc.unfreeze = later
+""",
     # The notebook answers the grader on its pipe itself (fd 3 in, fd 4 out), with nothing the code scan
     # flags: host torch into the outputs, and made-up facts (a launch, no host ops).
     "raw_pipe": """
@@ -949,6 +965,36 @@ def test_finalizers_that_keep_running_fail():
 
     with pytest.raises(CheckFailed, match="kept running code after your function returned"):
         check("02.vector_add", add, seed=1, quiet=True)
+
+
+def test_an_output_written_after_the_last_look_is_not_judged(monkeypatch):
+    """The checker looks at the outputs once more after the call (and after collecting its garbage); what is
+    judged is the bytes that look found, not the live buffer that a thread of the notebook's, or here a
+    replaced gc.unfreeze (run as the checker's looks end), fills with the host's answer afterwards."""
+    import gc
+
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    monkeypatch.setattr(gc, "unfreeze", gc.unfreeze)  # put back whatever happens
+
+    @triton.jit
+    def nothing_kernel(p):
+        pass
+
+    def relu(x, out):
+        nothing_kernel[(1,)](out)
+        unfreeze = gc.unfreeze
+
+        def later():
+            unfreeze()
+            gc.unfreeze = unfreeze
+            out.copy_(x.clamp_min(0))
+
+        gc.unfreeze = later
+
+    with pytest.raises(CheckFailed, match="never written"):
+        check("02.relu", relu, seed=1, quiet=True)
 
 
 def test_values_written_from_the_host_element_by_element_are_refused():

@@ -701,6 +701,9 @@ class CallFacts:
     changed_later: list[str] = field(default_factory=list)  # outputs changed by host code after the last launch
     launched: list = field(default_factory=list)  # guard.Launch of each kernel launch (name, module, shapes)
     allocations: list = field(default_factory=list)  # guard.Allocation of each tensor the host code made
+    # {output name: the bytes of its whole buffer as the last look after the call found them}: what is judged
+    # (as_last_seen), not the live buffer, which code of the notebook's may still write into (a thread)
+    final: dict = field(default_factory=dict)
 
 
 def prepare_kernel_case(ex: Exercise, case: Case, device: str) -> Prepared:
@@ -832,17 +835,43 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
     # What the candidate returned, or left with the watcher, can run its code when it is let go of (a
     # `__del__`, a weakref callback, cyclic garbage): after the looks above, unwatched. Let go of it all
     # here and look once more: an output that changed meanwhile was written by the host.
-    looked_at = {name: _bits(buf).clone() for name, (buf, _, _) in buffers.items()}
+    looked_at = {name: _storage_bytes(buf).clone() for name, (buf, _, _) in buffers.items()}
     del result, watch, tracker
     # One collection frees what the call left; another that still finds garbage means finalizers that
     # make more (or a thread of the notebook's): GC_ROUNDS in a row is code that keeps running.
     if all(gc.collect() for _ in range(GC_ROUNDS)):
         facts.host.append(Problem("objects of yours kept running code after your function returned", "host"))
     for name, (buf, _, _) in buffers.items():
-        if not torch.equal(_bits(buf), looked_at[name]):
+        if not torch.equal(_storage_bytes(buf), looked_at[name]):
             facts.host.append(Problem(f"`{name}` was changed after your function returned (by a `__del__`?): "
                                       "the result must be written by the Triton kernel", "host"))
+    facts.final = looked_at
     return facts
+
+
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of t's whole storage (guard regions too), as a uint8 tensor over it: no copy."""
+    storage = t.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
+
+
+def as_last_seen(buffers: dict, final: dict) -> dict:
+    """The output buffers (name -> (buffer, view, numel)) over the bytes the last look after the call found
+    (CallFacts.final), for the judge: a thread of the notebook's, or a patched gc.unfreeze, that writes the
+    answer once the checker's looks are over writes into memory nobody judges."""
+    seen = {}
+    for name, (buf, view, numel) in buffers.items():
+        if name not in final:
+            seen[name] = (buf, view, numel)
+            continue
+        storage = final[name].untyped_storage()
+
+        def over(t: torch.Tensor) -> torch.Tensor:
+            return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape,
+                                                                        t.stride())
+
+        seen[name] = (over(buf), over(view), numel)
+    return seen
 
 
 def judge_kernel_case(ex: Exercise, case: Case, prepared: Prepared, facts: CallFacts) -> list[str]:
@@ -900,6 +929,7 @@ def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str)
         return _expect_refusal(case, candidate, prepared.call_args)
     facts = call_kernel_candidate(ex, candidate, prepared.call_args, prepared.buffers, device,
                                   writable_of(case))
+    prepared.buffers.update(as_last_seen(prepared.buffers, facts.final))
     return judge_kernel_case(ex, case, prepared, facts)
 
 

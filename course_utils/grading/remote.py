@@ -675,7 +675,11 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                             if isinstance(pair, list) and len(pair) == 2}
                 facts = call_kernel_candidate(spec, candidate, args, buffers, device, writable)
                 reply = {"op": "called", "facts": facts_out(facts)}
-                result_enc.storages += decoder.storages
+                # the outputs as the last look after the call found them (CallFacts.final), not as now
+                final = {buffers[name][1].untyped_storage().data_ptr(): raw
+                         for name, raw in facts.final.items()}
+                result_enc.storages += [final.get(raw.untyped_storage().data_ptr(), raw)
+                                        for raw in decoder.storages]
             else:
                 result, used = call_function_candidate(spec, candidate, args)
                 for raw in decoder.storages:
