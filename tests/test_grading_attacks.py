@@ -146,6 +146,33 @@ def add(x, y, out):
 def relu(x, out):
     out.copy_(x.clamp_min(0))
 """,
+    # check() of the sandbox is defined in the grader's remote module: a spy put on its Channel class would
+    # be handed the live channel (key and all) by the next message the grading code sends.
+    "spy_on_the_channel": """
+g = check.__globals__
+_send, captured = g["Channel"].send, []
+def _spy(self, *args, **kwargs):
+    captured.append(self)
+    return _send(self, *args, **kwargs)
+g["Channel"].send = _spy
+def check(exercise, func):
+    chan = captured[0]
+    chan.send({"op": "check", "exercise": exercise})
+    while (got := chan.recv())[0]["op"] != "done":
+        if got[0]["op"] == "signature":
+            chan.send({"op": "ok", "name": "mine", "module": "__main__"})
+            continue
+        decoder = g["Decoder"].from_blobs(got[1], "cpu")
+        args = [decoder.decode(a) for a in got[0]["args"]]
+        x, out = args[0], args[-1]
+        out.copy_(x + args[1] if exercise == "02.vector_add" else x.clamp_min(0) if exercise == "02.relu"
+                  else x)
+        launched = [{"name": "k", "module": "__main__", "shapes": [], "inputs": [], "bases": [],
+                     "storages": []}]
+        facts = {"returned": None, "returned_other": False, "host": [], "changed_later": [],
+                 "launched": launched, "allocations": []}
+        chan.send({"op": "called", "facts": facts}, [raw.numpy().tobytes() for raw in decoder.storages])
+""",
     # The checker's last look at the outputs ends with gc.unfreeze(): replaced, it writes the host's answer
     # after every look, before the bytes go to the grader.
     "write_after_the_last_look": """
