@@ -1024,6 +1024,62 @@ def test_an_output_written_after_the_last_look_is_not_judged(monkeypatch):
         check("02.relu", relu, seed=1, quiet=True)
 
 
+def _in_a_thread(fn):
+    import threading
+
+    box = []
+    thread = threading.Thread(target=lambda: box.append(fn()))
+    thread.start()
+    thread.join()
+    return box[0]
+
+
+class _HostRMSNorm(torch.autograd.Function):
+    """08.rmsnorm_train with a kernel that does nothing and the arithmetic in threads, where torch's dispatch
+    modes (the calling thread's own) do not record it."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        _add_kernel[(1,)](x, x, x, 0, BLOCK=16)
+
+        def rms():
+            rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+            return (x.float() * rstd * weight.float()).to(x.dtype), rstd.reshape(-1)
+
+        y, rstd = _in_a_thread(rms)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        hidden = x.shape[-1]
+
+        def grads():
+            xhat = x.float().reshape(-1, hidden) * rstd[:, None]
+            g = (dy.float() * weight.float()).reshape(-1, hidden)
+            dx = rstd[:, None] * (g - xhat * (g * xhat).mean(1, keepdim=True))
+            dw = (dy.float().reshape(-1, hidden) * xhat).sum(0)
+            return dx.view(x.shape).to(x.dtype), dw.to(weight.dtype)
+
+        return (*_in_a_thread(grads), None)
+
+
+@pytest.mark.parametrize("exercise, candidate", [
+    ("08.rmsnorm_train", lambda x, weight, eps: _HostRMSNorm.apply(x, weight, eps)),
+    ("01.transpose_view", lambda t, dim0, dim1: _in_a_thread(lambda: t.transpose(dim0, dim1))),
+])
+def test_work_done_in_another_thread_is_refused(exercise, candidate):
+    """A thread started by the call runs torch ops that the checker's dispatch modes, which belong to the
+    calling thread, never see: the host arithmetic of 08.rmsnorm_train, the forbidden transpose of
+    01.transpose_view. Starting one is refused, with the line that did."""
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    with pytest.raises(CheckFailed, match=r"started a thread \(at `thread.start\(\)` \(_in_a_thread"):
+        check(exercise, candidate, seed=1, quiet=True)
+
+
 def test_values_written_from_the_host_element_by_element_are_refused():
     """x read through ctypes (a side door the grader's scan flags), relu computed in Python, and each result
     written with out.view(-1)[i].fill_(v) beside a kernel that does nothing: fill_ of one element with a

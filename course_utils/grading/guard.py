@@ -155,6 +155,10 @@ class Watch:
     # arguments apart by them.
     input_storages: set = field(default_factory=set)
     call_shapes: dict = field(default_factory=dict)  # storage of each of the call's tensors -> its shape
+    # Where the code watched started a Python thread: torch's dispatch modes, which see the host's ops, are
+    # the calling thread's own, so another thread's torch ops go unrecorded (a function exercise's
+    # arithmetic, its forbidden ops; on a GPU, where no Tracker follows the bytes, a kernel exercise's too).
+    threads: list[str] = field(default_factory=list)
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
@@ -430,11 +434,13 @@ _watches: list[Watch] = []  # the active watches, innermost last
 _FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
 
 
-def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = ()) -> None:
+def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = (),
+                    threads: list[str] = ()) -> None:
     """Kernels launched elsewhere on this code's behalf (a sandbox running a student's backward for
     the batch grader's stand-in node): every active watch counts them as its own launches, each
-    (name, module) as a launch with no shapes, and the torch ops that code ran as its own."""
+    (name, module) as a launch with no shapes, and the torch ops and threads that code ran as its own."""
     for watch in _watches:
+        watch.threads += list(threads)
         watch.launches += names
         watch.launched += [Launch(name, module, ()) for name, module in launched]
         watch.torch_ops += [op for op in dict.fromkeys(ops) if op not in watch.torch_ops]
@@ -686,6 +692,7 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
     recorder = _RecordOps(watch)
     undo_launch = _patch_launchers(watch, recorder, after_launch)
     undo_interp = _patch_interpreter()
+    undo_threads = _patch_thread_starts(watch)
     if tracker is not None:
         _trackers.append(tracker)
     _watches.append(watch)
@@ -696,5 +703,33 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
         _watches.remove(watch)
         if tracker is not None:
             _trackers.remove(tracker)
+        undo_threads()
         undo_interp()
         undo_launch()
+
+
+def _patch_thread_starts(watch: Watch):
+    """Record in watch.threads where the code watched starts a Python thread (threading.Thread, a thread
+    pool made during the call, _thread); returns an undo function. (A pool made before the call, whose
+    threads already run, is not seen here: the grader's code scan flags threads.)"""
+    import _thread
+    import threading
+
+    saved = [(threading, "_start_new_thread"), (_thread, "start_new_thread")]
+    originals = [getattr(module, name) for module, name in saved]
+
+    def wrap(orig):
+        def start(*args, **kwargs):
+            watch.threads.append(student_site(2) or "a thread")
+            return orig(*args, **kwargs)
+
+        return start
+
+    for (module, name), orig in zip(saved, originals):
+        setattr(module, name, wrap(orig))
+
+    def undo():
+        for (module, name), orig in zip(saved, originals):
+            setattr(module, name, orig)
+
+    return undo

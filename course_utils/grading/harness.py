@@ -596,6 +596,8 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
         problems.append(Problem(
             "computed with torch operations outside your Triton kernel (" + watch.describe_ops(forbidden)
             + "): the arithmetic must happen inside your Triton kernel", "host"))
+    if watch.threads:
+        problems.append(_thread_problem(watch.threads))
     if watch.host_fills:
         problems.append(Problem(
             f"wrote values into tensors from the host, element by element ({watch.host_fills} x Tensor.fill_ "
@@ -607,6 +609,12 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
             + "): let your Triton kernel read the tensor (tl.load) and do the arithmetic; a read on the host "
             "also waits for the GPU and breaks CUDA-graph capture", "host"))
     return problems
+
+
+def _thread_problem(sites: list[str]) -> Problem:
+    return Problem(f"started a thread (at {sites[0]}): the checker watches the thread that calls your "
+                   "function; what another thread computes is host code it cannot see. Do the work in the "
+                   "call itself", "host")
 
 
 def _rows(case: Case) -> int | None:
@@ -1042,7 +1050,7 @@ def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[An
             result = _plain(candidate(*args))
         except Exception as exc:
             raise _candidate_error(exc) from None
-    used = [f"call:{name}" for name in called]
+    used = [f"call:{name}" for name in called] + [f"thread:{site}" for site in watch.threads[:1]]
     used += [op for op in ex.forbidden_ops if op in watch.torch_ops]
     used += [f"dtype:{str(dt).replace('torch.', '')}" for dt in ex.forbidden_dtypes if dt in watch.dtypes]
     if ex.needs_kernels:
@@ -1067,6 +1075,8 @@ def backward_problems(exercise_id: str, watch) -> list[str]:
     refusal = course_solution(exercise_id, None, watch.launched)
     if refusal:
         problems.append(Problem(f"the backward: {refusal}", "host"))
+    if watch.threads:
+        problems.append(Problem(f"the backward {_thread_problem(watch.threads)}", "host"))
     ops = host_arithmetic(watch)
     if ops:
         problems.append(Problem("the backward computed with torch operations outside your kernels ("
@@ -1087,6 +1097,9 @@ def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) 
     solutions = [u[9:] for u in used if u.startswith("solution:")]
     if solutions:
         return [Problem(solutions[0], "host")]
+    threads = [u[7:] for u in used if u.startswith("thread:")]
+    if threads:
+        return [_thread_problem(threads)]
     host = [u[5:] for u in used if u.startswith("host:")]
     if host:
         return [Problem(f"computed with torch operations on the host ({_aten_names(host[:4])}): the "

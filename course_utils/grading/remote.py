@@ -595,7 +595,8 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
                         for pair in _list(msg.get("launched"))[:LAUNCHES_MAX]
                         if isinstance(pair, list) and len(pair) == 2]
             record_launches([str(name)[:80] for name in _list(msg.get("launches"))[:LAUNCHES_MAX]], launched,
-                            [str(op)[:80] for op in _list(msg.get("ops"))[:OPS_MAX]])
+                            [str(op)[:80] for op in _list(msg.get("ops"))[:OPS_MAX]],
+                            [str(site)[:300] for site in _list(msg.get("threads", []))[:1]])
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
@@ -642,7 +643,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 changed += integrity.restore() if integrity is not None else []
                 reply = {"op": "grads", "grads": grads, "launches": watch.launches[:LAUNCHES_MAX],
                          "launched": [[la.name, la.module] for la in watch.launched[:LAUNCHES_MAX]],
-                         "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX]}
+                         "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX], "threads": watch.threads[:1]}
                 chan.send(_tampered(changed) if changed else reply, grads_enc.blobs())
                 continue
             if op == "signature":
