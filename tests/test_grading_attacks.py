@@ -949,14 +949,24 @@ def _in_numpy(x, block):
     return m, (float(np.exp(a - m).sum()) if m > -float("inf") else 0.0)
 
 
+def _from_its_bytes(x, block):
+    import struct
+
+    raw, size = bytes(x.untyped_storage().tolist()), x.element_size()
+    values = [struct.unpack_from({4: "f", 8: "d"}[size], raw, (x.storage_offset() + i) * size)[0]
+              for i in range(x.numel())]
+    return _two_passes(torch.tensor(values, dtype=torch.float64))
+
+
 @pytest.mark.parametrize("candidate", [
     _cleared, _rebound, lambda x, block: _two_passes(torch.Tensor.as_subclass(x, torch.Tensor)),
-    _with_subclass_off, _over_its_storage, _in_numpy,
-], ids=["cleared", "rebound", "as_subclass", "subclass_off", "set_", "numpy"])
+    _with_subclass_off, _over_its_storage, _in_numpy, _from_its_bytes,
+], ids=["cleared", "rebound", "as_subclass", "subclass_off", "set_", "numpy", "storage_bytes"])
 def test_online_stats_cannot_hide_a_whole_pass_from_the_read_log(candidate):
     """05.online_softmax_stats in two whole passes over x, the read log emptied, or x read through a plain
-    tensor over its memory: the log is a copy, and while the check calls the candidate the reads of x's
-    memory are also seen where torch runs them (dispatch) or hands them to NumPy."""
+    tensor over its memory or as the bytes of its storage: the log is a copy, and while the check calls the
+    candidate the reads of x's memory are also seen where torch runs them (dispatch), hands them to NumPy,
+    or hands over the memory itself."""
     from course_utils.grading import check
     from course_utils.grading.harness import CheckFailed
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import weakref
 
 import torch
@@ -142,6 +143,7 @@ _NO_READ = {
 }
 # Tensor methods that hand the data to Python or NumPy without an aten op.
 _HOST_READS = {"numpy", "tolist", "__array__", "__dlpack__"}
+_MEMORY = {"untyped_storage", "storage", "_typed_storage", "data_ptr"}  # a tensor's memory, as such
 # The reads of each watched x, by the address of its memory: kept here, out of reach of the code watched
 # (x._reads is a copy: clearing it, or what it was, changes nothing; the grader's copy of the sandbox's
 # log is set with _ReadLog.set_reads).
@@ -253,17 +255,27 @@ class _DispatchReads(TorchDispatchMode):
 
 class _HostReads(TorchFunctionMode):
     """A plain tensor over the memory at `address` handed to NumPy or Python (numpy, tolist): a read of it.
-    (The watched tensor itself logs these in its own __torch_function__.)"""
+    (The watched tensor itself logs these in its own __torch_function__.) And the memory itself asked for by
+    the candidate's code (untyped_storage, data_ptr: its bytes are then Python's, storage.tolist()): a read of
+    all of x. The checker's own code asks for it too, to tell tensors apart: not counted."""
 
     def __init__(self, address: int, log: list):
         super().__init__()
         self.address, self.log = address, log
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        from ..grading.guard import _library_frame
+
         name = getattr(func, "__name__", "")
-        plain = args[0] if args and type(args[0]) is torch.Tensor else None
-        if name in _HOST_READS and plain is not None and _address(plain) == self.address:
-            _read(self.log, name, [plain])
+        t = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if t is None or _address(t) != self.address:
+            pass
+        elif name in _MEMORY:
+            caller = sys._getframe(1).f_code.co_filename
+            if caller != __file__ and not _library_frame(caller):
+                _read(self.log, name, [t])
+        elif name in _HOST_READS and type(t) is torch.Tensor:
+            _read(self.log, name, [t])
         return func(*args, **(kwargs or {}))
 
 
