@@ -254,8 +254,8 @@ register(Exercise(
     hint={"wrong": "program (m, n) loops k0 over range(0, K, BLOCK_K), loads a[m, k0 + arange] and "
                    "b[k0 + arange, n] with mask k < K and other=0, accumulates in fp32 and stores "
                    "tl.sum(acc) at out[m, n]; use the strides of a, b and out, not their shapes",
-          "unwritten": "launch M * N programs, one per output element (a 1-D grid: m = pid // N, "
-                       "n = pid % N), and store at out[m, n] = out_ptr + m * out.stride(0) + n * "
+          "unwritten": "launch M * N programs, one per output element (a 1-D grid: m = pid % M, "
+                       "n = pid // M), and store at out[m, n] = out_ptr + m * out.stride(0) + n * "
                        "out.stride(1)",
           "out_of_bounds": "mask the K loads with k < K (other=0): K is no multiple of BLOCK_K; address a, b "
                            "and out with their own strides (a transposed a has strides (1, M))",

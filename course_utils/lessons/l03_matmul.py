@@ -85,7 +85,7 @@ def grouped_pid(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple
 # of `b` in chunks of `BLOCK_K` (mask the last chunk: `K` is any length), multiplies in fp32 and
 # sums. Traffic: every program loads `2K` elements for `2K` FLOPs, `2MNK` loads in all; nothing is
 # reused between programs except by luck in the caches. Launch them as a 1-D grid of `M * N` programs
-# (`m = pid // N`, `n = pid % N`): a 2-D grid `(M, N)` does not launch on a GPU once `N` passes 65535,
+# (`m = pid % M`, `n = pid // M`): a 2-D grid `(M, N)` does not launch on a GPU once `N` passes 65535,
 # the most programs its axis 1 holds (lesson 02's `GRID_AXIS_MAX`), and a vocabulary-sized output
 # (N = 128256 for Llama 3) passes it.
 
@@ -95,9 +95,9 @@ def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                         BLOCK_K: tl.constexpr):
     # BEGIN SOLUTION
-    pid = tl.program_id(0)  # one program per output element, in row-major order
-    m = pid // N
-    n = pid % N
+    pid = tl.program_id(0)  # one program per output element, down each column of out in turn
+    m = pid % M  # m runs fastest: neighbouring programs walk the same column of b
+    n = pid // M
     acc = tl.zeros((BLOCK_K,), dtype=tl.float32)  # (BLOCK_K,) partial sums, in fp32 whatever the inputs
     for k0 in range(0, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)  # (BLOCK_K,)
