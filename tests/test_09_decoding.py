@@ -308,3 +308,19 @@ def test_kv_append_rewriting_the_whole_cache_is_refused():
     message = failure("09.kv_append", kv_append)
     assert "stored into" in message and "it must leave alone" in message, message
     assert "row positions[b] of each sequence's heads" in message, message
+
+
+@pytest.mark.parametrize("exercise, name, edit", [
+    ("09.kv_append", "kv_append", ("*k_new.stride(), *v_new.stride()", "*k_new.stride(), *k_new.stride()")),
+    ("09.kv_append", "kv_append",
+     ("*cache_k.stride(), *cache_v.stride()", "*cache_k.stride(), *cache_k.stride()")),
+    ("09.decode_attention", "decode_attention",
+     ("*cache_k.stride(), *cache_v.stride()", "*cache_k.stride(), *cache_k.stride()")),
+])
+def test_v_addressed_with_ks_strides_fails(exercise, name, edit):
+    """K's strides passed for V: every other case gives the two caches one layout (and k_new, v_new one),
+    so only the case where V is laid out apart catches it."""
+    from helpers import mutant
+
+    message = failure(exercise, mutant("l09_decoding", name, edit))
+    assert "stored (B, S, H, D)" in message and "own strides" in message, message

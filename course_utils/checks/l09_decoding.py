@@ -109,16 +109,22 @@ def _kv_explain(outs, case) -> str:
     return ""
 
 
-def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None, strided_new=False):
+def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None, strided_new=False,
+             layout_v=None):
+    """strided_new: k_new and v_new slices of a fused QKV output (True), or v_new only ("v"); layout_v:
+    cache_v's layout when it is not cache_k's."""
     if strided_new:  # slices of one fused (B, 3 H D) projection output: strides (3 H D, D, 1)
         fused = randn((B, 3 * H * D), dtype, gen)
         k_new, v_new = fused[:, H * D:2 * H * D].view(B, H, D), fused[:, 2 * H * D:].view(B, H, D)
+        if strided_new == "v":
+            k_new = k_new.contiguous()  # strides (H D, D, 1): not v_new's
     else:
         k_new, v_new = randn((B, H, D), dtype, gen), randn((B, H, D), dtype, gen)
     if positions is None:
         positions = torch.randint(0, S, (B,), generator=gen)
     positions = torch.as_tensor(positions, dtype=torch.int32)
-    cache_k, cache_v = _cache(B, H, S, D, dtype, gen, layout), _cache(B, H, S, D, dtype, gen, layout)
+    cache_k = _cache(B, H, S, D, dtype, gen, layout)
+    cache_v = _cache(B, H, S, D, dtype, gen, layout_v or layout)
     want_k, want_v = f64(cache_k), f64(cache_v)
     rows = torch.arange(B)
     want_k[rows, :, positions.long()] = f64(k_new)
@@ -142,6 +148,11 @@ def _kv_cases(gen):
                    layout="bshd")
     yield _kv_case("cache a window of a longer one, every other element of D; k_new, v_new slices of a "
                    "fused QKV output", 2, 8, 19, 16, half, gen, layout="sliced", strided_new=True)
+    # Every case above gives the two caches one layout, and k_new and v_new one too: a kernel that addresses
+    # V with K's strides (passing cache_k.stride() twice) would pass them all.
+    yield _kv_case("cache_k (B, H, S, D) but cache_v stored (B, S, H, D), k_new contiguous but v_new a slice "
+                   "of a fused QKV output: each tensor has its own strides", 3, 4, 21, 16, half, gen,
+                   strided_new="v", layout_v="bshd")
     B, S = size((16, 4100), (3, 100))
     yield _kv_case(f"{B} sequences, S_max {S}", B, 8, S, 128, half, gen)
 
@@ -211,10 +222,11 @@ def _attention_explain(atol, rtol):
     return explain
 
 
-def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout="contiguous", ramp=False):
+def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout="contiguous", ramp=False,
+                    layout_v=None):
     q = randn((B, H_q, D), dtype, gen)
     k = _cache(B, H_kv, S, D, dtype, gen, layout)
-    v = _cache(B, H_kv, S, D, dtype, gen, layout)
+    v = _cache(B, H_kv, S, D, dtype, gen, layout_v or layout)  # layout_v: V's layout when it is not K's
     if ramp:  # keys grow along the context (x 0.5 .. 2.5): the running max keeps rising, tile after tile
         k *= torch.linspace(0.5, 2.5, S, dtype=torch.float64).to(k.device, k.dtype)[:, None]
     if lengths is None:
@@ -245,6 +257,9 @@ def _attention_cases(gen):
                           2, 32, 8, 50, 16, half, gen, layout="bshd")
     yield _attention_case("GQA group 4, cache a window of a longer one: any strides", 2, 16, 4, 70, 32, half, gen,
                           layout="sliced")
+    # The cases above give K and V one layout: a kernel reading V with K's strides would pass them all.
+    yield _attention_case("GQA group 2, cache_k (B, H, S, D) but cache_v stored (B, S, H, D): V has its own "
+                          "strides", 2, 8, 4, 45, 16, half, gen, layout_v="bshd")
     B, S, D = size((8, 4099, 128), (1, 64, 32))
     yield _attention_case(f"B {B}, 32 on 8 heads, D {D}, S_max {S}", B, 32, 8, S, D, half, gen)
     yield _attention_case("context 600 whose keys grow along it (scores rise tile after tile): a loop over "
