@@ -73,6 +73,17 @@ def test_grouped_pid_unclipped_last_group_fails():
     failure("03.grouped_pid", full_groups, "outside the grid", "group_size_m = min(")
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_grouped_pid_counting_rows_from_pid_not_from_the_group_fails(seed):
+    """The older Triton tutorial's pid_m = first_pid_m + pid % group_size_m: a bijection, right in every
+    full group, wrong in a short last group that starts at no multiple of its size; the fixed grids had
+    none such (the random one only now and then)."""
+    wrong = mutant("l03_matmul", "grouped_pid", ("first_pid_m + (pid % num_pid_in_group) % group_size_m",
+                                                 "first_pid_m + pid % group_size_m"))
+    failure("03.grouped_pid", wrong, "grid 5 x 3, group_m 3", "(pid % num_pid_in_group) % group_size_m",
+            seed=seed)
+
+
 def test_grouped_pid_non_bijection_fails():
     def collides(pid, num_pid_m, num_pid_n, group_m):
         group_pids = group_m * num_pid_n

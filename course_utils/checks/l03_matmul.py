@@ -35,6 +35,16 @@ def _as_tile(result) -> tuple[int, int] | None:
     return int(result[0]), int(result[1])
 
 
+def _pid_m_from_pid(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple[int, int]:
+    """The tile of the older Triton tutorial's pid_m = first_pid_m + pid % group_size_m: right in full
+    groups, whose size divides every group's first pid, but rows rotated in a short last group whose
+    size does not (grid 5 x 3, group_m 3: pid 9 starts a group of 2 rows and 9 % 2 = 1)."""
+    in_group = group_m * num_pid_n
+    first_pid_m = pid // in_group * group_m
+    group_size_m = min(num_pid_m - first_pid_m, group_m)
+    return first_pid_m + pid % group_size_m, pid % in_group // group_size_m
+
+
 def _pid_verifier(num_pid_m: int, num_pid_n: int, group_m: int, seen: dict):
     grid = f"a {num_pid_m} x {num_pid_n} grid of tiles, group_m={group_m}"
 
@@ -67,6 +77,10 @@ def _pid_verifier(num_pid_m: int, num_pid_n: int, group_m: int, seen: dict):
                        "before it moves to the next column")
             elif tile == (pid % num_pid_m, pid // num_pid_m):
                 why = "; that is column-major order over the whole grid: the groups are group_m rows tall"
+            elif tile == _pid_m_from_pid(pid, num_pid_m, num_pid_n, group_m):
+                why = ("; pid_m came from pid % group_size_m: in a short last group that no longer counts "
+                       "from the group's first pid. Take the position inside the group first: "
+                       "(pid % num_pid_in_group) % group_size_m")
             return [f"pid {pid} of {grid}: returned {tile}, expected {case.expected}{why}"]
         return []
 
@@ -74,7 +88,9 @@ def _pid_verifier(num_pid_m: int, num_pid_n: int, group_m: int, seen: dict):
 
 
 def _grouped_pid_cases(gen):
-    grids = [(1, 1, 1), (4, 4, 2), (5, 3, 2), (5, 7, 2), (7, 3, 3), (3, 9, 8), (10, 6, 4), (6, 5, 1)]
+    # (5, 3, 3): the last group (2 rows) starts at pid 9, no multiple of 2, so pid_m must count from it
+    grids = [(1, 1, 1), (4, 4, 2), (5, 3, 2), (5, 7, 2), (7, 3, 3), (3, 9, 8), (10, 6, 4), (6, 5, 1),
+             (5, 3, 3)]
     m = int(torch.randint(9, 17, (1,), generator=gen))
     n = int(torch.randint(2, 9, (1,), generator=gen))
     g = int(torch.randint(3, 6, (1,), generator=gen))
