@@ -546,3 +546,20 @@ def test_given_kernels_of_the_lesson_are_not_refused_as_solutions(refuse_course_
     for answer in ("cross_entropy_kernel", "rmsnorm_backward_kernel", "attention_dkdv_kernel"):
         refusal = course_solution("08.cross_entropy", None, [(answer, module)])
         assert "the course's solution" in refusal, answer
+
+
+@pytest.mark.parametrize("launch", ["x.stride(0), x.stride(0), dx.stride(0)",
+                                    "dy.stride(0), dy.stride(0), dx.stride(0)"])
+def test_rmsnorm_backward_reading_dy_and_x_with_one_stride_fails(launch):
+    """One row stride for both inputs: the case whose x and dy are slices of tensors of different widths
+    catches it (every other case gives them one stride), and the message points at the strides."""
+    wrong = mutant("l08_backward_passes", "rmsnorm_backward",
+                   ("dy.stride(0), x.stride(0), dx.stride(0)", launch))
+    failure("08.rmsnorm_backward", wrong, "row strides", "own stride")
+
+
+def test_rmsnorm_backward_with_dy_read_at_xs_stride_is_not_called_a_reduction_mistake():
+    wrong = mutant("l08_backward_passes", "rmsnorm_backward",
+                   ("dy.stride(0), x.stride(0), dx.stride(0)", "x.stride(0), x.stride(0), dx.stride(0)"))
+    message = str(failure("08.rmsnorm_backward", wrong, "dx and dw are both wrong", seed=0))
+    assert "dw not summed across all rows" not in message, message

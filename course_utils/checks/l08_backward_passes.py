@@ -91,6 +91,7 @@ def _rmsnorm_mistakes(dy, x, weight, rstd, tol_dx, tol_dw):
     xhat = x * r
     wdy = dy * w
     dw = (dy * xhat).sum(0)
+    dx = r * (wdy - xhat * (wdy * xhat).mean(-1, keepdim=True))
     dx_wrong = [
         (rstd[:, None] * wdy, "the mean's gradient term is missing from dx: rstd depends on every x of the row, "
          "so dx = rstd * (dy * w - xhat * mean(dy * w * xhat)), not rstd * dy * w"),
@@ -111,8 +112,14 @@ def _rmsnorm_mistakes(dy, x, weight, rstd, tol_dx, tol_dw):
         found = [text for alt, text in dx_wrong if _same(outs["dx"], alt, tol_dx)]
         if "dw" in outs and compare("dw", outs["dw"], dw, *tol_dw):
             named = [text for alt, text in dw_wrong if _same(outs["dw"], alt, tol_dw)]
-            found += named or ["dw not summed across all rows: dw = sum over EVERY row of dy * x * rstd; each "
-                               "program stores its partial sum of its rows and all the partials are added once"]
+            if named or found:
+                found += named
+            elif not compare("dx", outs["dx"], dx, *tol_dx):  # dx right: the reduction is what went wrong
+                found.append("dw not summed across all rows: dw = sum over EVERY row of dy * x * rstd; each "
+                             "program stores its partial sum of its rows and all the partials are added once")
+            else:  # both wrong, no known pattern: the inputs were read wrong, most likely
+                found.append("dx and dw are both wrong: read x and dy each with its own row stride "
+                             "(x.stride(0), dy.stride(0)), and rstd at the same rows")
         return found
 
     return diagnose
@@ -133,7 +140,8 @@ def _rmsnorm_backward_cases(gen):
             (f"{rows} rows x hidden {hidden}: no size is a multiple of a block", (rows, hidden), 1e-6),
             (f"{many[0]} rows x hidden {many[1]}: dw sums rows handled by many programs", many, 1e-6),
             ("inputs ~0.03 with eps = 1e-3 (rstd saved by the forward already holds eps)", (rows, hidden), 1e-3),
-            (f"x and dy slices of wider tensors (row stride {hidden + 7}): use their strides", (rows, hidden), 1e-6),
+            (f"x and dy slices of wider tensors (row strides {hidden + 7} and {hidden + 13}): use each one's "
+             "own stride", (rows, hidden), 1e-6),
         ]
         if current().gpu:
             shapes.append(("2048 rows x hidden 4096, Llama-7B's width", (2048, 4096), 1e-6))
@@ -141,7 +149,8 @@ def _rmsnorm_backward_cases(gen):
             scale = 0.03 if eps == 1e-3 else 1.0
             if "slices" in label:
                 x = randn((m, n + 7), dtype, gen, scale)[:, 3:3 + n]
-                dy = randn((m, n + 7), dtype, gen)[:, 2:2 + n]
+                # dy's row stride is not x's: a kernel reading dy with x.stride(0) must fail here
+                dy = randn((m, n + 13), dtype, gen)[:, 2:2 + n]
             else:
                 x, dy = randn((m, n), dtype, gen, scale), randn((m, n), dtype, gen)
             weight = uniform((n,), 0.5, 1.5, dtype, gen)
