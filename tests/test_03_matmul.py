@@ -541,6 +541,17 @@ def test_matmul_k_loop_that_skips_the_partial_block_is_named():
     failure("03.matmul_naive", naive, "the K loop run?")
 
 
+@pytest.mark.parametrize("edits", [
+    [("dtype=tl.float32)  # (BLOCK_K,) partial sums", "dtype=a_ptr.dtype.element_ty)  # (BLOCK_K,)"),
+     ("acc += a.to(tl.float32) * b.to(tl.float32)", "acc += a * b")],  # an fp16 accumulator
+    [("acc += a.to(tl.float32) * b.to(tl.float32)", "acc += a * b")],  # fp16 products, fp32 accumulator
+], ids=["fp16 accumulator", "fp16 products"])
+def test_naive_accumulating_in_fp16_fails_the_long_k_case(edits):
+    """The naive kernel's cases had K below ~1000: an fp16 accumulator passed them."""
+    failure("03.matmul_naive", mutant("l03_matmul", "matmul_naive", *edits), "K = 4096: a long sum in fp32",
+            ".to(tl.float32)", "differ beyond")
+
+
 def test_grouped_pid_returning_a_tensor_or_floats_is_refused():
     failure("03.grouped_pid", lambda pid, m, n, g: torch.tensor(grouped_pid(pid, m, n, g)), "a tensor is not a tuple")
     failure("03.grouped_pid", lambda pid, m, n, g: tuple(float(v) for v in grouped_pid(pid, m, n, g)),
