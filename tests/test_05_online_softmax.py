@@ -29,7 +29,7 @@ from course_utils.lessons.l05_online_softmax import (
     softmax_ref,
 )
 from course_utils.llama import toy_config, toy_llama
-from helpers import failure, mutant
+from helpers import failure, interpreter_only, mutant
 
 NEG_INF = float("-inf")
 
@@ -607,6 +607,20 @@ def test_attention_causal_mask_without_the_diagonal_is_named():
 def test_attention_without_the_final_division_is_named():
     wrong = mutant("l05_online_softmax", "attention", ("out = acc / l_i[:, None]", "out = acc"))
     failure("05.attention", wrong, "without the final division by l")
+
+
+@interpreter_only  # the case of scores near +-100 runs in the interpreter only (fp32 dots, not TF32)
+@pytest.mark.parametrize("edits", [
+    [("m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)", "m_new = tl.max(s, axis=1) * qk_scale")],
+    [("p = tl.exp2(s * qk_scale - m_new[:, None])", "p = tl.exp2(s * qk_scale)"),
+     ("alpha = tl.exp2(m_i - m_new)", "alpha = tl.exp2(m_new - m_new)")],
+], ids=["running max from the tile alone", "no max subtracted"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_attention_running_max_that_falls_or_is_not_subtracted_fails(edits, seed):
+    """Both are exact rescalings until exp overflows, which scores below ~40 never make it do."""
+    wrong = mutant("l05_online_softmax", "attention", *edits)
+    failure("05.attention", wrong, "scores near +100", "NaN or inf",
+            "m_new must be max(m_old, the tile's max)", seed=seed)
 
 
 # --- loops that never leave their first tile, and reads that hide from the log ----------------------
