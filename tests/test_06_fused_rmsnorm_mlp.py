@@ -15,7 +15,7 @@ from course_utils.grading import CheckFailed, check  # noqa: E402
 from course_utils.lessons import l06_fused_rmsnorm_mlp as l06  # noqa: E402
 from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402
 from course_utils.llama import mlp_block, toy_config, toy_llama  # noqa: E402
-from helpers import failure, mutant  # noqa: E402
+from helpers import failure, interpreter_only, mutant  # noqa: E402
 
 SEED = 1234
 
@@ -703,3 +703,31 @@ def test_launches_on_buffers_written_from_the_rows_count_whatever_their_shape():
         Launch("down", "m", ((rows, inter), (hidden, inter), (rows, hidden)), (False, True, False),
                ((), (), (rows, hidden)), (h, w_down, out))]
     assert _launches_on_the_rows(fusion, fused, rows) == ["gate_up", "down"]
+
+
+# --- fp16 accumulators ----------------------------------------------------------------------------
+
+_FP16_ACC = {
+    "gate_up_silu": (
+        ("acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+         "acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=x_ptr.dtype.element_ty)"),
+        ("acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+         "acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=x_ptr.dtype.element_ty)"),
+        # the epilogue back in fp32: only the accumulation is wrong
+        ("h = acc_g * tl.sigmoid(acc_g) * acc_u",
+         "acc_g = acc_g.to(tl.float32)\n    acc_u = acc_u.to(tl.float32)\n"
+         "    h = acc_g * tl.sigmoid(acc_g) * acc_u")),
+    "rmsnorm_mlp": (
+        ("acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)",
+         "acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=x_ptr.dtype.element_ty)"),),
+}
+
+
+@interpreter_only
+@pytest.mark.parametrize("name", sorted(_FP16_ACC))
+def test_an_fp16_accumulator_fails_on_the_cancelling_sums(name):
+    """An fp16 accumulator rounds each K step's sum; the interpreter's tl.dot adds in fp32 and rounds once
+    per step, so with K <= 300 (five steps) and sums near 1 it stayed inside fp16's tolerance. The case
+    whose gate sums climb to 32 and cancel catches it."""
+    wrong = mutant("l06_fused_rmsnorm_mlp", name, *_FP16_ACC[name])
+    failure(f"06.{name}", wrong, "the running sums reach 32 and cancel", "accumulate in fp32")
