@@ -623,6 +623,19 @@ def test_attention_running_max_that_falls_or_is_not_subtracted_fails(edits, seed
             "m_new must be max(m_old, the tile's max)", seed=seed)
 
 
+@pytest.mark.parametrize("edits", [
+    [("* stride_xn, mask=mask, other=float(\"-inf\")).to(tl.float32)\n        m_new",
+      ", mask=mask, other=float(\"-inf\")).to(tl.float32)\n        m_new")],  # pass 1 reads x as contiguous
+    [("out_row = out_ptr + row * stride_om", "out_row = out_ptr + row * stride_xm")],
+    [("tl.store(out_row + (start + offs_n) * stride_on", "tl.store(out_row + (start + offs_n) * stride_xn")],
+], ids=["x's column stride", "x's row stride for out", "x's column stride for out"])
+def test_softmax_online_loop_with_a_stride_mistake_fails(edits):
+    """The strided cases have short rows, which the one-pass kernel takes: the online loop's strides went
+    unchecked."""
+    wrong = mutant("l05_online_softmax", "softmax", *edits)
+    failure("05.softmax", wrong, "every other column of a wider tensor: the long-row loop")
+
+
 # --- loops that never leave their first tile, and reads that hide from the log ----------------------
 
 def test_attention_with_tiles_of_128_and_no_rescale_fails():

@@ -428,6 +428,11 @@ def _softmax_cases(gen):
     if current().gpu:
         yield _softmax_case("rows of 2^20 + 3: longer than Triton's largest block",
                             randn((3, (1 << 20) + 3), gen=gen, scale=2))
+    # The strided cases above have short rows: a kernel for long rows (an online loop beside a one-pass
+    # kernel) must address x and out with their strides too.
+    yield _softmax_case(f"rows of {long_cols}, every other column of a wider tensor: the long-row loop uses "
+                        "both strides of x, and out's own",
+                        randn((3, 2 * long_cols + 1), gen=gen, scale=2)[:, 1::2])
 
 
 # --- 05.attention -----------------------------------------------------------------------------
