@@ -166,18 +166,18 @@ def _weights(n: int, k: int, dtype, gen) -> torch.Tensor:
 
 
 def _cancelling(rows: int, k: int, n: int, dtype, gen) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (rows, k) of positive values near 1, and a w_gate (n, k) of +1/8 over the first half of K and -1/8
-    over the second (plus noise of 0.01): each gate's running sum over K climbs to about k / 16 and falls
+    """x (rows, k) of positive values near 1, and a w_gate (n, k) of +1/4 over the first half of K and -1/4
+    over the second (plus noise of 0.01): each gate's running sum over K climbs to about k / 8 and falls
     back to about 1. An fp32 accumulator carries it exactly enough; an fp16 one rounds it at every K step,
-    by up to 2^-6 near 32, far more than the output's own rounding."""
+    by up to 2^-5 near 64, far more than the output's own rounding."""
     x = uniform((rows, k), 0.9, 1.1, dtype, gen)
-    sign = torch.where(torch.arange(k) < k // 2, 0.125, -0.125).to(torch.float64).to(current().device)
-    return x, (randn((n, k), torch.float64, gen, scale=0.01) + sign).to(dtype)
+    sign = torch.where(torch.arange(k) < k // 2, 0.25, -0.25).to(torch.float64).to(current().device)
+    return x, randn((n, k), torch.float64, gen, scale=0.01) + sign  # w_gate in float64: round it yourself
 
 
-CANCELLING = ("fp16 rows of positive x and gate weights of +1/8 over the first half of K, -1/8 over the "
-              "second: the running sums reach 32 and cancel, so accumulate in fp32 (tl.zeros(..., "
-              "dtype=tl.float32)); an fp16 accumulator rounds them by up to 2^-6")
+CANCELLING = ("fp16 rows of positive x and gate weights of +1/4 over the first half of K, -1/4 over the "
+              "second: the running sums reach 64 and cancel, so accumulate in fp32 (tl.zeros(..., "
+              "dtype=tl.float32)); an fp16 accumulator rounds them by up to 2^-5")
 
 
 def _gate_up_cases(gen):
@@ -207,7 +207,8 @@ def _gate_up_cases(gen):
         # Last, so that the cases above draw the inputs they drew before it came; the interpreter only,
         # until a GPU run has measured the solution on it (its tensor cores accumulate in fp32 too).
         if dtype == torch.float16 and not current().gpu:
-            inputs.append((CANCELLING, *_cancelling(16, 512, 64, dtype, gen), _weights(64, 512, dtype, gen)))
+            x, gate = _cancelling(16, 512, 64, dtype, gen)
+            inputs.append((CANCELLING, x, gate.to(dtype), _weights(64, 512, dtype, gen)))
         for label, x, w_gate, w_up in inputs:
             out = Out("out", (x.shape[0], w_gate.shape[0]), dtype)
             yield Case(f"{label}, {_name(dtype)}", (x, w_gate, w_up, out),
@@ -304,7 +305,8 @@ def _mlp_cases(gen):
         for label, x, eps, n_inter, *gate in inputs:  # gate: a w_gate the case chose
             k = x.shape[1]
             norm_weight = uniform((k,), 0.5, 1.5, dtype, gen)
-            w_gate = gate[0] if gate else _weights(n_inter, k, dtype, gen)
+            # the chosen w_gate divided by norm_weight: the packed weight (their product) cancels as chosen
+            w_gate = (gate[0] / f64(norm_weight)).to(dtype) if gate else _weights(n_inter, k, dtype, gen)
             w_up = _weights(n_inter, k, dtype, gen)
             w_down = _weights(k, n_inter, dtype, gen)
             expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, eps), w_gate, w_up) @ f64(w_down).T
