@@ -18,6 +18,7 @@ import triton.language as tl
 from course_utils.grading import CandidateError, CheckFailed, check
 from course_utils.lessons import l09_decoding as l09
 from course_utils.llama import toy_llama
+from course_utils.mode import current
 from helpers import interpreter_only
 
 
@@ -324,3 +325,19 @@ def test_v_addressed_with_ks_strides_fails(exercise, name, edit):
 
     message = failure(exercise, mutant("l09_decoding", name, edit))
     assert "stored (B, S, H, D)" in message and "own strides" in message, message
+
+
+@pytest.mark.skipif(current().gpu, reason="the case of large scores is the interpreter's only")
+@pytest.mark.parametrize("merge_max", [
+    "m_all = tl.max(m, axis=0) * 0.0",  # exp(m_i) alone: no common max
+    "m_all = tl.sum(tl.where(offs_s == 0, m, 0.0), axis=0)",  # split 0's max, not the largest
+])
+def test_decode_attention_merging_without_the_largest_max_fails(merge_max):
+    """Right for scores near 10, whose exp fits fp32; the case of scores up to a few hundred, rising along
+    the context, overflows both."""
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "decode_attention", ("m_all = tl.max(m, axis=0)", merge_max))
+    message = failure("09.decode_attention", wrong)
+    assert "scores up to a few hundred" in message and "LARGEST m_i" in message, message
+    assert "exp of a score above 88" in message, message

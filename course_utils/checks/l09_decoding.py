@@ -223,8 +223,8 @@ def _attention_explain(atol, rtol):
 
 
 def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout="contiguous", ramp=False,
-                    layout_v=None):
-    q = randn((B, H_q, D), dtype, gen)
+                    layout_v=None, q_scale=1.0):
+    q = randn((B, H_q, D), dtype, gen, q_scale)
     k = _cache(B, H_kv, S, D, dtype, gen, layout)
     v = _cache(B, H_kv, S, D, dtype, gen, layout_v or layout)  # layout_v: V's layout when it is not K's
     if ramp:  # keys grow along the context (x 0.5 .. 2.5): the running max keeps rising, tile after tile
@@ -265,6 +265,15 @@ def _attention_cases(gen):
     yield _attention_case("context 600 whose keys grow along it (scores rise tile after tile): a loop over "
                           "key tiles that rescales its running sums by exp(m_old - m_new) when the max rises",
                           2, 4, 2, 600, 16, f32, gen, lengths=[600, 517], ramp=True)
+    # Scores above stay below 30: exp(score) fits fp32, so a merge that weighs split i by exp(m_i), or by
+    # exp(m_i - m_0) against split 0's max, gave the right answer. Here exp(150) is inf. Last, so that the
+    # cases above draw what they drew before it came; the interpreter only (4 splits there) until a GPU
+    # run has measured the solution on it.
+    if not current().gpu:
+        yield _attention_case("scores up to a few hundred (q ~ 60, keys growing along the context): exp(150) "
+                              "overflows fp32; each split subtracts its running max, and the merge weighs "
+                              "split i by exp(m_i - m) with m the LARGEST m_i (not split 0's), never exp(m_i) "
+                              "alone", 1, 4, 2, 200, 16, half, gen, lengths=[190], q_scale=60.0, ramp=True)
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
@@ -366,7 +375,8 @@ register(Exercise(
           "out_of_bounds": "mask keys >= lengths[b] on the loads (other=0) and score them -inf; mask offs_d < D; "
                            "address the cache with its strides",
           "nan": "a split with no key below lengths[b] has m = -inf and l = 0: it must weigh 0 in the merge, "
-                 "never exp(-inf - (-inf))"}))
+                 "never exp(-inf - (-inf)); and exp of a score above 88 is inf in fp32: subtract the running "
+                 "max within a split, and the largest m_i in the merge"}))
 register(Exercise(
     "09.w4a16_gemv", "int4 weight-only GEMV with group scales", "w4a16_gemv(x, w_packed, scales, group_size, out)",
     _w4_cases,
