@@ -636,6 +636,14 @@ def test_softmax_online_loop_with_a_stride_mistake_fails(edits):
     failure("05.softmax", wrong, "every other column of a wider tensor: the long-row loop")
 
 
+@pytest.mark.parametrize("new_max", ["tl.where(mask, x, m)", "tl.where(mask, tl.max(x, axis=0), m)"],
+                         ids=["each lane's latest value", "the block's max alone"])
+def test_softmax_online_running_max_that_falls_fails(new_max):
+    """Until exp(m_old - m_new) overflows these are exact rescalings: every other long row passes them."""
+    wrong = mutant("l05_online_softmax", "softmax", ("m_new = tl.maximum(m, x)", f"m_new = {new_max}"))
+    failure("05.softmax", wrong, "a 50 first, then values near -100", "m_new = max(m_old, the block's max)")
+
+
 # --- loops that never leave their first tile, and reads that hide from the log ----------------------
 
 def test_attention_with_tiles_of_128_and_no_rescale_fails():

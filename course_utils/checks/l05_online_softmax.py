@@ -433,6 +433,12 @@ def _softmax_cases(gen):
     yield _softmax_case(f"rows of {long_cols}, every other column of a wider tensor: the long-row loop uses "
                         "both strides of x, and out's own",
                         randn((3, 2 * long_cols + 1), gen=gen, scale=2)[:, 1::2])
+    # The case with a 50 last, reversed: a running max that falls to a later block's (m_new = the block's
+    # max alone, not max(m_old, it)) is an exact rescaling until exp(m_old - m_new) overflows, here e^150.
+    x = randn((3, long_cols), gen=gen, scale=2, offset=-100.0)
+    x[:, 0] = 50.0
+    yield _softmax_case("long rows: a 50 first, then values near -100: the running max never falls "
+                        "(m_new = max(m_old, the block's max)), or exp(m_old - m_new) overflows", x)
 
 
 # --- 05.attention -----------------------------------------------------------------------------
