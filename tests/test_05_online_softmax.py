@@ -644,6 +644,15 @@ def test_softmax_online_running_max_that_falls_fails(new_max):
     failure("05.softmax", wrong, "a 50 first, then values near -100", "m_new = max(m_old, the block's max)")
 
 
+def test_softmax_one_max_for_a_whole_tile_of_rows_fails():
+    """tl.max(x) without axis= over a tile of several rows: every row shifted by the tile's max, which is
+    exact while the rows of a tile lie within ~88 of each other, as every other case's do."""
+    wrong = mutant("l05_online_softmax", "softmax",
+                   ("m = tl.max(x, axis=1)  # (ROWS,) pass 1, in registers", "m = tl.max(x)"),
+                   ("p = tl.exp(x - m[:, None])", "p = tl.exp(x - m)"))
+    failure("05.softmax", wrong, "rows near +100 and near -100 in turn", "tl.max(x, axis=1)")
+
+
 # --- loops that never leave their first tile, and reads that hide from the log ----------------------
 
 def test_attention_with_tiles_of_128_and_no_rescale_fails():

@@ -439,6 +439,12 @@ def _softmax_cases(gen):
     x[:, 0] = 50.0
     yield _softmax_case("long rows: a 50 first, then values near -100: the running max never falls "
                         "(m_new = max(m_old, the block's max)), or exp(m_old - m_new) overflows", x)
+    # A kernel that holds several rows per tile and takes tl.max(x) of the whole tile shifts each row by
+    # the same constant: exact, unless a row lies ~88 below another row of its tile (exp underflows).
+    x = randn((16, 1000), gen=gen, offset=-100.0)
+    x[::2] += 200.0  # rows 0, 2, ... near +100: every tile of 2 or more rows holds both kinds
+    yield _softmax_case("rows near +100 and near -100 in turn: each row subtracts its own max (with several "
+                        "rows per tile, tl.max(x, axis=1), not tl.max(x) of the whole tile)", x)
 
 
 # --- 05.attention -----------------------------------------------------------------------------
