@@ -504,7 +504,8 @@ def _attention_explain(outs: dict, case: Case) -> str:
         return ("NaN or inf: a row whose scores so far are all -inf has m = -inf, and exp(-inf - (-inf)) is "
                 "NaN: use 0 in place of such an m; or exp overflowed because the max was not subtracted, or "
                 "because the running max fell (m_new must be max(m_old, the tile's max), so that "
-                "exp(m_old - m_new) <= 1)")
+                "exp(m_old - m_new) <= 1); or one max served the whole tile of queries, and a query far "
+                "below it got exp() = 0 for every key (tl.max(s, axis=1): each query its own max)")
     S, D = q.shape[-2], q.shape[-1]
     atol, rtol = 2 * case.atol, 2 * case.rtol
 
@@ -598,23 +599,26 @@ def _attention_cases(gen):
                {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32),
                explain=_attention_explain)
     if not current().gpu:
-        # Scores near +100 on the first 8 keys (the first key tile) and near -100 on the rest: exp(100)
-        # overflows fp32, so the max must be subtracted, and a running max that drops to a later tile's
-        # max (m_new = that tile's max alone, not max(m_old, it)) overflows in exp(m_old - m_new). Until
-        # something overflows both mistakes are exact rescalings, so the cases above (scores below ~40)
-        # pass them. In the interpreter only: its fp32 dots are exact, while TF32 on a GPU is ~0.1 off on
-        # a score of 100; the tolerance is the scale-3 cases' (the solution's worst, 12 seeds: 0.13 of it).
+        # Even queries score near +120 on keys 0..7 (the first key tile) and near -120 on the rest; odd
+        # queries score near 0 everywhere. exp(120) overflows fp32, so the max must be subtracted; a
+        # running max that drops to a later tile's max (m_new = that tile's max alone, not max(m_old, it))
+        # overflows in exp(m_old - m_new); one max for the whole tile of queries (tl.max(s) without
+        # axis=1) leaves the odd queries exp(-120) = 0 everywhere, 0 / 0. Until something over- or
+        # underflows all three are exact rescalings, so the cases above (scores below ~40) pass them. In
+        # the interpreter only: its fp32 dots are exact, while TF32 on a GPU is ~0.1 off on a score of 120;
+        # the tolerance is the scale-3 cases' (the solution's worst, 12 seeds: 0.13 of it).
         S_big, D_big = 100, 16
         q, k, v = qkv((1, 2, S_big, D_big), torch.float32)
-        q[..., 0] = 10.0  # score = q[0] k[0] / sqrt(D) + noise of ~1
+        q[..., 0::2, 0] = 12.0  # score = q[0] k[0] / sqrt(D) + noise of ~1
+        q[..., 1::2, 0] = 0.0
         k[..., 0] = -10.0 * math.sqrt(D_big)
         k[..., :8, 0] = 10.0 * math.sqrt(D_big)
-        yield Case("scores near +100 on keys 0..7 and near -100 on the later keys: subtract the running max, "
-                   "and keep it: m_new = max(m_old, the tile's max), never below m_old",
+        yield Case("even queries score near +120 on keys 0..7 and near -120 on the later keys, odd queries "
+                   "near 0: subtract each query's running max, and keep it: m_new = max(m_old, the tile's "
+                   "max for that query), never below m_old",
                    (q, k, v, Out("out", (1, 2, S_big, D_big), torch.float32), False),
                    {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32, 3.0),
                    explain=_attention_explain)
-
 
 register(Exercise(
     "05.merge_stats", "merge the softmax statistics of two blocks", "merge_stats(m1, d1, m2, d2)",
