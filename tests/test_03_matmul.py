@@ -552,6 +552,13 @@ def test_naive_accumulating_in_fp16_fails_the_long_k_case(edits):
             ".to(tl.float32)", "differ beyond")
 
 
+def test_linear_relu_with_an_fp16_accumulator_fails_the_long_k_case():
+    """The other cases stop at K = 1023 (300 in the interpreter): an fp16 accumulator passes them."""
+    wrong = mutant("l03_matmul", "linear_relu", ("(BLOCK_M, BLOCK_N), dtype=tl.float32)",
+                                                 "(BLOCK_M, BLOCK_N), dtype=c_ptr.dtype.element_ty)"))
+    failure("03.linear_relu", wrong, "K = 4096: a long sum, accumulated in fp32", "differ beyond")
+
+
 def test_grouped_pid_returning_a_tensor_or_floats_is_refused():
     failure("03.grouped_pid", lambda pid, m, n, g: torch.tensor(grouped_pid(pid, m, n, g)), "a tensor is not a tuple")
     failure("03.grouped_pid", lambda pid, m, n, g: tuple(float(v) for v in grouped_pid(pid, m, n, g)),

@@ -310,13 +310,14 @@ register(Exercise(
 
 # --- 03.linear_relu -----------------------------------------------------------------------------
 
-def _linear_case(label: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> Case:
+def _linear_case(label: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor,
+                 tol: tuple[float, float] | None = None) -> Case:
     M, K = x.shape
     N = w.shape[0]
     dtype = x.dtype
     expected = (f64(x) @ f64(w).t() + f64(bias)).clamp_min(0)
     return Case(f"{label}, {_short(dtype)}", (x, w, bias, Out("out", (M, N), dtype)), {"out": expected},
-                *dot_tolerance(dtype, K), explain=_linear_explain)
+                *(tol or dot_tolerance(dtype, K)), explain=_linear_explain)
 
 
 def _linear_relu_cases(gen):
@@ -338,6 +339,13 @@ def _linear_relu_cases(gen):
                        *inputs(M, N, K, torch.float32, bias_scale=10 * math.sqrt(K)))
     yield _linear_case("M, N, K = 130, 260, 300: more than one tile of 128 rows, of 256 columns and of 256 K "
                        "steps (a grid over M and N, a loop over K)", *inputs(130, 260, 300, torch.float16))
+    # An fp16 accumulator stays within dot_tolerance at the K above (<= 1023), not at this K: 03.matmul's
+    # long-K case, with x @ w.T (w K-major) and the epilogue.
+    M, N = size((257, 129), (33, 17))
+    K = 4096
+    yield _linear_case(f"K = {K}: a long sum, accumulated in fp32 (an fp16 accumulator rounds at every K "
+                       f"step), M, N = {M}, {N}", *inputs(M, N, K, torch.float16),
+                       tol=long_k_tolerance(torch.float16, K))
 
 
 def _linear_temporary(case: Case) -> tuple[int, str] | None:
