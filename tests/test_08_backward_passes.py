@@ -523,7 +523,8 @@ def test_rmsnorm_train_on_a_transposed_x_matches_autograd():
     x64, w64 = x.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
     y64 = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w64
     y64.backward(dy.double())
-    torch.testing.assert_close(l08.rmsnorm_train(x, weight, 1e-6).double(), y64.detach(), atol=1e-5, rtol=1e-5)
+    y = l08.rmsnorm_train(x, weight, 1e-6)
+    torch.testing.assert_close(y.double(), y64.detach(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(weight.grad.double(), w64.grad, atol=1e-5, rtol=1e-5)
 

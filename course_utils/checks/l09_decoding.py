@@ -272,8 +272,9 @@ def _attention_cases(gen):
     if not current().gpu:
         yield _attention_case("scores up to a few hundred (q ~ 60, keys growing along the context): exp(150) "
                               "overflows fp32; each split subtracts its running max, and the merge weighs "
-                              "split i by exp(m_i - m) with m the LARGEST m_i (not split 0's), never exp(m_i) "
-                              "alone", 1, 4, 2, 200, 16, half, gen, lengths=[190], q_scale=60.0, ramp=True)
+                              "split i by exp(m_i - m) with m the LARGEST m_i (not split 0's), never "
+                              "exp(m_i) alone", 1, 4, 2, 200, 16, half, gen, lengths=[190], q_scale=60.0,
+                              ramp=True)
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
