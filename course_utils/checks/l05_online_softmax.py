@@ -620,6 +620,7 @@ def _attention_cases(gen):
                    {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32, 3.0),
                    explain=_attention_explain)
 
+
 register(Exercise(
     "05.merge_stats", "merge the softmax statistics of two blocks", "merge_stats(m1, d1, m2, d2)",
     _merge_cases, kernel=False,

@@ -338,11 +338,15 @@ def _span(shape, strides) -> int:
     return 1 + sum((s - 1) * st for s, st in zip(shape, strides))
 
 
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of t's whole storage (guard regions too), as a uint8 tensor over it: no copy."""
+    storage = t.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
+
+
 def _same_layout_copy(t: torch.Tensor) -> torch.Tensor:
     """A copy of t in a storage of its own, with t's sizes, strides and offset (and its storage's bytes)."""
-    storage = t.untyped_storage()
-    raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
-    whole = raw.clone().view(t.dtype)
+    whole = _storage_bytes(t).clone().view(t.dtype)
     return whole.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
@@ -855,12 +859,6 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
                                       "the result must be written by the Triton kernel", "host"))
     facts.final = looked_at
     return facts
-
-
-def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
-    """The bytes of t's whole storage (guard regions too), as a uint8 tensor over it: no copy."""
-    storage = t.untyped_storage()
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
 
 
 def as_last_seen(buffers: dict, final: dict) -> dict:
