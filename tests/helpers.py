@@ -47,6 +47,19 @@ def mutant(module: str, name: str, *edits: tuple[str, str]):
     return getattr(copy, name)
 
 
+
+def recorded_launches(monkeypatch, module, kernel: str) -> list:
+    """Replace `module.<kernel>` by a stand-in that records each launch, (grid, launch keywords), instead of
+    running it: for limits of a GPU grid (65535 programs along axes 1 and 2) that the interpreter has not."""
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **meta: launches.append((grid, meta))
+
+    monkeypatch.setattr(module, kernel, Recorder())
+    return launches
+
 @triton.jit
 def zeros_kernel(out_ptr, n_elements, BLOCK: tl.constexpr):
     """A kernel that writes zeros: a candidate's stand-in that launches but computes nothing."""

@@ -17,7 +17,7 @@ import triton.language as tl
 from course_utils.grading import REGISTRY, CandidateError, CheckFailed, check
 from course_utils.lessons.l02_first_kernels import add, add_kernel, copy_2d, copy_2d_kernel, relu, relu_kernel
 from course_utils.mode import current, size
-from helpers import failure, flat_copy_kernel, launch_1d, zeros_kernel
+from helpers import failure, flat_copy_kernel, launch_1d, recorded_launches, zeros_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERPRET = current().interpret
@@ -616,13 +616,7 @@ def test_copy_2d_of_a_very_long_row_fits_a_gpu_grid(monkeypatch):
     launch is recorded here instead of run. Wider tiles keep it within the limit and cover every element."""
     from course_utils.lessons import l02_first_kernels as l02
 
-    launches = []
-
-    class Recorder:
-        def __getitem__(self, grid):
-            return lambda *args, **meta: launches.append((grid, meta))
-
-    monkeypatch.setattr(l02, "copy_2d_kernel", Recorder())
+    launches = recorded_launches(monkeypatch, l02, "copy_2d_kernel")
     for shape in [(1, (1 << 22) + 5), (3, 40_000_000)]:
         x = torch.empty(shape, device="meta")  # no memory: only the shape and strides reach the launch
         l02.copy_2d(x, torch.empty(shape, device="meta"))

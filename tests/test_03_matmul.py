@@ -16,7 +16,7 @@ from course_utils.lessons.l03_matmul import (SMALL_PROBLEM_FLOPS, dot_precision,
                                              linear_relu, matmul, matmul_configs, matmul_kernel, matmul_naive,
                                              matmul_naive_kernel, select_configs)
 from course_utils.mode import current
-from helpers import failure, interpreter_only, mutant
+from helpers import failure, interpreter_only, mutant, recorded_launches
 
 # On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
 # test with it: missing-mask answers are tested in the interpreter, which checks each address first.
@@ -148,27 +148,20 @@ def test_naive_one_program_per_row_fails():
     failure("03.matmul_naive", rows_only, "never written")
 
 
-def test_naive_grid_of_a_vocabulary_sized_output_fits_a_gpu():
+def test_naive_grid_of_a_vocabulary_sized_output_fits_a_gpu(monkeypatch):
     """(1, 4096) @ (4096, 128256), an LM head: a 2-D grid (M, N) put 128256 programs on axis 1, where a GPU
     holds 65535 ("Triton Error [CUDA]: invalid argument"); the interpreter has no such limit, so the launch
     is recorded here instead of run."""
     from course_utils.lessons import l03_matmul as l03
 
-    launches = []
-
-    class Recorder:
-        def __getitem__(self, grid):
-            return lambda *args, **meta: launches.append(grid)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(l03, "matmul_naive_kernel", Recorder())
-        for M, K, N in [(1, 4096, 128256), (100_000, 64, 3)]:
-            a, b = torch.empty((M, K), device="meta"), torch.empty((K, N), device="meta")
-            l03.matmul_naive(a, b, torch.empty((M, N), device="meta"))
-            (grid,) = launches
-            launches.clear()
-            assert all(programs <= 65535 for programs in grid[1:]), grid
-            assert math.prod(grid) == M * N  # one program per output element
+    launches = recorded_launches(monkeypatch, l03, "matmul_naive_kernel")
+    for M, K, N in [(1, 4096, 128256), (100_000, 64, 3)]:
+        a, b = torch.empty((M, K), device="meta"), torch.empty((K, N), device="meta")
+        l03.matmul_naive(a, b, torch.empty((M, N), device="meta"))
+        ((grid, _),) = launches
+        launches.clear()
+        assert all(programs <= 65535 for programs in grid[1:]), grid
+        assert math.prod(grid) == M * N  # one program per output element
 
 
 @triton.jit
