@@ -29,7 +29,7 @@ from course_utils.lessons.l05_online_softmax import (
     softmax_ref,
 )
 from course_utils.llama import toy_config, toy_llama
-from helpers import failure, interpreter_only, mutant
+from helpers import failure, interpreter_only, mutant, recorded_launches
 
 NEG_INF = float("-inf")
 
@@ -451,6 +451,22 @@ def test_attention_matches_sdpa(shape, blocks, causal):
     sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     torch.testing.assert_close(out, sdpa, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out, attention_ref(q, k, v, causal), atol=1e-5, rtol=1e-5)
+
+
+def test_attention_of_many_heads_fits_a_gpu_grid(monkeypatch):
+    """(2, 40000, 1, 16): a 2-D grid (query tiles, B * H) put 80000 programs on axis 1, where a GPU holds
+    65535 ("Triton Error [CUDA]: invalid argument"); the interpreter has no such limit, so the launch is
+    recorded here instead of run. One program per (query tile, batch * head), all on axis 0."""
+    from course_utils.lessons import l05_online_softmax as l05
+
+    launches = recorded_launches(monkeypatch, l05, "attention_kernel")
+    for shape, causal in [((2, 40000, 1, 16), False), ((1, 70000, 300, 64), True)]:
+        q = torch.empty(shape, device="meta")
+        l05.attention(q, q, q, torch.empty(shape, device="meta"), causal, BLOCK_M=64, BLOCK_N=32)
+        ((grid, meta),) = launches
+        launches.clear()
+        assert all(programs <= 65535 for programs in grid[1:]), grid
+        assert math.prod(grid) == triton.cdiv(shape[2], meta["BLOCK_M"]) * shape[0] * shape[1]
 
 
 def test_attention_refuses_head_dims_tl_dot_cannot_tile():

@@ -492,6 +492,20 @@ def test_w8a16_gemv_matches_reference(M, N, K):
     assert bool(((w_int8.float() * scale[:, None] - w).abs() <= scale[:, None] / 2 + 1e-6).all())
 
 
+def test_w8a16_gemv_of_more_rows_than_a_grid_axis_holds(monkeypatch):
+    """One program row per row of x sits on axis 1 of the grid, which holds 65535 programs on a GPU: more
+    rows go in turns. With the limit lowered to 2, five rows take three launches and every row is right."""
+    monkeypatch.setattr(l07, "GRID_AXIS_MAX", 2)
+    torch.manual_seed(0)
+    dev = current().device
+    w_int8, scale = l07.quantize_int8_ref(torch.randn(24, 64, device=dev))
+    x = torch.randn(5, 64, device=dev)
+    out = torch.full((5, 24), float("nan"), device=dev)
+    l07.w8a16_gemv(x, w_int8, scale, out, BLOCK_N=16, BLOCK_KW=8)
+    want = x.double() @ (w_int8.double() * scale.double()[:, None]).T
+    torch.testing.assert_close(out.double(), want, atol=1e-4, rtol=1e-4)
+
+
 def test_w8a16_gemv_turns_every_byte_into_its_value():
     """The bit trick (xor 0x80, or into 2^23, subtract 2^23 + 128) gives every int8 -128..127 exactly,
     whichever byte of its int32 word it sits in."""

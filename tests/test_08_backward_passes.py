@@ -2,6 +2,8 @@
 the mistake, and the toy Llama with our autograd Functions trains like the Hugging Face model."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import triton
@@ -16,7 +18,7 @@ from course_utils.mode import current  # noqa: E402
 from course_utils.lessons import l08_backward_passes as l08  # noqa: E402
 from course_utils.llama import toy_config, toy_llama  # noqa: E402
 
-from helpers import failure, mutant  # noqa: E402
+from helpers import failure, mutant, recorded_launches  # noqa: E402
 
 SEED = 1234
 
@@ -450,6 +452,22 @@ def test_cross_entropy_counting_only_the_first_block_of_targets_fails():
     wrong = mutant("l08_backward_passes", "cross_entropy",
                    ("for r0 in range(0, n_rows, BLOCK):", "for r0 in range(0, BLOCK, BLOCK):"))
     failure("08.cross_entropy", wrong, "more than a block of 1024")
+
+
+def test_attention_backward_of_many_heads_fits_a_gpu_grid(monkeypatch):
+    """(3, 30000, 200, 32): the grids (key or query tiles, B * H) put 90000 programs on axis 1, where a GPU
+    holds 65535; the interpreter has no such limit, so the launches are recorded here instead of run."""
+    launches = {name: recorded_launches(monkeypatch, l08, name)
+                for name in ("attention_delta_kernel", "attention_dkdv_kernel", "attention_dq_kernel")}
+    B, H, S, D = 3, 30000, 200, 32
+    t = torch.empty((B, H, S, D), device="meta")
+    l08.attention_backward(t, t, t, t, torch.empty((B, H, S), device="meta"), t, t, t, t, causal=True)
+    for name, block in (("attention_dkdv_kernel", "BLOCK_N"), ("attention_dq_kernel", "BLOCK_M")):
+        ((grid, _),) = launches[name]
+        for size in (32, 64, 128):  # the autotuner's tiles
+            programs = grid({block: size})
+            assert all(n <= 65535 for n in programs[1:]), programs
+            assert math.prod(programs) == triton.cdiv(S, size) * B * H, (name, programs)
 
 
 def test_attention_backward_over_the_first_128_queries_only_fails():

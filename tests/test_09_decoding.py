@@ -168,6 +168,20 @@ def test_w4a16_mistakes_are_named(tmp_path, monkeypatch, replacements, words):
 
 
 @interpreter_only
+def test_w4a16_gemv_of_more_rows_than_a_grid_axis_holds(monkeypatch):
+    """Tiles of x's rows sit on axis 1 of the grid, which holds 65535 programs on a GPU: more rows go in
+    turns. With the limit lowered to 2, nine rows in tiles of 2 take three launches and every row is right."""
+    monkeypatch.setattr(l09, "GRID_AXIS_MAX", 2)
+    torch.manual_seed(0)
+    dev = current().device
+    w_packed, scales = l09.quantize_int4_ref(torch.randn(12, 256, device=dev), 64)
+    x = torch.randn(9, 256, device=dev)
+    out = torch.full((9, 12), float("nan"), device=dev)
+    l09.w4a16_gemv(x, w_packed, scales, 64, out, BLOCK_M=2)
+    want = x.double() @ l09.dequantize_int4_ref(w_packed, scales, 64).double().T
+    torch.testing.assert_close(out.double(), want, atol=1e-3, rtol=1e-3)
+
+
 def test_w4a16_must_refuse_a_k_that_is_no_multiple_of_the_group():
     def accepts_anything(x, w_packed, scales, group_size, out):
         if x.shape[1] % group_size == 0:

@@ -674,7 +674,7 @@ register(Exercise(
                    "acc and l by exp(m_old - m_new) before adding the new tile; divide acc by l at the end",
           "nan": "a query row whose keys so far are all masked has m = -inf: subtract 0 instead of m there, "
                  "and start l at 0 and acc at 0",
-          "unwritten": "one program per (BLOCK_M queries, batch * head): grid (cdiv(S, BLOCK_M), B * H), "
+          "unwritten": "one program per (BLOCK_M queries, batch * head): grid (cdiv(S, BLOCK_M) * B * H,), "
                        "each storing its BLOCK_M rows of out (masked past S)",
           "out_of_bounds": "mask queries >= S and keys >= S on the loads (other=0) and queries >= S on the "
                            "store; address q, k, v and out with their four strides each (they may be views)",

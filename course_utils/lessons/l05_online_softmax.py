@@ -277,13 +277,18 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, H, S, qk_scale,
                      stride_vb, stride_vh, stride_vs, stride_vd, stride_ob, stride_oh, stride_os, stride_od,
                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr):
-    """One program per (tile of BLOCK_M queries, batch * head); grid (cdiv(S, BLOCK_M), B * H)."""
+    """One program per (tile of BLOCK_M queries, batch * head), all on axis 0: grid
+    (cdiv(S, BLOCK_M) * B * H,), the query tiles of one head side by side (they read the same keys)."""
     # BEGIN SOLUTION
-    start_m = tl.program_id(0)
+    # Axis 0 holds 2^31 - 1 programs, axes 1 and 2 only 65535 (lesson 02's GRID_AXIS_MAX): a 2-D grid
+    # (tiles, B * H) would not launch for 65536 heads of one token, so the pair is unfolded from one index.
+    m_tiles = tl.cdiv(S, BLOCK_M)
+    start_m = tl.program_id(0) % m_tiles
+    bh = (tl.program_id(0) // m_tiles).to(tl.int64)  # batch * H + head; 64-bit: b * stride_qb may pass 2^31
     if CAUSAL:  # the last query tiles have the most keys: start them first
-        start_m = tl.num_programs(0) - 1 - start_m
-    b = tl.program_id(1) // H
-    h = tl.program_id(1) % H
+        start_m = m_tiles - 1 - start_m
+    b = bh // H
+    h = bh % H
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query positions
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions within a tile
     offs_d = tl.arange(0, HEAD_DIM)  # (D,)
@@ -328,7 +333,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
     # BEGIN SOLUTION
     assert BLOCK_M % BLOCK_N == 0, "the causal diagonal is walked in whole key tiles"
     qk_scale = LOG2E / math.sqrt(D)
-    grid = (triton.cdiv(S, BLOCK_M), B * H)
+    grid = (triton.cdiv(S, BLOCK_M) * B * H,)
     attention_kernel[grid](q, k, v, out, H, S, qk_scale, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
                            CAUSAL=causal, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                            num_warps=num_warps or (8 if D >= 128 else 4), num_stages=num_stages)

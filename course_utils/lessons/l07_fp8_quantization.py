@@ -25,6 +25,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from course_utils.lessons.l02_first_kernels import GRID_AXIS_MAX  # noqa: E402
 from course_utils.lessons.l03_matmul import grouped_tile, sm_count  # noqa: E402
 
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn: 0 1111 110 = 1.75 * 2^8
@@ -444,9 +445,11 @@ def w8a16_gemv(x: torch.Tensor, w_int8: torch.Tensor, scale: torch.Tensor, out: 
     wide = N >= 8192
     BLOCK_N = BLOCK_N or (16 if wide else 8)
     BLOCK_KW = BLOCK_KW or (128 if wide else 512)
-    grid = (triton.cdiv(N, BLOCK_N), M)
-    w8a16_gemv_kernel[grid](x, words, scale, out, N, K // 4, x.stride(0), words.stride(0), out.stride(0),
-                            BLOCK_N=BLOCK_N, BLOCK_KW=BLOCK_KW, num_warps=num_warps)
+    for m0 in range(0, M, GRID_AXIS_MAX):  # axis 1 of a grid holds 65535 programs (lesson 02): rows in turns
+        rows = min(M - m0, GRID_AXIS_MAX)
+        w8a16_gemv_kernel[(triton.cdiv(N, BLOCK_N), rows)](
+            x[m0:], words, scale, out[m0:], N, K // 4, x.stride(0), words.stride(0), out.stride(0),
+            BLOCK_N=BLOCK_N, BLOCK_KW=BLOCK_KW, num_warps=num_warps)
 
 
 # %% [progress] 07

@@ -580,10 +580,12 @@ def causal_lm_loss(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) ->
 # The two kernels want different tiles (a program of the first holds `BLOCK_N` keys and steps through
 # `BLOCK_M` queries at a time, a program of the second the other way round), so each has its own
 # `@triton.autotune` over `attention_configs(...)`, given: launch them with
-# `grid = lambda meta: (triton.cdiv(S, meta["BLOCK_N"]), B * H)` (and `meta["BLOCK_M"]` for dq), and
-# pass everything but the block sizes. `EVEN_S` (computed in the host function, given: `S % 128 == 0`,
-# so no tile runs past the end) lets a kernel skip the masks of the sequence's end. `exp(x) = exp2(x *
-# log2(e))`: fold `log2(e)` into the scale and into `lse` and use `tl.exp2`, one multiply fewer per score.
+# `grid = lambda meta: (triton.cdiv(S, meta["BLOCK_N"]) * B * H,)` (and `meta["BLOCK_M"]` for dq), and
+# pass everything but the block sizes. One axis, as in lesson 05's forward: the tile is `pid % tiles`,
+# the (batch, head) slab `pid // tiles` (a grid's axis 1 holds only 65535 programs, lesson 02).
+# `EVEN_S` (computed in the host function, given: `S % 128 == 0`, so no tile runs past the end) lets a
+# kernel skip the masks of the sequence's end. `exp(x) = exp2(x * log2(e))`: fold `log2(e)` into the
+# scale and into `lse` and use `tl.exp2`, one multiply fewer per score.
 #
 # With `causal`, only the tiles on the diagonal are partly masked; the solution walks those with the mask
 # and every other tile without, as lesson 05's forward does, through the helpers `_attention_dkdv_tiles`
@@ -676,8 +678,9 @@ def attention_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_pt
                           CAUSAL: tl.constexpr, EVEN_S: tl.constexpr, HEAD_DIM: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # BEGIN SOLUTION
-    start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1).to(tl.int64)  # batch * H + head: every (S, D) slab is contiguous
+    n_tiles = tl.cdiv(S, BLOCK_N)
+    start_n = tl.program_id(0) % n_tiles * BLOCK_N
+    bh = (tl.program_id(0) // n_tiles).to(tl.int64)  # batch * H + head: every (S, D) slab is contiguous
     base = bh * S * HEAD_DIM
     offs_n = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,) keys of this program
     offs_d = tl.arange(0, HEAD_DIM)
@@ -736,8 +739,9 @@ def attention_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
                         CAUSAL: tl.constexpr, EVEN_S: tl.constexpr, HEAD_DIM: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # BEGIN SOLUTION
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1).to(tl.int64)
+    m_tiles = tl.cdiv(S, BLOCK_M)
+    start_m = tl.program_id(0) % m_tiles * BLOCK_M
+    bh = (tl.program_id(0) // m_tiles).to(tl.int64)
     base = bh * S * HEAD_DIM
     offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) queries of this program
     offs_d = tl.arange(0, HEAD_DIM)
@@ -775,9 +779,9 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
     delta = attention_delta(o, do)  # (B, H, S) fp32
     scale = 1.0 / math.sqrt(D)
     flags = dict(CAUSAL=causal, EVEN_S=EVEN_S, HEAD_DIM=D)
-    attention_dkdv_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_N"]), B * H)](
+    attention_dkdv_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_N"]) * B * H,)](
         q, k, v, do, lse, delta, dk, dv, S, scale, **flags)
-    attention_dq_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_M"]), B * H)](
+    attention_dq_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_M"]) * B * H,)](
         q, k, v, do, lse, delta, dq, S, scale, **flags)
     # END SOLUTION
 

@@ -24,6 +24,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from course_utils.lessons.l02_first_kernels import GRID_AXIS_MAX  # noqa: E402
 from course_utils.lessons.l03_matmul import sm_count  # noqa: E402
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402
 from course_utils.lessons.l06_fused_rmsnorm_mlp import rmsnorm  # noqa: E402
@@ -426,11 +427,14 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
         # serves 8 rows (the best sweep row on the H100 and the H200); with more rows of x, fewer rows
         # of W keep the accumulators in registers.
         BLOCK_N, BLOCK_K, num_warps = BLOCK_N or 64 // BLOCK_M, BLOCK_K or 512, num_warps or 4
-    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))
-    w4a16_gemv_kernel[grid](x, words, scales, out, M, N, K, *x.stride(), *words.stride(), *scales.stride(),
-                            *out.stride(), GROUP=group_size, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                            BLOCK_K=min(BLOCK_K, K & -K),  # a power of 2 that divides K: no masks along K
-                            BF16X2=bf16x2, num_warps=num_warps)
+    rows = GRID_AXIS_MAX * BLOCK_M  # the most rows one launch covers: axis 1 holds 65535 programs (lesson 02)
+    for m0 in range(0, M, rows):
+        m = min(M - m0, rows)
+        grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(m, BLOCK_M))
+        w4a16_gemv_kernel[grid](x[m0:], words, scales, out[m0:], m, N, K, *x.stride(), *words.stride(),
+                                *scales.stride(), *out.stride(), GROUP=group_size, BLOCK_M=BLOCK_M,
+                                BLOCK_N=BLOCK_N, BLOCK_K=min(BLOCK_K, K & -K),  # a power of 2 dividing K
+                                BF16X2=bf16x2, num_warps=num_warps)
     # END SOLUTION
 
 
