@@ -491,8 +491,9 @@ print(f"  FlashAttention moves: {qkvo / 1e9:6.2f} GB -> {qkvo / hbm * 1e3:.3f} m
 # half of that loop: for a tile of queries it walks the key tiles, computes the scores with `tl.dot`
 # and keeps the running `(m, l)` of every query row, then writes `m + log(l)`, the log-sum-exp of each
 # row of the scores (FlashAttention-2 saves exactly this for its backward pass). It never computes the
-# output: no `V`, no `acc`, no rescaling of an accumulator. One `(batch x head)` slice per program
-# column, keys masked past `S`, not causal.
+# output: no `V`, no `acc`, no rescaling of an accumulator. Keys masked past `S`, not causal. One
+# program per (tile of queries, `batch x head` slice), all on the grid's axis 0: axes 1 and 2 hold only
+# 65535 programs (lesson 02's `GRID_AXIS_MAX`), fewer than the heads of a large batch.
 
 # %%
 def scores_lse_ref(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -503,9 +504,10 @@ def scores_lse_ref(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 @triton.jit
 def scores_lse_kernel(q_ptr, k_ptr, lse_ptr, S, scale, HEAD_DIM: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """q, k contiguous (B * H, S, D); lse (B * H, S). Grid (cdiv(S, BLOCK_M), B * H)."""
-    bh = tl.program_id(1).to(tl.int64)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query rows
+    """q, k contiguous (B * H, S, D); lse (B * H, S). Grid (cdiv(S, BLOCK_M) * B * H,)."""
+    m_tiles = tl.cdiv(S, BLOCK_M)
+    bh = (tl.program_id(0) // m_tiles).to(tl.int64)  # the query tiles of one slice are neighbours
+    offs_m = tl.program_id(0) % m_tiles * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query rows
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) keys within a tile
     offs_d = tl.arange(0, HEAD_DIM)  # (D,)
     head = bh * S * HEAD_DIM  # this (batch, head) slice of q and k
@@ -529,7 +531,7 @@ def scores_lse(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, BLOCK_M: int
     """lse = logsumexp(q @ k^T / sqrt(D), dim=-1) for (B, H, S, D) q and k, without the (S, S) scores."""
     B, H, S, D = q.shape
     q3, k3 = q.reshape(B * H, S, D).contiguous(), k.reshape(B * H, S, D).contiguous()
-    grid = (triton.cdiv(S, BLOCK_M), B * H)
+    grid = (triton.cdiv(S, BLOCK_M) * B * H,)
     scores_lse_kernel[grid](q3, k3, lse, S, 1.0 / math.sqrt(D), HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
 
 
