@@ -144,7 +144,7 @@ print(f"matvec ({N_mv}, {K_mv}) with W strides {w_mv.stride()}: {N_mv} programs,
 # **Your turn**: [03.matmul_naive](../exercises/03_matmul.ipynb#03.matmul_naive:-one-output-element-per-program)
 # is the same kernel with `M x N` programs: program `(m, n)` takes the dot product of row `m` of `a`
 # and column `n` of `b` (launched as a 1-D grid of `M * N` programs: a GPU grid holds only 65535
-# programs along its axis 1, fewer than the columns of a vocabulary-sized output).
+# programs along its axis 1, fewer than the columns of a large vocabulary's output, Llama 3's 128256).
 #
 # It is correct and it is slow. Every program loads `2K` elements to do `2K` FLOPs: one FLOP per
 # 2 bytes in fp16, far below the balance point. Nothing is shared between programs except by luck in

@@ -43,8 +43,9 @@ def committed(group: str, name: str) -> dict | None:
 #
 # `softmax(x)_i = exp(x_i) / sum_j exp(x_j)`. In fp32, `exp(x)` is `inf` as soon as `x > 88.7`
 # (`log` of the largest fp32, 3.4e38), and `inf / inf` is NaN. Logits near 100 are nothing unusual
-# (a language model's output before softmax, attention scores of a large head dimension). Below -103
-# the opposite happens: every `exp` rounds to 0 and the sum is `0 / 0`.
+# (a language model's output before softmax, attention scores of a large head dimension). Below -104
+# (`log` of 2^-150, half the smallest fp32 subnormal) the opposite happens: every `exp` rounds to 0 and
+# the sum is `0 / 0`.
 
 # %%
 x = torch.tensor([100.0, 101.0, 102.0])  # fp32
@@ -389,21 +390,25 @@ else:
 # bytes, so the gap between the two bars is what the reductions, the exponentials and the scheduling of
 # the programs cost. A kernel that reads a row twice (the online kernel, or a three-pass one) can still
 # come close when the second read hits L2. It is not a hard ceiling at every size: at 16384 x 1024
-# (64 MiB each way) ours ran at {{gbps:softmax fp32 16384x1024|triton (ours)}},
-# {{ratio:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} the copy's rate (on the H100
-# {{ratio@h100:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}}); the copy itself ran at
-# {{gbps:softmax fp32 16384x1024|copy ceiling (x -> out)}} there and {{gbps:softmax fp32 4096x32768|copy ceiling (x -> out)}} at
-# 4096 x 32768 (on the H100 {{gbps@h100:softmax fp32 16384x1024|copy ceiling (x -> out)}} and
+# (64 MiB each way) ours ran at {{gbps@h100:softmax fp32 16384x1024|triton (ours)}} on the H100,
+# {{ratio@h100:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}} the copy's
+# {{gbps@h100:softmax fp32 16384x1024|copy ceiling (x -> out)}}; on the H200 ours ran at
+# {{gbps:softmax fp32 16384x1024|triton (ours)}},
+# {{ratio:softmax fp32 16384x1024|triton (ours)|copy ceiling (x -> out)}}
+# the copy's {{gbps:softmax fp32 16384x1024|copy ceiling (x -> out)}}, and `torch.compile`'s softmax at
+# {{gbps:softmax fp32 16384x1024|torch.compile}}. At 4096 x 32768 the copy ran at
+# {{gbps:softmax fp32 4096x32768|copy ceiling (x -> out)}} (H100
 # {{gbps@h100:softmax fp32 4096x32768|copy ceiling (x -> out)}}). How can a kernel beat a copy of the same
 # bytes? Not by its tiles: a Triton copy that walks the tensor in our softmax's own tiles, programs and
 # warps (lesson 02's `copy_2d_kernel`) ran at {{gbps:softmax fp32 16384x1024|copy in the one-pass softmax's tiles (triton)}}
 # (H100 {{gbps@h100:softmax fp32 16384x1024|copy in the one-pass softmax's tiles (triton)}}). Not by lesson 02's
 # reason for its vector add either, a traffic mix with more reads than writes: a softmax reads and writes
-# as many bytes as the copy. Nsight Compute counted the bytes each kernel moved to and from DRAM during
-# its own run ([`results/explore`](../results/explore/README.md), "Lesson 05: a softmax faster than the
-# copy of its bytes"): each read its whole input, and each had part of its output still in the L2 cache
+# as many bytes as the copy. Nsight Compute on the H100 counted the bytes each Triton kernel moved to and
+# from DRAM during its own run ([`results/explore`](../results/explore/README.md), "Lesson 05: a softmax
+# faster than the copy of its bytes"; PyTorch's copy is no kernel and was not profiled, the tile copy
+# stood in for it): each read its whole input, and each had part of its output still in the L2 cache
 # when it ended (50 MB, a write-back cache: those bytes reach DRAM after the kernel's time has stopped),
-# ours more of it than the copy. At 64 MiB the bytes left behind are a good part of the output, and the
+# ours more of it than the tile copy. At 64 MiB the bytes left behind are a good part of the output, and the
 # kernel that leaves the most looks faster than the bandwidth; at 4096 x 32768 (512 MiB) the same amount
 # is a few percent, and there ours stays below the copy.
 #

@@ -123,8 +123,10 @@ if netron_url is not None:
 # reads `x` and the two weights and writes `h` (`M x I`); (2) the down projection, which reads `h` and
 # `W_down` and writes `out`. With many rows a third, small one runs first: the statistics pre-pass,
 # which reads `x` once and writes `1 / rms` of each row (4 bytes a row; why, in "The norm inside the
-# matmul" below). (The kernels read the weights in a layout packed once when the model is loaded: that
-# copy is not part of any call, so it is not counted here.)
+# matmul" below). With few rows (at most `SPLIT_K_ROWS`, 16) a GPU runs the down projection split along
+# K, its programs adding their partial sums into `out`, so a small fill zeroes `out` first: one more
+# launch, `M x H` elements written. (The kernels read the weights in a layout packed once when the model
+# is loaded: that copy is not part of any call, so it is not counted here.)
 #
 # Two model widths matter here. The "About GPU fuzed kernel" paper measured its fused block (section
 # 5) at the input `(1, 16, 4096)`: hidden 4096 and intermediate 11008, the MLP of a 7B Llama. The course's toy
@@ -133,7 +135,7 @@ if netron_url is not None:
 # the speed-ups cell further down prints every size the committed run measured.
 
 # %%
-from course_utils.lessons.l06_fused_rmsnorm_mlp import STATS_PREPASS_ROWS  # rows above which the pre-pass runs
+from course_utils.lessons.l06_fused_rmsnorm_mlp import SPLIT_K_ROWS, STATS_PREPASS_ROWS  # thresholds in rows
 
 
 def traffic(M: int, H: int, I: int = 11008, b: int = 2) -> dict[str, float]:  # noqa: E741
@@ -150,6 +152,8 @@ def traffic(M: int, H: int, I: int = 11008, b: int = 2) -> dict[str, float]:  # 
              "down (lesson 03 matmul)": (M * I + I * H + M * H) * b}
     if M > STATS_PREPASS_ROWS:  # many rows: 1 / rms of every row first (read x, write 4 bytes a row)
         fused["statistics pre-pass"] = M * H * b + M * f32
+    if M <= SPLIT_K_ROWS:  # few rows, on a GPU: out zeroed for the split-K down projection's additions
+        fused["zero out"] = M * H * b
     return {"eager": sum(eager.values()), "fused": sum(fused.values()), "flops": 6 * M * H * I,
             "weights": 3 * H * I * b, "kernels": len(eager) + 1,  # + 1: "add eps, rsqrt" is two kernels
             "fused kernels": len(fused)}
@@ -552,8 +556,9 @@ assert diff < (1e-5 if dtype == torch.float32 else 2e-2), diff
 #   run holds), against the Hugging Face block eager and
 #   `torch.compile`'d, in TFLOP/s of the **whole block's** 6MHI FLOPs (every TFLOP/s figure below is
 #   of the whole block, never of one kernel). Ours runs the kernels of `FusedRMSNormMLP`: weights
-#   packed once, outside the timed region, then two launches per call (three with the statistics
-#   pre-pass, at the prefill size); the row `triton (ours)` is the
+#   packed once, outside the timed region, then three launches per call: the two kernels, and the
+#   statistics pre-pass at the prefill size or, at the decode sizes, the fill that zeroes `out` for the
+#   split-K down projection; the row `triton (ours)` is the
 #   fastest tile configuration of the bench's sweep (the notes of the results say which), and the
 #   sweep's rows include the defaults `FusedRMSNormMLP` runs. The bench also times the three
 #   separate kernels of the exercises (`rmsnorm`, the two-accumulator `gate_up_silu`, `matmul`) as
@@ -680,7 +685,7 @@ speedups(results)
 # {{us@h100:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) [graph]}} on the H100 (defaults: {{us@h100:RMSNorm+MLP fp16 (1, 16, 4096)|triton (ours) default [graph]}}).
 # The unfused path (three plain launches, no graph row) took
 # {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton unfused (ours): 3 kernels}} at `(1, 16, 1024)`, against
-# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)}} for the two-kernel block launched plainly (H200).
+# {{us:RMSNorm+MLP fp16 (1, 16, 1024)|triton (ours)}} for the fused block launched plainly (H200).
 #
 # **The block at (4, 2048, 1024)** is compute-bound. Our fused block took
 # {{ms:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}} ({{tflops:RMSNorm+MLP fp16 (4, 2048, 1024)|triton (ours)}}

@@ -33,6 +33,7 @@ import triton.language as tl
 
 from course_utils import fp8, half_dtype, size
 from course_utils.bench import Table, can_time, load_results, plot, show_results
+from course_utils.lessons.l02_first_kernels import GRID_AXIS_MAX  # noqa: F401 - read by w8a16_gemv below
 from course_utils.roofline import DATASHEETS, reference_ceilings
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -418,8 +419,8 @@ print(f"W8A16 against its own reference: {((y.double() - y_ref).norm() / y_ref.n
 # 2. **The scales leave the loop**, as in the GEMV above: `sum_k (a_mk s_m)(b_nk s_n) = s_m s_n sum_k a_mk b_nk`,
 #    so the finished fp32 tile is multiplied by `a_scale` of its rows and `b_scale` of its columns
 #    once, in the epilogue: MN multiplies instead of MNK.
-# 3. **B is K-major.** Hopper's `wgmma` reads both FP8 operands from shared memory with K contiguous
-#    (only 16-bit types may also be transposed). The weight of an `nn.Linear` is already (N, K) with K
+# 3. **B is K-major.** Hopper's `wgmma` takes FP8 operands only with K contiguous (B always from shared
+#    memory; only 16-bit types may also be transposed). The weight of an `nn.Linear` is already (N, K) with K
 #    contiguous, so the kernel loads (BLOCK_N, BLOCK_K) tiles of it and hands the transposed tile to
 #    the dot: the transpose costs nothing, it only tells the compiler which layout it has. The
 #    "textbook" layout, B as (K, N) with N contiguous, forces the compiler to transpose FP8 tiles

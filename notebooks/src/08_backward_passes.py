@@ -54,13 +54,12 @@ cfg_full = toy_config()
 M, H, I, V = 8 * 1024, cfg_full.hidden_size, cfg_full.intermediate_size, cfg_full.vocab_size  # noqa: E741
 bf16, fp32 = 2, 4
 saved = {  # bytes kept for the backward, per operation: eager (Hugging Face modules) vs ours
-    "RMSNorm": ({"x (bf16)": M * H * bf16, "x.float()": M * H * fp32, "rstd": M * fp32,
-                 "x * rstd (fp32)": M * H * fp32},
+    "RMSNorm": ({"x.float()": M * H * fp32, "rstd": M * fp32, "x * rstd cast to bf16": M * H * bf16},
                 {"x (bf16)": M * H * bf16, "rstd": M * fp32}),
     "SiLU * mul": ({"g (silu's input)": M * I * bf16, "silu(g) (mul's input)": M * I * bf16,
                     "u (mul's input)": M * I * bf16},
                    {"g": M * I * bf16, "u": M * I * bf16}),
-    "loss": ({"logits.float()": M * V * fp32, "log_softmax (fp32)": M * V * fp32},
+    "loss": ({"log_softmax (fp32)": M * V * fp32},  # the fp32 upcast is freed when the forward ends
              {"dlogits, in the logits' own memory": 0}),
 }
 for op, (eager, ours) in saved.items():
@@ -372,17 +371,18 @@ print(f"GELU * mul backward: dg max error {(dg.cpu().double() - want_dg).abs().m
 # `lse` over 32000 values is lesson 05's online softmax: one pass over the row in blocks keeping a
 # running max `m` and a running sum `d` of `exp(x - m)`, the old sum rescaled by `exp(m_old - m_new)`
 # when the max grows; `lse = m + log(d)`. A second pass writes `exp(x - lse) - [j == t]`, divided by
-# `n`. The three things that go wrong: logits near 100 (`exp(100)` overflows fp16 and is `2.7e43` in
-# fp32: subtract the max), base 2 (`exp2`/`log2` are fast, but then the logits must be scaled by
-# `log2(e)` going in and the result by `ln(2)` coming out), and the count `n` (it needs every row's
-# target: a tiny first kernel counts it on the device).
+# `n`. The three things that go wrong: logits near 100 (`exp(100)` is `2.7e43`, past fp32's largest,
+# 3.4e38, let alone fp16's: subtract the max), base 2 (`exp2`/`log2` are fast, but then the logits must
+# be scaled by `log2(e)` going in and the result by `ln(2)` coming out), and the count `n` (it needs
+# every row's target: a tiny first kernel counts it on the device).
 #
 # ### The memory of logits
 #
 # The logits are `tokens x vocab`. At batch 8 x 1024 with Llama's 32000 words that is 262 million
-# numbers: 0.5 GiB in bf16. Hugging Face's loss upcasts them to fp32 (1 GiB), `log_softmax` writes
-# another fp32 copy and keeps it for the backward, and the backward writes an fp32 gradient and its bf16
-# cast. A kernel that computes the loss and writes the gradient **into the logits' own memory** needs
+# numbers: 0.5 GiB in bf16. Hugging Face's loss upcasts them to fp32 (1 GiB, freed when the forward
+# ends), `log_softmax` writes another fp32 copy and keeps it for the backward, and the backward writes
+# two fp32 gradients (of the loss's `log_softmax` output, then of the fp32 logits) and a bf16 cast of the
+# second. A kernel that computes the loss and writes the gradient **into the logits' own memory** needs
 # nothing beyond the bf16 logits. Chunked linear + cross-entropy (Liger's fused linear cross-entropy)
 # goes further: it never holds all the logits, it computes `hidden @ W_vocab.T` for a chunk of tokens,
 # the loss and gradient of that chunk, and the chunk's contributions to `d hidden` and `d W_vocab`,
@@ -394,7 +394,7 @@ def loss_peak_bytes(tokens: int, vocab: int = 32000, chunk: int = 1024) -> dict[
     """Bytes alive at the loss's peak, beyond the hidden states and weights."""
     logits = tokens * vocab
     return {
-        "eager (bf16 logits, fp32 upcast, log_softmax, fp32 grad)": logits * (bf16 + fp32 + fp32 + fp32),
+        "eager (bf16 logits, log_softmax, two fp32 grads)": logits * (bf16 + fp32 + fp32 + fp32),
         "fused kernel, dlogits in place (bf16 logits only)": logits * bf16,
         "chunked linear + cross-entropy (one chunk of logits)": min(tokens, chunk) * vocab * (bf16 + fp32),
     }
@@ -489,8 +489,9 @@ print(f"BCE mean loss {float(loss.sum() / count):.6f} vs torch {ref.item():.6f};
 # whole). `dk` and `dv` sum over queries, `dq` over keys: a program per key tile walking the queries
 # keeps `dk`, `dv` in registers, and a program per query tile walking the keys keeps `dq` (the
 # alternative, `tl.atomic_add` into `dq`, is nondeterministic, as above). FLOPs: five `S x S x D`
-# matmuls against the forward's two (plus the recomputed `q k^T`): the backward costs about 2.5
-# forwards. The `delta` kernel is given:
+# matmuls, the recomputed `q k^T` among them, against the forward's two: the backward costs about 2.5
+# forwards (the benchmark counts these five; split in two kernels, as here, the `dq` kernel recomputes
+# `q k^T` and `dp` once more, seven in all). The `delta` kernel is given:
 
 # %% [inline] course_utils.lessons.l08_backward_passes: attention_delta_kernel attention_delta
 
@@ -678,7 +679,8 @@ if data is not None and data.get("facts"):
 #   the fastest peer. One kernel computes the loss and the gradient (two passes over each row, the
 #   gradient written once), and the backward moves no bytes when `dL/dloss` is 1. Memory
 #   allocated above the logits at the peak: eager {{fact:peak MiB cross_entropy fwd+bwd bf16 8192x32000 torch eager}} MiB
-#   (the fp32 upcast, `log_softmax` and the fp32 gradient), `torch.compile`
+#   (three fp32 tensors of the logits' size at once in the backward: the saved `log_softmax` and the
+#   gradients of its output and of its input), `torch.compile`
 #   {{fact:peak MiB cross_entropy fwd+bwd bf16 8192x32000 torch.compile}} MiB, ours
 #   {{fact:peak MiB cross_entropy fwd+bwd bf16 8192x32000 triton (ours)}} MiB: the gradient takes the
 #   logits' place.

@@ -30,6 +30,7 @@ import triton.language as tl
 
 from course_utils import half_dtype, size
 from course_utils.bench import load_results, show_results
+from course_utils.lessons.l02_first_kernels import GRID_AXIS_MAX  # noqa: F401 - read by w8a16_gemv below
 from course_utils.lessons.l03_matmul import sm_count
 from course_utils.lessons.l05_online_softmax import kv_cache_bytes, merge_stats
 from course_utils.llama import toy_config, toy_llama
@@ -107,9 +108,10 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# On the toy Llama (one layer, so its KV cache is small beside its 140 MB of weights), this is what a GPU
-# measured with the decode loop at the end of this lesson, against the same floor drawn from the
-# measured copy bandwidth (`python -m course_utils bench 09`; on a CPU this shows the committed run):
+# On the toy Llama (one layer, so its KV cache is small beside the {{fact:toy weight MB}} MB of weights a
+# step reads: all but the embedding table), this is what a GPU measured with the decode loop at the end
+# of this lesson, against the same floor drawn from the measured copy bandwidth
+# (`python -m course_utils bench 09`; on a CPU this shows the committed run):
 
 # %%
 results = load_results("09")
@@ -328,7 +330,8 @@ print(f"merged: m = {m:.6f}, l = {l:.6f}; in one pass: {scores.max().item():.6f}
 # ## Split-K for skinny matmuls
 #
 # The same trick serves the decode step's matmuls. With M = 1..16 rows, a `(M, K) @ (K, N)` matmul tiled
-# over N alone gives `N / BLOCK_N` programs: 64 for the toy Llama's 1024-wide output projection. Split-K
+# over N alone gives `N / BLOCK_N` programs: 64 for the toy Llama's 1024-wide output projection at one
+# row (`BLOCK_N = 16`), 16 at 2 to 16 rows (`BLOCK_N = 64`). Split-K
 # gives each program a slice of K too, and the partial sums of the slices meet in an fp32 output with
 # atomic adds (sums in another order each run: fine for decoding, not for a bitwise-reproducible run).
 # The decode loop below uses it for every projection:
