@@ -676,8 +676,8 @@ def test_attention_with_tiles_of_128_and_no_rescale_fails():
     """With 128 x 128 tiles every other CPU case is one key tile, where the rescale never matters: the case
     of 300 keys has three."""
     wrong = mutant("l05_online_softmax", "attention",
-                   ("BLOCK_M = BLOCK_M or size(128, 32)", "BLOCK_M = 128"),
-                   ("BLOCK_N = BLOCK_N or size(32 if wide else 64, 32)", "BLOCK_N = 128"),
+                   ('BLOCK_M = BLOCK_M or config.kwargs["BLOCK_M"]', "BLOCK_M = 128"),
+                   ('BLOCK_N = BLOCK_N or config.kwargs["BLOCK_N"]', "BLOCK_N = 128"),
                    ("alpha = tl.exp2(m_i - m_new)", "alpha = tl.exp2(m_new - m_new)"))
     failure("05.attention", wrong, "S = 300, large scores")
 

@@ -18,6 +18,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
+import functools  # noqa: E402
 import math  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
@@ -25,7 +26,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from course_utils import size  # noqa: E402
+from course_utils import current, size  # noqa: E402
 
 # %% [markdown]
 # ## 05.merge_stats: merge two blocks
@@ -319,6 +320,32 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, H, S, qk_scale,
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * LOG2E)
 
 
+@functools.cache
+def max_shared_memory(device: torch.device) -> int:
+    """Bytes of shared memory one program may use on this GPU, the opt-in maximum per block: 227 KiB on an
+    H100, 163 KiB on an A100, 99 KiB on an L4, 64 KiB on a T4 (the CUDA C++ Programming Guide's table of
+    compute capabilities). A kernel whose tiles and pipeline stages need more does not launch ("out of
+    resources: shared memory"). Asked once per device."""
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+
+
+def attention_config(D: int, element_size: int, device: torch.device) -> triton.Config:
+    """The launch of `attention`: the tiles tuned on the H100, with fewer pipeline stages or smaller tiles
+    where this GPU's shared memory cannot hold them."""
+    wide = element_size == 4  # fp32 tiles take twice the shared memory: smaller key tiles, fewer stages
+    BLOCK_M, BLOCK_N, stages = size(128, 32), size(32 if wide else 64, 32), 2 if wide else 3
+    if not current().interpret:
+        # Shared memory holds the (BLOCK_M, D) tile of q and, per pipeline stage, a (BLOCK_N, D) tile of K
+        # and one of V: in fp16 at D = 128, 32 KiB + 3 x 32 KiB. An H100 or an A100 holds that, an L4
+        # (99 KiB) 2 stages.
+        q_tile, kv_stage = BLOCK_M * D * element_size, 2 * BLOCK_N * D * element_size
+        stages = min(stages, (max_shared_memory(device) - q_tile) // kv_stage)
+        if stages < 2:  # a T4 (64 KiB): half the queries and half the keys per tile, 2 stages
+            BLOCK_M, BLOCK_N, stages = BLOCK_M // 2, BLOCK_N // 2, 2
+    return triton.Config(dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N), num_warps=8 if D >= 128 else 4,
+                         num_stages=stages)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool,
               BLOCK_M: int | None = None, BLOCK_N: int | None = None, num_warps: int | None = None,
               num_stages: int | None = None) -> None:
@@ -326,17 +353,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
     B, H, S, D = q.shape
     if D < 16 or D & (D - 1):
         raise ValueError(f"head dim {D}: this kernel needs a power of 2 >= 16 (tl.dot's smallest tile)")
-    wide = q.element_size() == 4  # fp32 tiles take twice the shared memory: smaller key tiles, fewer stages
-    BLOCK_M = BLOCK_M or size(128, 32)
-    BLOCK_N = BLOCK_N or size(32 if wide else 64, 32)
-    num_stages = num_stages or (2 if wide else 3)
+    config = attention_config(D, q.element_size(), q.device)
+    BLOCK_M = BLOCK_M or config.kwargs["BLOCK_M"]
+    BLOCK_N = BLOCK_N or config.kwargs["BLOCK_N"]
+    num_stages = num_stages or config.num_stages
     # BEGIN SOLUTION
     assert BLOCK_M % BLOCK_N == 0, "the causal diagonal is walked in whole key tiles"
     qk_scale = LOG2E / math.sqrt(D)
     grid = (triton.cdiv(S, BLOCK_M) * B * H,)
     attention_kernel[grid](q, k, v, out, H, S, qk_scale, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
                            CAUSAL=causal, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                           num_warps=num_warps or (8 if D >= 128 else 4), num_stages=num_stages)
+                           num_warps=num_warps or config.num_warps, num_stages=num_stages)
     # END SOLUTION
 
 

@@ -35,6 +35,7 @@ from torch import nn  # noqa: E402
 
 from course_utils.lessons.l02_first_kernels import copy_2d  # noqa: E402
 from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402
+from course_utils.lessons.l05_online_softmax import max_shared_memory  # noqa: E402
 
 # %% [markdown]
 # ## The PyTorch references
@@ -138,24 +139,32 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
 # so 4MNK; `mlp_config` has tile sizes for few and for many rows.
 
 # %%
-def mlp_config(M: int, element_size: int = 2) -> dict:
+def mlp_config(M: int, element_size: int = 2, device: torch.device | None = None) -> dict:
     """Tiles for the MLP's gate/up kernels: narrow ones for few rows (memory-bound), big ones for many.
 
     BLOCK_N counts columns of the output (h): each K step reads BLOCK_N columns of each weight, that is
     a (BLOCK_K, 2 * BLOCK_N) tile of the merged w_gu in rmsnorm_gate_up_silu_kernel. BLOCK_K is
     counted in 128-byte slices of a row (64 fp16/bf16 elements, 32 fp32), so a pipeline stage takes
-    the same shared memory in every dtype.
+    the same shared memory in every dtype. device: the GPU the kernel runs on (x.device), for fewer
+    stages where its shared memory cannot hold them; None: the stages tuned on the H100.
     """
     if current().interpret:  # few, large programs: the interpreter runs them one after another
         return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=2)
     k_slice = 128 // element_size
     if M <= 16:  # decode-sized: stream the weights through every SM; 16 rows is tl.dot's minimum
-        return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
-    if M <= 64:
-        return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
-    # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile, 3 stages;
-    # the bench sweeps GROUP_M and stages around it (its notes name the fastest of each run).
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=8, num_warps=8, num_stages=3)
+        cfg = dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
+    elif M <= 64:
+        cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=k_slice, GROUP_M=1, num_warps=4, num_stages=4)
+    else:
+        # Compute-bound: a 128 x (2 x 128) accumulator (or two 128 x 128 ones), a cuBLAS-sized tile, 3
+        # stages; the bench sweeps GROUP_M and stages around it (its notes name the fastest of each run).
+        cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=k_slice, GROUP_M=8, num_warps=8, num_stages=3)
+    if device is not None:
+        # A stage holds a (BLOCK_M, BLOCK_K) tile of x and a (BLOCK_K, 2 * BLOCK_N) tile of the weights:
+        # (16 + 2 x 128) x 128 B = 34 KiB for few rows, 4 stages on an H100 or an A100, 2 on an L4 (99 KiB).
+        stage = (cfg["BLOCK_M"] + 2 * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * element_size
+        cfg["num_stages"] = max(1, min(cfg["num_stages"], max_shared_memory(device) // stage))
+    return cfg
 
 
 @triton.jit
@@ -200,7 +209,7 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
     # BEGIN SOLUTION
     M, K = x.shape
     N = w_gate.shape[0]
-    cfg = config or mlp_config(M, x.element_size())
+    cfg = config or mlp_config(M, x.element_size(), x.device)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)  # one program per out tile
     gate_up_silu_kernel[grid](
         x, w_gate, w_up, out, M, N, K, x.stride(0), x.stride(1), w_gate.stride(0), w_gate.stride(1),
@@ -446,20 +455,26 @@ def down_split_k(h: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config: tr
                               BLOCK_K=kw["BLOCK_K"], num_warps=config.num_warps, num_stages=config.num_stages)
 
 
-def down_tile(M: int, element_size: int = 2) -> triton.Config | None:
+def down_tile(M: int, element_size: int = 2, device: torch.device | None = None) -> triton.Config | None:
     """The down projection's tile: split-K for a decode step, lesson 03's tiles otherwise.
 
     With SPLIT_K in its kwargs the config is for down_split_k; None lets lesson 03's autotuner choose.
+    device: the GPU it runs on, for fewer stages where its shared memory cannot hold them (as mlp_config).
     """
     if current().interpret:
         return triton.Config(dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1), num_warps=4, num_stages=1)
     if M <= SPLIT_K_ROWS:  # (16, 11008) @ (11008, 1024): 16 column tiles x 8 chunks of K = 128 programs
-        return triton.Config(dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256 // element_size, SPLIT_K=8),
-                             num_warps=4, num_stages=4)
-    if M <= 64:  # 16-wide column tiles give 64 programs streaming w_down.T
-        return triton.Config(dict(BLOCK_M=64, BLOCK_N=16, BLOCK_K=512 // element_size, GROUP_M=1),
-                             num_warps=4, num_stages=4)
-    return None
+        tile, stages = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256 // element_size, SPLIT_K=8), 4
+    elif M <= 64:  # 16-wide column tiles give 64 programs streaming w_down.T
+        tile, stages = dict(BLOCK_M=64, BLOCK_N=16, BLOCK_K=512 // element_size, GROUP_M=1), 4
+    else:
+        return None
+    if device is not None:
+        # A stage holds a (BLOCK_M, BLOCK_K) tile of h and a (BLOCK_K, BLOCK_N) one of w_down.T: (64 + 16)
+        # x 512 B = 40 KiB for up to 64 rows, 4 stages on an H100 or an A100, 2 on an L4 (99 KiB).
+        stage = (tile["BLOCK_M"] + tile["BLOCK_N"]) * tile["BLOCK_K"] * element_size
+        stages = max(1, min(stages, max_shared_memory(device) // stage))
+    return triton.Config(tile, num_warps=4, num_stages=stages)
 
 
 def down_proj(h: torch.Tensor, w_down_t: torch.Tensor, out: torch.Tensor, down: triton.Config | None) -> None:
@@ -483,7 +498,7 @@ def rmsnorm_mlp_packed(x: torch.Tensor, packed: PackedMLP, eps: float, out: torc
     # BEGIN SOLUTION
     M, K = x.shape
     N = packed.w_gu.shape[1] // 2  # intermediate
-    cfg = config or mlp_config(M, x.element_size())
+    cfg = config or mlp_config(M, x.element_size(), x.device)
     prepass = M > STATS_PREPASS_ROWS if stats_prepass is None else stats_prepass
     h = torch.empty((M, N), device=x.device, dtype=x.dtype)  # (rows, intermediate): the only intermediate
     rstd = h  # a placeholder: the kernel reads rstd_ptr only with the pre-pass
@@ -497,7 +512,7 @@ def rmsnorm_mlp_packed(x: torch.Tensor, packed: PackedMLP, eps: float, out: torc
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
         STATS_PREPASS=prepass, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     # (rows, intermediate) @ (intermediate, hidden) on the row-major w_down.T
-    down_proj(h, packed.w_down_t, out, down or down_tile(M, x.element_size()))
+    down_proj(h, packed.w_down_t, out, down or down_tile(M, x.element_size(), x.device))
     # END SOLUTION
 
 

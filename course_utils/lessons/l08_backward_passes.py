@@ -28,6 +28,7 @@ import triton.language as tl  # noqa: E402
 from torch import nn  # noqa: E402
 
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402
+from course_utils.lessons.l05_online_softmax import max_shared_memory  # noqa: E402
 
 # %% [markdown]
 # ## 08.rmsnorm_backward
@@ -624,22 +625,46 @@ def attention_backward_ref(q, k, v, do, causal: bool):
     return q.grad, k.grad, v.grad
 
 
-def attention_configs(kernel: str) -> list[triton.Config]:
+def attention_configs(kernel: str, small: bool = False) -> list[triton.Config]:
     """The autotuner's tiles: (BLOCK_M queries, BLOCK_N keys), warps, stages. `kernel` "dkdv" holds
-    BLOCK_N keys (and their fp32 dk, dv) while it walks the queries; "dq" holds BLOCK_M queries."""
+    BLOCK_N keys (and their fp32 dk, dv) while it walks the queries; "dq" holds BLOCK_M queries.
+    small: the tiles of a GPU whose shared memory holds none of the others (a T4; an L4 in fp32 at D 128)."""
     if current().interpret:
         return [triton.Config(dict(BLOCK_M=16, BLOCK_N=16), num_warps=4, num_stages=1)]
     tiles = {"dkdv": [(64, 64, 4, 2), (32, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3)],
              "dq": [(64, 64, 4, 2), (128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3)]}[kernel]
+    if small:
+        tiles = {"dkdv": [(32, 32, 4, 2), (16, 32, 4, 2)], "dq": [(32, 32, 4, 2), (32, 16, 4, 2)]}[kernel]
     return [triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=w, num_stages=st) for bm, bn, w, st in tiles]
+
+
+def attention_shared_bytes(config: triton.Config, kernel: str, D: int, element_size: int) -> int:
+    """Shared memory of a tile, estimated: the two (rows, D) tiles a program holds all along (k and v of its
+    BLOCK_N keys in "dkdv", q and do of its BLOCK_M queries in "dq") and, per pipeline stage, the two its loop
+    loads. "dkdv" 64 x 64, 2 stages, fp16 at D = 128: 2 x (64 + 2 x 64) x 128 x 2 B = 96 KiB."""
+    held, walked = config.kwargs["BLOCK_N"], config.kwargs["BLOCK_M"]
+    if kernel == "dq":
+        held, walked = walked, held
+    return 2 * (held + walked * config.num_stages) * D * element_size
 
 
 SHORT_SEQUENCE = 1024  # below this: the first tile, no timing (tuning would cost more than it saves)
 
 
 def select_attention_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
-    """Autotune pruning: short sequences take the first (64 x 64) tile without timing anything."""
-    return configs[:1] if named_args["S"] < SHORT_SEQUENCE else configs
+    """Autotune pruning: the tiles this GPU's shared memory holds (where it holds none, the first small tile
+    that fits); short sequences take the first of them (64 x 64 on an H100) without timing anything."""
+    args = {**named_args, **kwargs}
+    if not current().interpret:
+        kernel = "dkdv" if "dk_ptr" in args else "dq"
+        q, limit = args["q_ptr"], max_shared_memory(args["q_ptr"].device)
+
+        def fits(config):
+            return attention_shared_bytes(config, kernel, args["HEAD_DIM"], q.element_size()) <= limit
+
+        small = attention_configs(kernel, small=True)
+        configs = [c for c in configs if fits(c)] or [next((c for c in small if fits(c)), small[-1])]
+    return configs[:1] if args["S"] < SHORT_SEQUENCE else configs
 
 
 @triton.jit

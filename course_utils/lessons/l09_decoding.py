@@ -27,6 +27,7 @@ import triton.language as tl  # noqa: E402
 from course_utils.lessons.l02_first_kernels import GRID_AXIS_MAX  # noqa: E402
 from course_utils.lessons.l03_matmul import sm_count  # noqa: E402
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402
+from course_utils.lessons.l05_online_softmax import max_shared_memory  # noqa: E402
 from course_utils.lessons.l06_fused_rmsnorm_mlp import rmsnorm  # noqa: E402
 
 # %% [markdown]
@@ -228,8 +229,18 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
                          "H_q must be a multiple of H_kv")
     # BEGIN SOLUTION
     group = H_q // H_kv
+    block_g = max(16, triton.next_power_of_2(group))  # the group's query heads, padded to tl.dot's 16 rows
     if BLOCK_N is None:
         BLOCK_N = 64 if q.is_cuda else 32
+    if q.is_cuda:
+        # Shared memory holds the (block_g, D) block of q and, per pipeline stage, a (BLOCK_N, D) tile of K
+        # and one of V: 2 x 64 x 256 x 2 B = 64 KiB at the toy Llama's D = 256 in bf16. An H100 holds 3
+        # stages, an L4 (99 KiB) 1; a T4 (64 KiB) takes tiles of 32 keys.
+        element = cache_k.element_size()
+        q_block, kv_stage = block_g * D * element, 2 * BLOCK_N * D * element
+        num_stages = min(num_stages, (max_shared_memory(q.device) - q_block) // kv_stage)
+        if num_stages < 1:
+            BLOCK_N, num_stages = BLOCK_N // 2, 1
     if num_splits is None:  # about 2 programs per SM fill the GPU; one split per tile at most
         programs = 2 * sm_count(q.device) if q.is_cuda else 8
         num_splits = max(1, min(programs // (B * H_kv), triton.cdiv(S_max, BLOCK_N)))
@@ -241,7 +252,7 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
     decode_attention_split_kernel[(B * H_kv, num_splits)](
         q, cache_k, cache_v, lengths, part, out, H_kv, split_len, D**-0.5,
         *q.stride(), *cache_k.stride(), *cache_v.stride(), *out.stride(),
-        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_N=BLOCK_N, D=D,
+        GROUP=group, BLOCK_G=block_g, BLOCK_N=BLOCK_N, D=D,
         NUM_SPLITS=num_splits, num_warps=num_warps, num_stages=num_stages)
     if num_splits > 1:
         decode_attention_merge_kernel[(B * H_q,)](part, out, H_q, *out.stride(), D=D, NUM_SPLITS=num_splits,
