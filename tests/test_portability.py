@@ -90,12 +90,12 @@ for D, dtype in ((128, half), (64, torch.float32), (128, torch.float32)):
 for H_q, D in ((4, 256), (16, 128)):  # the toy Llama's decode step; 09's GQA case and the bench's heads
     q, cache = torch.zeros(4, H_q, D, dtype=half), torch.zeros(4, 4, 80, D, dtype=half)
     l09.decode_attention(q, cache, cache, torch.full((4,), 80, dtype=torch.int32), torch.empty_like(q))
-for rows in (16, 32):  # a decode step, and 06's toy Llama of 2 x 16 tokens
-    x = torch.zeros(rows, 128, dtype=half)
-    packed = l06.PackedMLP(x[0], torch.zeros(128, 688, dtype=half), torch.zeros(344, 128, dtype=half))
+for rows in (16, 32):  # a decode step, and 06's toy Llama of 2 x 16 tokens; rows of 16-byte multiples
+    x = torch.zeros(rows, 128, dtype=half)  # (as the toy's 1024 and 11008): the widest loads, the most stages
+    packed = l06.PackedMLP(x[0], torch.zeros(128, 704, dtype=half), torch.zeros(352, 128, dtype=half))
     l06.rmsnorm_mlp_packed(x, packed, 1e-6, torch.empty_like(x))
-w = torch.zeros(344, 128, dtype=half)
-l06.gate_up_silu(x[:1], w, w, torch.empty(1, 344, dtype=half))
+w = torch.zeros(352, 128, dtype=half)
+l06.gate_up_silu(x[:1], w, w, torch.empty(1, 352, dtype=half))
 print(json.dumps(launches))
 '''
 
