@@ -253,10 +253,10 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 # (Summing `x**2` inside the K loop, the paper's way, works too, but it pulls every `x` tile out of
 # shared memory into registers beside the tensor cores' reads, work the plain loop does not have; the
 # bench does not time it, and one exploratory run found it slower than the pre-pass at many rows.)
-# Then `h` (rows, intermediate) is written once and the
-# down projection is the next launch: two launches for a decode step (three with the pre-pass)
-# instead of Hugging Face's 13 (in fp16); at decode sizes the down projection splits K
-# (`down_split_k`, given), since 16 rows x 1024 columns are too few output tiles for a whole GPU.
+# Then `h` (rows, intermediate) is written once and the down projection is the next launch: three
+# launches in all where Hugging Face makes 13 (in fp16). The third is the pre-pass at many rows, and at
+# decode sizes the fill that zeroes `out`: there the down projection splits K (`down_split_k`, given)
+# and its chunks add into `out`, since 16 rows x 1024 columns are too few output tiles for a whole GPU.
 #
 # **One merged weight, one accumulator.** The weights are packed **once**, as an inference engine
 # does when it loads a model (vLLM merges `gate_proj` and `up_proj` the same way), into
@@ -536,8 +536,8 @@ def rmsnorm_mlp(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor
 #
 # A Llama decoder layer ends with `residual + mlp(post_attention_layernorm(h))`. Replace the norm by
 # an identity and the MLP by a module that packs the same weights once, when it is built, and runs
-# `rmsnorm_mlp_packed` in its forward: the model computes the same logits with two kernels where it
-# launched 13. Packing once is what inference engines do: the weights do not change between calls,
+# `rmsnorm_mlp_packed` in its forward: the model computes the same logits with two Triton kernels (and
+# a fill of `out` at decode sizes, or the pre-pass at many rows) where it launched 13. Packing once is what inference engines do: the weights do not change between calls,
 # so their layout is chosen for the kernels that read them (this module is for inference: it keeps
 # no gradient path to the packed copies, and a later change to the layer's weights would not reach them).
 
