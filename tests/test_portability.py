@@ -195,3 +195,26 @@ def test_the_h100_keeps_every_tile(monkeypatch):
                 assert (down is None and tuned is None) or down.all_kwargs() == tuned.all_kwargs()
     finally:
         l05.max_shared_memory.cache_clear()
+
+
+def test_max_shared_memory_on_a_torch_without_the_property(monkeypatch):
+    """torch 2.5 (the course's oldest) has no `shared_memory_per_block_optin` (added in 2.6): the limit then
+    comes from Triton's driver, the number its launcher compares a kernel's shared memory with."""
+    import triton
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(name="T4"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    def properties(index):
+        asked.append(index)
+        return {"max_shared_mem": 65536}
+
+    utils = SimpleNamespace(get_device_properties=properties)
+    monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(utils=utils)))
+    l05.max_shared_memory.cache_clear()
+    try:
+        assert l05.max_shared_memory(torch.device("cuda", 1)) == 65536
+        assert l05.max_shared_memory(torch.device("cuda")) == 65536
+        assert asked == [1, 0]
+    finally:
+        l05.max_shared_memory.cache_clear()

@@ -326,7 +326,12 @@ def max_shared_memory(device: torch.device) -> int:
     H100, 163 KiB on an A100, 99 KiB on an L4, 64 KiB on a T4 (the CUDA C++ Programming Guide's table of
     compute capabilities). A kernel whose tiles and pipeline stages need more does not launch ("out of
     resources: shared memory"). Asked once per device."""
-    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    properties = torch.cuda.get_device_properties(device)
+    if hasattr(properties, "shared_memory_per_block_optin"):  # torch >= 2.6 names it
+        return properties.shared_memory_per_block_optin
+    index = torch.cuda.current_device() if torch.device(device).index is None else torch.device(device).index
+    # older torch: Triton's own query, the number its launcher compares a kernel's shared memory with
+    return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
 
 
 def attention_config(D: int, element_size: int, device: torch.device) -> triton.Config:
