@@ -304,8 +304,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
     N = b.shape[1]
     precision = input_precision or dot_precision(a.dtype)
     if a.dtype == torch.float32 and precision == "tf32" and b.stride(0) != 1 and hopper():
-        # Hopper's tf32 tensor-core instruction (wgmma) reads both operands K-major; with a row-major
-        # b Triton falls back to the older mma instructions, about twice the time at 4096^3 on an H100
+        # Hopper's tf32 tensor-core instruction (wgmma) reads both operands K-major; the kernel Triton
+        # builds for a row-major b takes about twice the time at 4096^3 on an H100
         # (results/explore/tf32_rowmajor.h100.json). One transposing copy with lesson 02's kernel
         # (read and write K x N x 4 bytes) costs far less.
         b_kmajor = torch.empty((N, K), device=b.device, dtype=b.dtype)
