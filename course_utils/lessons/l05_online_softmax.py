@@ -334,6 +334,12 @@ def max_shared_memory(device: torch.device) -> int:
     return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
 
 
+def stages_that_fit(stages: int, stage_bytes: int, device: torch.device, held_bytes: int = 0) -> int:
+    """The most pipeline stages, up to `stages`, whose tiles (`stage_bytes` each) fit this GPU's shared memory
+    beside the `held_bytes` a program keeps all along; 0 when not even one fits."""
+    return min(stages, (max_shared_memory(device) - held_bytes) // stage_bytes)
+
+
 def attention_config(D: int, element_size: int, device: torch.device) -> triton.Config:
     """The launch of `attention`: the tiles tuned on the H100, with fewer pipeline stages or smaller tiles
     where this GPU's shared memory cannot hold them."""
@@ -344,7 +350,7 @@ def attention_config(D: int, element_size: int, device: torch.device) -> triton.
         # and one of V: in fp16 at D = 128, 32 KiB + 3 x 32 KiB. An H100 or an A100 holds that, an L4
         # (99 KiB) 2 stages.
         q_tile, kv_stage = BLOCK_M * D * element_size, 2 * BLOCK_N * D * element_size
-        stages = min(stages, (max_shared_memory(device) - q_tile) // kv_stage)
+        stages = stages_that_fit(stages, kv_stage, device, q_tile)
         if stages < 2:  # a T4 (64 KiB): half the queries and half the keys per tile, 2 stages
             BLOCK_M, BLOCK_N, stages = BLOCK_M // 2, BLOCK_N // 2, 2
     return triton.Config(dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N), num_warps=8 if D >= 128 else 4,

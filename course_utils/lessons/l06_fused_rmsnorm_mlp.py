@@ -35,7 +35,7 @@ from torch import nn  # noqa: E402
 
 from course_utils.lessons.l02_first_kernels import copy_2d  # noqa: E402
 from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402
-from course_utils.lessons.l05_online_softmax import max_shared_memory  # noqa: E402
+from course_utils.lessons.l05_online_softmax import stages_that_fit  # noqa: E402
 
 # %% [markdown]
 # ## The PyTorch references
@@ -163,7 +163,7 @@ def mlp_config(M: int, element_size: int = 2, device: torch.device | None = None
         # A stage holds a (BLOCK_M, BLOCK_K) tile of x and a (BLOCK_K, 2 * BLOCK_N) tile of the weights:
         # (16 + 2 x 128) x 128 B = 34 KiB for few rows, 4 stages on an H100 or an A100, 2 on an L4 (99 KiB).
         stage = (cfg["BLOCK_M"] + 2 * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * element_size
-        cfg["num_stages"] = max(1, min(cfg["num_stages"], max_shared_memory(device) // stage))
+        cfg["num_stages"] = max(1, stages_that_fit(cfg["num_stages"], stage, device))
     return cfg
 
 
@@ -473,7 +473,7 @@ def down_tile(M: int, element_size: int = 2, device: torch.device | None = None)
         # A stage holds a (BLOCK_M, BLOCK_K) tile of h and a (BLOCK_K, BLOCK_N) one of w_down.T: (64 + 16)
         # x 512 B = 40 KiB for up to 64 rows, 4 stages on an H100 or an A100, 2 on an L4 (99 KiB).
         stage = (tile["BLOCK_M"] + tile["BLOCK_N"]) * tile["BLOCK_K"] * element_size
-        stages = max(1, min(stages, max_shared_memory(device) // stage))
+        stages = max(1, stages_that_fit(stages, stage, device))
     return triton.Config(tile, num_warps=4, num_stages=stages)
 
 
@@ -537,9 +537,10 @@ def rmsnorm_mlp(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor
 # A Llama decoder layer ends with `residual + mlp(post_attention_layernorm(h))`. Replace the norm by
 # an identity and the MLP by a module that packs the same weights once, when it is built, and runs
 # `rmsnorm_mlp_packed` in its forward: the model computes the same logits with two Triton kernels (and
-# a fill of `out` at decode sizes, or the pre-pass at many rows) where it launched 13. Packing once is what inference engines do: the weights do not change between calls,
-# so their layout is chosen for the kernels that read them (this module is for inference: it keeps
-# no gradient path to the packed copies, and a later change to the layer's weights would not reach them).
+# a fill of `out` at decode sizes, or the pre-pass at many rows) where it launched 13. Packing once is
+# what inference engines do: the weights do not change between calls, so their layout is chosen for the
+# kernels that read them (this module is for inference: it keeps no gradient path to the packed copies,
+# and a later change to the layer's weights would not reach them).
 
 # %%
 class FusedRMSNormMLP(nn.Module):

@@ -27,7 +27,7 @@ import triton.language as tl  # noqa: E402
 from course_utils.lessons.l02_first_kernels import GRID_AXIS_MAX  # noqa: E402
 from course_utils.lessons.l03_matmul import sm_count  # noqa: E402
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402
-from course_utils.lessons.l05_online_softmax import max_shared_memory  # noqa: E402
+from course_utils.lessons.l05_online_softmax import stages_that_fit  # noqa: E402
 from course_utils.lessons.l06_fused_rmsnorm_mlp import rmsnorm  # noqa: E402
 
 # %% [markdown]
@@ -238,7 +238,7 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
         # stages, an L4 (99 KiB) 1; a T4 (64 KiB) takes tiles of 32 keys.
         element = cache_k.element_size()
         q_block, kv_stage = block_g * D * element, 2 * BLOCK_N * D * element
-        num_stages = min(num_stages, (max_shared_memory(q.device) - q_block) // kv_stage)
+        num_stages = stages_that_fit(num_stages, kv_stage, q.device, q_block)
         if num_stages < 1:
             BLOCK_N, num_stages = BLOCK_N // 2, 1
     if num_splits is None:  # about 2 programs per SM fill the GPU; one split per tile at most
