@@ -27,6 +27,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch import nn  # noqa: E402
 
+from course_utils.lessons.l03_matmul import sm_count  # noqa: E402
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402
 from course_utils.lessons.l05_online_softmax import max_shared_memory  # noqa: E402
 
@@ -110,11 +111,12 @@ def sum_rows(part: torch.Tensor, out: torch.Tensor, block_n: int = 32, block_p: 
                                                      BLOCK_N=block_n)
 
 
-def backward_programs(n_rows: int) -> int:
-    """How many programs share the rows of a backward: one per SM (the interpreter: a few)."""
+def backward_programs(n_rows: int, device: torch.device) -> int:
+    """How many programs share the rows of a backward: one per SM of the tensors' GPU (the interpreter:
+    a few)."""
     if current().interpret:
         return max(1, min(n_rows, 3))
-    return min(n_rows, torch.cuda.get_device_properties(0).multi_processor_count)
+    return min(n_rows, sm_count(device))
 
 
 def rmsnorm_backward_ref(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor):
@@ -169,7 +171,7 @@ def rmsnorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rs
     # than one row a step (the bench sweeps rows per step, warps and programs per SM around this).
     block_m = block_m or max(1, min(4, 16384 // block_n, triton.next_power_of_2(n_rows)))
     num_warps = num_warps or (8 if block_m * block_n <= 16384 else 16)
-    P = programs or backward_programs(n_rows)
+    P = programs or backward_programs(n_rows, x.device)
     rows_per_program = triton.cdiv(n_rows, P)
     part = torch.empty((P, n_cols), device=x.device, dtype=torch.float32)  # stage one's partial sums
     rmsnorm_backward_kernel[(P,)](dy, x, weight, rstd, dx, part, n_rows, n_cols, rows_per_program,

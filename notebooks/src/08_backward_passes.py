@@ -125,6 +125,7 @@ print(f"formula vs autograd: {(formula - x.grad).abs().max():.1e};  without the 
 # gives `rmsnorm_forward` in full). Against the definition:
 
 # %%
+from course_utils.lessons.l03_matmul import sm_count  # noqa: E402
 from course_utils.lessons.l08_backward_passes import rmsnorm_forward  # noqa: E402
 
 x = torch.randn(37, 300, generator=gen).to(device)
@@ -223,7 +224,7 @@ def layernorm_backward_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, 
 def layernorm_backward(dy, x, w, mean, rstd, dx, dw, db):
     """dx of x's dtype, dw and db fp32 (n,): P partial rows each, then sum_rows (stage two)."""
     n_rows, n_cols = x.shape
-    P = backward_programs(n_rows)
+    P = backward_programs(n_rows, x.device)
     parts = torch.empty((2, P, n_cols), device=x.device, dtype=torch.float32)
     layernorm_backward_kernel[(P,)](dy, x, w, mean, rstd, dx, parts[0], parts[1], n_rows, n_cols,
                                     triton.cdiv(n_rows, P), BLOCK_N=triton.next_power_of_2(n_cols))
