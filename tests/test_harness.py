@@ -585,3 +585,11 @@ def test_masked_lanes_of_a_load_without_other_are_undefined_not_zero(scratch_exe
     scratch_exercises(Exercise("99.double_undefined", "double", "double(x, out)", _double_cases))
     failure("99.double_undefined", lambda x, out: sum_without_other_kernel[(1,)](x, out, x.numel(), BLOCK=512),
             "NaN where a number was expected")
+
+
+def test_a_mistyped_exercise_id_is_answered_with_the_closest_one():
+    with pytest.raises(KeyError, match=r"did you mean '02\.vector_add'\?"):
+        check("02.vector_ad", add, seed=0, quiet=True)
+    with pytest.raises(KeyError) as info:
+        check("zz", add, seed=0, quiet=True)
+    assert "did you mean" not in str(info.value) and "02.vector_add" in str(info.value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import gc
 import inspect
 import math
@@ -1177,8 +1178,9 @@ def _exercise(exercise_id: str) -> Exercise:
 
         load_all()
     if exercise_id not in REGISTRY:
-        known = ", ".join(sorted(REGISTRY))
-        raise KeyError(f"no exercise {exercise_id!r}; known: {known}")
+        close = difflib.get_close_matches(str(exercise_id), REGISTRY, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise KeyError(f"no exercise {exercise_id!r}; {hint}known: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[exercise_id]
 
 
