@@ -5,7 +5,7 @@ import importlib
 import platform
 
 from .lessons_index import LESSONS
-from .mode import current
+from .mode import current, interpreter_too_old
 
 PACKAGES = ("torch", "triton", "numpy", "transformers", "onnx", "onnxruntime", "matplotlib")
 
@@ -42,6 +42,9 @@ def doctor() -> bool:
         print(f"{name:<13} {version}")
         ok &= version != "missing"
     print(f"{'mode':<13} {mode}")
+    if mode.interpret and interpreter_too_old():
+        print(f"{'':<13} PROBLEM: {interpreter_too_old()}")
+        ok = False
     capability = None
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)

@@ -13,6 +13,33 @@ from dataclasses import dataclass
 MODES = ("gpu", "interpret")
 
 
+def _version(text: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as '3.10.0+git1a2b'."""
+    major, minor = (text.split("+")[0].split(".") + ["0"])[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def interpreter_too_old() -> str | None:
+    """Why Triton's interpreter here cannot run the course (and what to install), or None when it can.
+
+    Measured on the CPU with the course's solutions: from triton 3.7 on they all run; triton 3.6's
+    interpreter runs them with numpy 2.3 but not with numpy 2.4, which turned the conversion of a 1-element
+    array to a Python number into an error (a `for` loop over a kernel argument fails); before 3.6 an
+    interpreted launch bypasses the method that check() counts launches by."""
+    import numpy
+    import triton
+
+    found = _version(triton.__version__)
+    if found >= (3, 7) or found == (3, 6) and _version(numpy.__version__) < (2, 4):
+        return None
+    if found == (3, 6):
+        why = f"fails on loops over a kernel's arguments with numpy {numpy.__version__} (2.4 or newer)"
+    else:
+        why = "launches kernels past what check() counts"
+    return (f"triton {triton.__version__}'s interpreter {why}: `pip install triton==3.9.0` (the course's CPU "
+            "install), then restart the kernel")
+
+
 @dataclass(frozen=True)
 class Mode:
     name: str  # "gpu" or "interpret"
@@ -119,6 +146,8 @@ def setup(mode: str | None = None, *, quiet: bool = False) -> Mode:
             f"({', '.join(_kernels_defined())}); restart the kernel so they are defined again",
             file=sys.stderr,
         )
+    if requested == "interpret" and interpreter_too_old():
+        print(f"warning: {interpreter_too_old()}", file=sys.stderr)
     chosen = Mode(requested, "cpu" if requested == "interpret" else "cuda", why)
     if not quiet:
         print(chosen)

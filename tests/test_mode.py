@@ -169,3 +169,48 @@ def test_the_doctor_command_picks_a_mode_and_runs_the_tiny_kernel():
                             cwd=Path(__file__).resolve().parent.parent, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "tiny kernel   ok" in result.stdout
+
+
+@pytest.mark.parametrize("triton_version, numpy_version, says", [
+    ("3.5.0", "2.3.5", "launches kernels past what check() counts"), ("3.6.0", "2.4.6", "numpy 2.4.6"),
+    ("3.6.0", "2.3.5", None), ("3.7.1", "2.4.6", None), ("3.10.0+git1a2b", "2.5.0", None)])
+def test_an_interpreter_that_cannot_run_the_course_is_named_with_what_to_install(
+        monkeypatch, triton_version, numpy_version, says):
+    import numpy
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", triton_version)
+    monkeypatch.setattr(numpy, "__version__", numpy_version)
+    why = mode.interpreter_too_old()
+    if says is None:
+        assert why is None
+    else:
+        assert triton_version in why and says in why and "pip install triton==3.9.0" in why
+
+
+def test_setup_and_the_doctor_warn_of_an_interpreter_too_old():
+    code = ("import triton; triton.__version__ = '3.5.0'; from course_utils import setup; setup('interpret'); "
+            "from course_utils.doctor import doctor; print('doctor ok' if doctor() else 'doctor says no')")
+    environ = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "COURSE_MODE")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, check=True)
+    assert "warning: triton 3.5.0's interpreter" in done.stderr
+    assert "PROBLEM: triton 3.5.0's interpreter" in done.stdout and "doctor says no" in done.stdout
+
+
+def test_check_with_an_interpreter_whose_launches_it_cannot_count_says_what_to_install(monkeypatch):
+    """Before triton 3.6 an interpreted launch went straight to a GridExecutor, past any run method: the
+    checker would see no launch at all and blame the student. It says what to install instead."""
+    import triton
+    import triton.runtime.interpreter as interpreter
+
+    from course_utils.grading import check
+    from course_utils.grading.provenance import course_solutions_allowed
+    from course_utils.lessons.l02_first_kernels import add
+
+    if not mode.current().interpret:
+        pytest.skip("the interpreter's launch path")
+    monkeypatch.setattr(triton, "__version__", "3.5.0")
+    monkeypatch.setattr(interpreter, "InterpretedFunction", type("InterpretedFunction", (), {}))
+    with pytest.raises(RuntimeError, match=r"triton 3\.5\.0's interpreter .*pip install triton==3\.9\.0"):
+        with course_solutions_allowed():
+            check("02.vector_add", add, seed=0, quiet=True)

@@ -31,6 +31,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from ..mode import current, interpreter_too_old
+
 # Host-side torch ops a kernel exercise may use: allocation, views and metadata, no arithmetic.
 HOST_OPS = {
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
@@ -639,7 +641,11 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
     with contextlib.suppress(ImportError):
         from triton.runtime.interpreter import InterpretedFunction
 
-        counted.append(InterpretedFunction)
+        if hasattr(InterpretedFunction, "run"):  # triton >= 3.6; before, its launches bypassed a run method
+            counted.append(InterpretedFunction)
+        elif current().interpret:
+            raise RuntimeError(interpreter_too_old() or "this triton's interpreter launches kernels in a way "
+                               "the checker cannot count: pip install triton==3.9.0")
     # The autotuner's own timing loop allocates and clears buffers: pause recording there too.
     originals = {cls: cls.run for cls in (*counted, Autotuner)}
 
