@@ -14,6 +14,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
+from course_utils.shapes import expect_shapes  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -42,6 +43,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
 
 def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) -> None:
     """out = x + y, all 1-D and contiguous, any length."""
+    expect_shapes("add", y=(y, x.shape), out=(out, x.shape))
     # BEGIN SOLUTION
     n = out.numel()
     grid = (triton.cdiv(n, BLOCK),)  # one program per block of BLOCK elements
@@ -73,6 +75,7 @@ def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
 
 def relu(x: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) -> None:
     """out = relu(x); x and out contiguous, same shape, any number of dimensions."""
+    expect_shapes("relu", out=(out, x.shape))
     # BEGIN SOLUTION
     n = x.numel()
     relu_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)
@@ -114,6 +117,7 @@ def copy_2d_kernel(x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride
 
 def copy_2d(x: torch.Tensor, out: torch.Tensor, BLOCK_M: int = 32, BLOCK_N: int = 32) -> None:
     """out[i, j] = x[i, j]; x 2-D with any strides, out contiguous."""
+    expect_shapes("copy_2d", out=(out, x.shape))
     # BEGIN SOLUTION
     M, N = x.shape
     while triton.cdiv(N, BLOCK_N) > GRID_AXIS_MAX:  # a very long row: wider tiles, fewer rows each

@@ -21,6 +21,7 @@
 
 # %%
 from course_utils import check, current, progress  # noqa: F401
+from course_utils.shapes import expect_shapes  # noqa: E402
 import functools  # noqa: E402
 
 import torch  # noqa: E402
@@ -111,6 +112,7 @@ def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 
 def matmul_naive(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     """out = a @ b with one program per output element; a (M, K), b (K, N) any strides, out (M, N)."""
+    expect_shapes("matmul_naive", b=(b, (a.shape[1], b.shape[1])), out=(out, (a.shape[0], b.shape[1])))
     # BEGIN SOLUTION
     M, K = a.shape
     N = b.shape[1]
@@ -299,6 +301,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
     bias: (N,) added to every row. config: run this triton.Config instead of autotuning.
     input_precision: "tf32" or "ieee" for fp32 inputs; None follows torch.get_float32_matmul_precision().
     """
+    expect_shapes("matmul", b=(b, (a.shape[1], b.shape[1])), out=(out, (a.shape[0], b.shape[1])),
+                  **({} if bias is None else {"bias": (bias, (b.shape[1],))}))
     # BEGIN SOLUTION
     M, K = a.shape
     N = b.shape[1]
@@ -446,6 +450,8 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.
 # %%
 def linear_relu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
     """out = relu(x @ w.T + bias); x (M, K), w (N, K), bias (N,), out (M, N); one kernel."""
+    expect_shapes("linear_relu", w=(w, (w.shape[0], x.shape[1])), bias=(bias, (w.shape[0],)),
+                  out=(out, (x.shape[0], w.shape[0])))
     # BEGIN SOLUTION
     matmul(x, w.t(), out, bias=bias, relu=True)  # w.t(): a (K, N) view, strides (1, K)
     # END SOLUTION

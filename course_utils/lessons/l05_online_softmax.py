@@ -18,6 +18,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
+from course_utils.shapes import expect_shapes  # noqa: E402
 import functools  # noqa: E402
 import math  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -196,6 +197,7 @@ def softmax_online_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_o
 
 def softmax(x: torch.Tensor, out: torch.Tensor, config: SoftmaxConfig | None = None) -> None:
     """out = softmax(x, dim=1) for a 2-D x of any strides and any row length; out has x's shape."""
+    expect_shapes("softmax", out=(out, x.shape))
     n_rows, n_cols = x.shape
     if out.numel() == 0:  # no rows, or rows of no elements: nothing to write (and no block size to pick)
         return
@@ -363,6 +365,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
               BLOCK_M: int | None = None, BLOCK_N: int | None = None, num_warps: int | None = None,
               num_stages: int | None = None) -> None:
     """out = softmax(q @ k^T / sqrt(D) (+ causal mask)) @ v; all (B, H, S, D), any strides."""
+    expect_shapes("attention", k=(k, q.shape), v=(v, q.shape), out=(out, q.shape))
     B, H, S, D = q.shape
     if D < 16 or D & (D - 1):
         raise ValueError(f"head dim {D}: this kernel needs a power of 2 >= 16 (tl.dot's smallest tile)")

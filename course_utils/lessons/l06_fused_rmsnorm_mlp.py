@@ -26,6 +26,7 @@
 
 # %%
 from course_utils import check, current, progress  # noqa: F401
+from course_utils.shapes import expect_shapes  # noqa: E402
 from typing import NamedTuple  # noqa: E402
 
 import torch  # noqa: E402
@@ -107,6 +108,7 @@ def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, stride_xm, stride_xn, 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor,
             BLOCK_M: int | None = None, num_warps: int | None = None) -> None:
     """out = x / sqrt(mean(x**2, -1) + eps) * weight; x and out (rows, hidden), weight (hidden,)."""
+    expect_shapes("rmsnorm", weight=(weight, x.shape[-1:]), out=(out, x.shape))
     # BEGIN SOLUTION
     n_rows, n_cols = x.shape
     if out.numel() == 0:  # no rows, or rows of no elements: nothing to write
@@ -208,6 +210,8 @@ def gate_up_silu_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
 def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out: torch.Tensor,
                  config: dict | None = None) -> None:
     """out = silu(x @ w_gate.T) * (x @ w_up.T); x (M, K), w_gate and w_up (N, K), out (M, N)."""
+    expect_shapes("gate_up_silu", w_gate=(w_gate, (w_gate.shape[0], x.shape[1])), w_up=(w_up, w_gate.shape),
+                  out=(out, (x.shape[0], w_gate.shape[0])))
     # BEGIN SOLUTION
     M, K = x.shape
     N = w_gate.shape[0]
@@ -528,6 +532,9 @@ def rmsnorm_mlp(x: torch.Tensor, norm_weight: torch.Tensor, w_gate: torch.Tensor
     traffic for the toy Llama in fp16, twice what the decode-sized block itself reads): right for a
     check, wrong for a model, which packs once (FusedRMSNormMLP) and calls rmsnorm_mlp_packed.
     """
+    H, I = x.shape[1], w_gate.shape[0]  # hidden, intermediate
+    expect_shapes("rmsnorm_mlp", norm_weight=(norm_weight, (H,)), w_gate=(w_gate, (I, H)),
+                  w_up=(w_up, (I, H)), w_down=(w_down, (H, I)), out=(out, x.shape))
     rmsnorm_mlp_packed(x, pack_mlp_weights(norm_weight, w_gate, w_up, w_down), eps, out, config, down)
 
 

@@ -19,6 +19,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
+from course_utils.shapes import expect_shapes  # noqa: E402
 import math  # noqa: E402
 
 import torch  # noqa: E402
@@ -127,6 +128,7 @@ def quantize_rowwise_kernel(x_ptr, out_ptr, scale_ptr, n_cols, stride_xr, stride
 def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor,
                      BLOCK: int | None = None, num_warps: int | None = None) -> None:
     """out (rows, cols) e4m3 and scale_out (rows,) fp32 with x ~ out * scale_out[:, None]."""
+    expect_shapes("quantize_rowwise", out=(out, x.shape), scale_out=(scale_out, x.shape[:1]))
     # BEGIN SOLUTION
     rows, cols = x.shape
     if BLOCK is None:  # the whole row when it fits: 8192 bf16 = 16 KiB of registers per program
@@ -224,6 +226,8 @@ def fp8_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
 
     a (M, K) and b (N, K) e4m3 with any strides, a_scale (M,) and b_scale (N,) fp32.
     """
+    expect_shapes("fp8_matmul", a_scale=(a_scale, a.shape[:1]), b=(b, (b.shape[0], a.shape[1])),
+                  b_scale=(b_scale, b.shape[:1]), out=(out, (a.shape[0], b.shape[0])))
     # BEGIN SOLUTION
     M, K = a.shape
     N = b.shape[0]
@@ -436,6 +440,8 @@ def w8a16_gemv(x: torch.Tensor, w_int8: torch.Tensor, scale: torch.Tensor, out: 
 
     No num_stages: Triton pipelines only loads that feed a tl.dot (or a tl.range that asks), and these
     do not; the loads of other programs on the SM hide each one's wait (lesson 07 measures both)."""
+    expect_shapes("w8a16_gemv", w_int8=(w_int8, (w_int8.shape[0], x.shape[1])),
+                  scale=(scale, w_int8.shape[:1]), out=(out, (x.shape[0], w_int8.shape[0])))
     M, K = x.shape
     N = w_int8.shape[0]
     if K % 4 or not w_int8.is_contiguous():

@@ -20,6 +20,7 @@
 
 # %%
 from course_utils import check, current, progress  # noqa: F401
+from course_utils.shapes import expect_shapes  # noqa: E402
 import math  # noqa: E402
 
 import torch  # noqa: E402
@@ -79,6 +80,7 @@ def row_config(n_rows: int, n_cols: int) -> dict:
 
 def rmsnorm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, y: torch.Tensor, rstd: torch.Tensor) -> None:
     """y = x * rstd * weight and rstd = 1 / sqrt(mean(x**2) + eps); x, y (rows, hidden), rstd (rows,) fp32."""
+    expect_shapes("rmsnorm_forward", weight=(weight, x.shape[1:]), y=(y, x.shape), rstd=(rstd, x.shape[:1]))
     n_rows, n_cols = x.shape
     cfg = row_config(n_rows, n_cols)
     grid = (triton.cdiv(n_rows, cfg["BLOCK_M"]),)
@@ -164,6 +166,8 @@ def rmsnorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rs
     """dx (rows, hidden) and dw (hidden,) fp32 of y = x * rstd * weight, given dy; rstd (rows,) fp32.
     programs, block_m, num_warps: optional launch settings that the course's bench sweeps (the check
     never passes them: your version may leave them out)."""
+    expect_shapes("rmsnorm_backward", dy=(dy, x.shape), weight=(weight, x.shape[1:]),
+                  rstd=(rstd, x.shape[:1]), dx=(dx, x.shape), dw=(dw, x.shape[1:]))
     # BEGIN SOLUTION
     n_rows, n_cols = x.shape
     block_n = triton.next_power_of_2(n_cols)
@@ -227,6 +231,7 @@ def silu_mul_backward_kernel(dh_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, n_elements, B
 def silu_mul_backward(dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, dg: torch.Tensor, du: torch.Tensor,
                       BLOCK: int = 2048, num_warps: int = 8) -> None:
     """dg and du of h = silu(g) * u given dh; all contiguous, one shape. dg, du may be g, u (in place)."""
+    expect_shapes("silu_mul_backward", g=(g, dh.shape), u=(u, dh.shape), dg=(dg, dh.shape), du=(du, dh.shape))
     # BEGIN SOLUTION
     n = g.numel()
     silu_mul_backward_kernel[(triton.cdiv(n, BLOCK),)](dh, g, u, dg, du, n, BLOCK=BLOCK, num_warps=num_warps)
@@ -347,6 +352,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss: torch.Tenso
                   BLOCK_N: int | None = None, num_warps: int | None = None, count: torch.Tensor | None = None) -> None:
     """loss (rows,) fp32 per row and dlogits = d mean loss / d logits; targets int64, -100 ignored.
     `count`: count_targets(targets) when the caller has it already (the training step's mean needs it too)."""
+    expect_shapes("cross_entropy", targets=(targets, logits.shape[:1]), loss=(loss, logits.shape[:1]),
+                  dlogits=(dlogits, logits.shape))
     # BEGIN SOLUTION
     n_rows, n_cols = logits.shape
     cfg = ce_config(n_cols)
@@ -798,6 +805,8 @@ def attention_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
 def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                        do: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool) -> None:
     """dq, dk, dv of o = softmax(q k^T / sqrt(D) (+ causal mask)) v; all (B, H, S, D) contiguous."""
+    expect_shapes("attention_backward", k=(k, q.shape), v=(v, q.shape), o=(o, q.shape),
+                  lse=(lse, q.shape[:3]), do=(do, q.shape), dq=(dq, q.shape), dk=(dk, q.shape), dv=(dv, q.shape))
     B, H, S, D = q.shape
     if D < 16 or D & (D - 1):
         raise ValueError(f"head dim {D}: this kernel needs a power of 2 >= 16 (tl.dot's smallest tile)")

@@ -19,6 +19,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
+from course_utils.shapes import expect_shapes  # noqa: E402
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -98,8 +99,10 @@ def kv_append_kernel(k_ptr, v_ptr, ck_ptr, cv_ptr, pos_ptr, H, D,
 def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
               positions: torch.Tensor) -> None:
     """cache_k[b, :, positions[b], :] = k_new[b] and the same for V; nothing else of the caches changes."""
+    B, H, D = k_new.shape  # (B, H_kv, D)
+    expect_shapes("kv_append", v_new=(v_new, k_new.shape), cache_k=(cache_k, (B, H, cache_k.shape[2], D)),
+                  cache_v=(cache_v, cache_k.shape), positions=(positions, (B,)))
     # BEGIN SOLUTION
-    B, H, D = k_new.shape
     kv_append_kernel[(B * H,)](
         k_new, v_new, cache_k, cache_v, positions, H, D, *k_new.stride(), *v_new.stride(),
         *cache_k.stride(), *cache_v.stride(), BLOCK_D=triton.next_power_of_2(D))
@@ -220,6 +223,8 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
                      out: torch.Tensor, num_splits: int | None = None, BLOCK_N: int | None = None,
                      num_warps: int = 4, num_stages: int = 3) -> None:
     """out (B, H_q, D) = softmax(q K^T / sqrt(D)) V over the first lengths[b] keys of each sequence (GQA)."""
+    expect_shapes("decode_attention", cache_k=(cache_k, (q.shape[0], *cache_k.shape[1:3], q.shape[2])),
+                  cache_v=(cache_v, cache_k.shape), lengths=(lengths, q.shape[:1]), out=(out, q.shape))
     B, H_q, D = q.shape
     H_kv, S_max = cache_k.shape[1], cache_k.shape[2]
     if D < 16 or D & (D - 1):
@@ -417,6 +422,9 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
                out: torch.Tensor, BLOCK_N: int | None = None, BLOCK_K: int | None = None,
                BLOCK_M: int | None = None, num_warps: int | None = None) -> None:
     """out (M, N) = x (M, K) @ W.T, W[n, k] = (nibble k of w_packed[n] - 8) * scales[n, k // group_size]."""
+    expect_shapes("w4a16_gemv", w_packed=(w_packed, (w_packed.shape[0], x.shape[1] // 2)),
+                  scales=(scales, (w_packed.shape[0], x.shape[1] // group_size)),
+                  out=(out, (x.shape[0], w_packed.shape[0])))
     # BEGIN SOLUTION
     M, K = x.shape
     N = w_packed.shape[0]

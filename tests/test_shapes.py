@@ -1,0 +1,76 @@
+"""A host function handed a tensor of the wrong shape says which one, before any launch: the kernel would
+read and write past the buffers (an illegal address on a GPU, corrupted host memory in the interpreter:
+`matmul` with a K that disagrees crashed the Python process)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.lessons import l02_first_kernels as l02
+from course_utils.lessons import l03_matmul as l03
+from course_utils.lessons import l04_fusion as l04
+from course_utils.lessons import l05_online_softmax as l05
+from course_utils.lessons import l06_fused_rmsnorm_mlp as l06
+from course_utils.lessons import l07_fp8_quantization as l07
+from course_utils.lessons import l08_backward_passes as l08
+from course_utils.lessons import l09_decoding as l09
+from course_utils.shapes import expect_shapes
+
+r, e = torch.randn, torch.empty
+f8, i32 = torch.float8_e4m3fn, torch.int32
+qkv = (1, 2, 8, 16)
+
+# (call, the argument named in the message, its shape, the shape expected)
+WRONG = {
+    "add": (lambda: l02.add(r(8), r(8), e(5)), "out", (5,), (8,)),
+    "relu": (lambda: l02.relu(r(4, 4), e(3, 4)), "out", (3, 4), (4, 4)),
+    "copy_2d": (lambda: l02.copy_2d(r(4, 4).t(), e(4, 3)), "out", (4, 3), (4, 4)),
+    "matmul_naive": (lambda: l03.matmul_naive(r(3, 4), r(5, 6), e(3, 6)), "b", (5, 6), (4, 6)),
+    "matmul": (lambda: l03.matmul(r(3, 4), r(5, 6), e(3, 6)), "b", (5, 6), (4, 6)),
+    "matmul bias": (lambda: l03.matmul(r(3, 4), r(4, 6), e(3, 6), bias=r(5)), "bias", (5,), (6,)),
+    "linear_relu": (lambda: l03.linear_relu(r(3, 4), r(6, 5), r(6), e(3, 6)), "w", (6, 5), (6, 4)),
+    "sin4": (lambda: l04.sin4(r(10), e(9)), "out", (9,), (10,)),
+    "silu_mul": (lambda: l04.silu_mul(r(4, 4), r(4, 5), e(4, 4)), "u", (4, 5), (4, 4)),
+    "softmax": (lambda: l05.softmax(r(4, 8), e(4, 7)), "out", (4, 7), (4, 8)),
+    "attention": (lambda: l05.attention(r(*qkv), r(1, 2, 9, 16), r(*qkv), e(*qkv), False), "k",
+                  (1, 2, 9, 16), qkv),
+    "rmsnorm": (lambda: l06.rmsnorm(r(4, 8), r(7), 1e-6, e(4, 8)), "weight", (7,), (8,)),
+    "gate_up_silu": (lambda: l06.gate_up_silu(r(2, 8), r(16, 9), r(16, 9), e(2, 16)), "w_gate", (16, 9), (16, 8)),
+    "rmsnorm_mlp": (lambda: l06.rmsnorm_mlp(r(2, 8), r(8), r(16, 8), r(16, 8), r(16, 8), 1e-6, e(2, 8)),
+                    "w_down", (16, 8), (8, 16)),
+    "quantize_rowwise": (lambda: l07.quantize_rowwise(r(4, 8), e(4, 8, dtype=f8), e(8)), "scale_out", (8,), (4,)),
+    "fp8_matmul": (lambda: l07.fp8_matmul(e(4, 16, dtype=f8), e(4), e(8, 32, dtype=f8), e(8), e(4, 8)), "b",
+                   (8, 32), (8, 16)),
+    "w8a16_gemv": (lambda: l07.w8a16_gemv(r(1, 16), e(8, 32, dtype=torch.int8), e(8), e(1, 8)), "w_int8",
+                   (8, 32), (8, 16)),
+    "rmsnorm_backward": (lambda: l08.rmsnorm_backward(r(4, 8), r(4, 8), r(8), r(4), e(4, 8), e(4)), "dw", (4,), (8,)),
+    "silu_mul_backward": (lambda: l08.silu_mul_backward(r(4), r(4), r(5), e(4), e(4)), "u", (5,), (4,)),
+    "cross_entropy": (lambda: l08.cross_entropy(r(4, 10), torch.zeros(3, dtype=torch.int64), e(4), e(4, 10)),
+                      "targets", (3,), (4,)),
+    "attention_backward": (lambda: l08.attention_backward(*(r(*qkv) for _ in range(4)), r(1, 2, 9), r(*qkv),
+                                                          e(*qkv), e(*qkv), e(*qkv), False), "lse", (1, 2, 9),
+                           (1, 2, 8)),
+    "kv_append": (lambda: l09.kv_append(r(1, 2, 16), r(1, 2, 16), e(1, 2, 8, 16), e(1, 2, 8, 16),
+                                        e(2, dtype=i32)), "positions", (2,), (1,)),
+    "decode_attention": (lambda: l09.decode_attention(r(1, 4, 16), r(1, 2, 8, 32), r(1, 2, 8, 32),
+                                                      e(1, dtype=i32), e(1, 4, 16)), "cache_k", (1, 2, 8, 32),
+                         (1, 2, 8, 16)),
+    "w4a16_gemv": (lambda: l09.w4a16_gemv(r(1, 256), e(8, 64, dtype=torch.uint8), e(8, 2), 128, e(1, 8)),
+                   "w_packed", (8, 64), (8, 128)),
+}
+
+
+@pytest.mark.parametrize("name", WRONG)
+def test_a_wrong_shape_is_named_before_any_launch(name):
+    call, argument, got, want = WRONG[name]
+    with pytest.raises(ValueError) as info:
+        call()
+    assert f"{name.split()[0]}: " in str(info.value)
+    assert f"{argument} has shape {got}, expected {want}" in str(info.value)
+
+
+def test_every_wrong_argument_is_named_at_once():
+    with pytest.raises(ValueError, match=r"^f: b has shape \(2,\), expected \(3,\); c has shape \(4,\), "
+                                         r"expected \(5,\)$"):
+        expect_shapes("f", a=(e(1), (1,)), b=(e(2), (3,)), c=(e(4), (5,)))
+    expect_shapes("f", a=(e(1, 2), torch.Size([1, 2])))
