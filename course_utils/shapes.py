@@ -13,3 +13,13 @@ def expect_shapes(function: str, **tensors) -> None:
              for name, (t, shape) in tensors.items() if tuple(t.shape) != tuple(shape)]
     if wrong:
         raise ValueError(f"{function}: {'; '.join(wrong)}")
+
+
+def expect_contiguous(function: str, **tensors) -> None:
+    """Raise a ValueError naming every tensor that is not contiguous, for a kernel that walks its tensors as
+    one flat run of elements: on a transposed or sliced view it would read and write the wrong ones."""
+    strided = [f"{name} (shape {tuple(t.shape)}, strides {t.stride()})" for name, t in tensors.items()
+               if not t.is_contiguous()]
+    if strided:
+        raise ValueError(f"{function} needs contiguous tensors, and these are not: {', '.join(strided)}; "
+                         "pass a .contiguous() copy")

@@ -74,3 +74,21 @@ def test_every_wrong_argument_is_named_at_once():
                                          r"expected \(5,\)$"):
         expect_shapes("f", a=(e(1), (1,)), b=(e(2), (3,)), c=(e(4), (5,)))
     expect_shapes("f", a=(e(1, 2), torch.Size([1, 2])))
+
+
+# Kernels that walk their tensors as one flat run of elements: a view with other strides would be read and
+# written in the wrong order (a silent wrong answer), so they refuse it. (call, the tensor named)
+STRIDED = {
+    "add": (lambda: l02.add(r(16)[::2], r(8), e(8)), "x"),
+    "relu": (lambda: l02.relu(r(4, 4), e(4, 4).t()), "out"),
+    "sin4": (lambda: l04.sin4(r(4, 6).t(), e(6, 4)), "x"),
+    "silu_mul": (lambda: l04.silu_mul(r(4, 4), r(4, 8)[:, :4], e(4, 4)), "u"),
+    "silu_mul_backward": (lambda: l08.silu_mul_backward(r(4, 4).t(), r(4, 4), r(4, 4), e(4, 4), e(4, 4)), "dh"),
+}
+
+
+@pytest.mark.parametrize("name", STRIDED)
+def test_a_flat_kernel_refuses_a_strided_view(name):
+    call, tensor = STRIDED[name]
+    with pytest.raises(ValueError, match=rf"^{name} needs contiguous tensors, and these are not: {tensor} \("):
+        call()

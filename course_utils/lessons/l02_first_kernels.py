@@ -14,7 +14,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
-from course_utils.shapes import expect_shapes  # noqa: E402
+from course_utils.shapes import expect_contiguous, expect_shapes  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -44,6 +44,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
 def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) -> None:
     """out = x + y, all 1-D and contiguous, any length."""
     expect_shapes("add", y=(y, x.shape), out=(out, x.shape))
+    expect_contiguous("add", x=x, y=y, out=out)
     # BEGIN SOLUTION
     n = out.numel()
     grid = (triton.cdiv(n, BLOCK),)  # one program per block of BLOCK elements
@@ -76,6 +77,7 @@ def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
 def relu(x: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) -> None:
     """out = relu(x); x and out contiguous, same shape, any number of dimensions."""
     expect_shapes("relu", out=(out, x.shape))
+    expect_contiguous("relu", x=x, out=out)
     # BEGIN SOLUTION
     n = x.numel()
     relu_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)

@@ -19,7 +19,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
-from course_utils.shapes import expect_shapes  # noqa: E402
+from course_utils.shapes import expect_contiguous, expect_shapes  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
@@ -87,6 +87,7 @@ def sin4_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
 def sin4(x: torch.Tensor, out: torch.Tensor, BLOCK: int = 2048, num_warps: int = 8) -> None:
     """out = sin(sin(sin(sin(x)))) in one kernel; x and out contiguous, same shape and dtype."""
     expect_shapes("sin4", out=(out, x.shape))
+    expect_contiguous("sin4", x=x, out=out)
     # BEGIN SOLUTION
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)  # one program per BLOCK elements
@@ -142,6 +143,7 @@ def silu_mul(g: torch.Tensor, u: torch.Tensor, out: torch.Tensor, BLOCK: int = 2
              num_warps: int = 8) -> None:
     """out = silu(g) * u in one kernel; g, u, out contiguous with the same shape and dtype."""
     expect_shapes("silu_mul", u=(u, g.shape), out=(out, g.shape))
+    expect_contiguous("silu_mul", g=g, u=u, out=out)
     # BEGIN SOLUTION
     n = out.numel()
     grid = (triton.cdiv(n, BLOCK),)

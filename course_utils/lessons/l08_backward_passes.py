@@ -20,7 +20,7 @@
 
 # %%
 from course_utils import check, current, progress  # noqa: F401
-from course_utils.shapes import expect_shapes  # noqa: E402
+from course_utils.shapes import expect_contiguous, expect_shapes  # noqa: E402
 import math  # noqa: E402
 
 import torch  # noqa: E402
@@ -232,6 +232,7 @@ def silu_mul_backward(dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, dg: to
                       BLOCK: int = 2048, num_warps: int = 8) -> None:
     """dg and du of h = silu(g) * u given dh; all contiguous, one shape. dg, du may be g, u (in place)."""
     expect_shapes("silu_mul_backward", g=(g, dh.shape), u=(u, dh.shape), dg=(dg, dh.shape), du=(du, dh.shape))
+    expect_contiguous("silu_mul_backward", dh=dh, g=g, u=u, dg=dg, du=du)
     # BEGIN SOLUTION
     n = g.numel()
     silu_mul_backward_kernel[(triton.cdiv(n, BLOCK),)](dh, g, u, dg, du, n, BLOCK=BLOCK, num_warps=num_warps)
