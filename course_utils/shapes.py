@@ -23,3 +23,13 @@ def expect_contiguous(function: str, **tensors) -> None:
     if strided:
         raise ValueError(f"{function} needs contiguous tensors, and these are not: {', '.join(strided)}; "
                          "pass a .contiguous() copy")
+
+
+def expect_unit_stride(function: str, **tensors) -> None:
+    """Raise a ValueError naming every tensor whose last dimension is not stride 1, for a kernel that takes a
+    row stride only and reads each row as one run of elements (any row stride is fine)."""
+    strided = [f"{name} (shape {tuple(t.shape)}, strides {t.stride()})" for name, t in tensors.items()
+               if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1]
+    if strided:
+        raise ValueError(f"{function} needs rows of adjacent elements (stride 1 along the last dimension), and "
+                         f"these are not: {', '.join(strided)}; pass a .contiguous() copy")

@@ -92,3 +92,27 @@ def test_a_flat_kernel_refuses_a_strided_view(name):
     call, tensor = STRIDED[name]
     with pytest.raises(ValueError, match=rf"^{name} needs contiguous tensors, and these are not: {tensor} \("):
         call()
+
+
+# Kernels that take a row stride only: rows of adjacent elements, any row stride. (call, the tensor named)
+ROWS = {
+    "rmsnorm_forward": (lambda: l08.rmsnorm_forward(r(8, 4).t(), r(8), 1e-6, e(4, 8), e(4)), "x"),
+    "rmsnorm_backward": (lambda: l08.rmsnorm_backward(r(8, 4).t(), r(4, 8), r(8), r(4), e(4, 8), e(8)), "dy"),
+    "cross_entropy": (lambda: l08.cross_entropy(r(10, 4).t(), torch.zeros(4, dtype=torch.int64), e(4),
+                                                e(4, 10)), "logits"),
+    "w8a16_gemv": (lambda: l07.w8a16_gemv(r(16, 2).t(), e(8, 16, dtype=torch.int8), e(8), e(2, 8)), "x"),
+}
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_a_row_kernel_refuses_rows_of_strided_elements(name):
+    call, tensor = ROWS[name]
+    with pytest.raises(ValueError, match=rf"^{name} needs rows of adjacent elements .*: {tensor} \("):
+        call()
+
+
+def test_a_row_kernel_takes_any_row_stride():
+    x = r(6, 20)[:, :16]  # rows 20 elements apart, each row contiguous
+    y, rstd = e(6, 16), e(6)
+    l08.rmsnorm_forward(x, torch.ones(16), 1e-6, y, rstd)
+    torch.testing.assert_close(y, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))

@@ -19,7 +19,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
-from course_utils.shapes import expect_shapes  # noqa: E402
+from course_utils.shapes import expect_shapes, expect_unit_stride  # noqa: E402
 import math  # noqa: E402
 
 import torch  # noqa: E402
@@ -442,6 +442,7 @@ def w8a16_gemv(x: torch.Tensor, w_int8: torch.Tensor, scale: torch.Tensor, out: 
     do not; the loads of other programs on the SM hide each one's wait (lesson 07 measures both)."""
     expect_shapes("w8a16_gemv", w_int8=(w_int8, (w_int8.shape[0], x.shape[1])),
                   scale=(scale, w_int8.shape[:1]), out=(out, (x.shape[0], w_int8.shape[0])))
+    expect_unit_stride("w8a16_gemv", x=x, out=out)
     M, K = x.shape
     N = w_int8.shape[0]
     if K % 4 or not w_int8.is_contiguous():

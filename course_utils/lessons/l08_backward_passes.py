@@ -20,7 +20,7 @@
 
 # %%
 from course_utils import check, current, progress  # noqa: F401
-from course_utils.shapes import expect_contiguous, expect_shapes  # noqa: E402
+from course_utils.shapes import expect_contiguous, expect_shapes, expect_unit_stride  # noqa: E402
 import math  # noqa: E402
 
 import torch  # noqa: E402
@@ -81,6 +81,7 @@ def row_config(n_rows: int, n_cols: int) -> dict:
 def rmsnorm_forward(x: torch.Tensor, weight: torch.Tensor, eps: float, y: torch.Tensor, rstd: torch.Tensor) -> None:
     """y = x * rstd * weight and rstd = 1 / sqrt(mean(x**2) + eps); x, y (rows, hidden), rstd (rows,) fp32."""
     expect_shapes("rmsnorm_forward", weight=(weight, x.shape[1:]), y=(y, x.shape), rstd=(rstd, x.shape[:1]))
+    expect_unit_stride("rmsnorm_forward", x=x, weight=weight, y=y)
     n_rows, n_cols = x.shape
     cfg = row_config(n_rows, n_cols)
     grid = (triton.cdiv(n_rows, cfg["BLOCK_M"]),)
@@ -168,6 +169,7 @@ def rmsnorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rs
     never passes them: your version may leave them out)."""
     expect_shapes("rmsnorm_backward", dy=(dy, x.shape), weight=(weight, x.shape[1:]),
                   rstd=(rstd, x.shape[:1]), dx=(dx, x.shape), dw=(dw, x.shape[1:]))
+    expect_unit_stride("rmsnorm_backward", dy=dy, x=x, weight=weight, dx=dx)
     # BEGIN SOLUTION
     n_rows, n_cols = x.shape
     block_n = triton.next_power_of_2(n_cols)
@@ -265,7 +267,8 @@ def silu_mul_backward(dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, dg: to
 # (32000, 50257: no power of 2, far beyond one block) and logits near 100 (`exp(100)` overflows fp16
 # and is 2.7e43 in fp32). A second pass writes `dlogits`. Counting `n` needs every row's target:
 # `count_targets` (given) does it in a tiny first kernel. `dlogits` may be `logits` itself (in place:
-# each element is read before it is written): that is how the training step uses it.
+# each element is read before it is written): that is how the training step uses it. Rows may have any
+# row stride (`logits.stride(0)`); the elements of a row are adjacent.
 
 # %%
 @triton.jit
@@ -355,6 +358,7 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss: torch.Tenso
     `count`: count_targets(targets) when the caller has it already (the training step's mean needs it too)."""
     expect_shapes("cross_entropy", targets=(targets, logits.shape[:1]), loss=(loss, logits.shape[:1]),
                   dlogits=(dlogits, logits.shape))
+    expect_unit_stride("cross_entropy", logits=logits, dlogits=dlogits)
     # BEGIN SOLUTION
     n_rows, n_cols = logits.shape
     cfg = ce_config(n_cols)
