@@ -301,8 +301,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
     bias: (N,) added to every row. config: run this triton.Config instead of autotuning.
     input_precision: "tf32" or "ieee" for fp32 inputs; None follows torch.get_float32_matmul_precision().
     """
-    expect_shapes("matmul", b=(b, (a.shape[1], b.shape[1])), out=(out, (a.shape[0], b.shape[1])),
-                  **({} if bias is None else {"bias": (bias, (b.shape[1],))}))
+    expect_shapes("matmul", b=(b, (a.shape[1], b.shape[1])), out=(out, (a.shape[0], b.shape[1])))
+    if bias is not None:
+        expect_shapes("matmul", bias=(bias, (b.shape[1],)))
     # BEGIN SOLUTION
     M, K = a.shape
     N = b.shape[1]
