@@ -42,8 +42,8 @@ def doctor() -> bool:
         print(f"{name:<13} {version}")
         ok &= version != "missing"
     print(f"{'mode':<13} {mode}")
-    if mode.interpret and interpreter_too_old():
-        print(f"{'':<13} PROBLEM: {interpreter_too_old()}")
+    if mode.interpret and (problem := interpreter_too_old()):
+        print(f"{'':<13} PROBLEM: {problem}")
         ok = False
     capability = None
     if torch.cuda.is_available():

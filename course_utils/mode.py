@@ -146,8 +146,8 @@ def setup(mode: str | None = None, *, quiet: bool = False) -> Mode:
             f"({', '.join(_kernels_defined())}); restart the kernel so they are defined again",
             file=sys.stderr,
         )
-    if requested == "interpret" and interpreter_too_old():
-        print(f"warning: {interpreter_too_old()}", file=sys.stderr)
+    if requested == "interpret" and (problem := interpreter_too_old()):
+        print(f"warning: {problem}", file=sys.stderr)
     chosen = Mode(requested, "cpu" if requested == "interpret" else "cuda", why)
     if not quiet:
         print(chosen)

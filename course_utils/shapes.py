@@ -15,11 +15,16 @@ def expect_shapes(function: str, **tensors) -> None:
         raise ValueError(f"{function}: {'; '.join(wrong)}")
 
 
+def _failing(tensors: dict, ok) -> list[str]:
+    """'name (shape ..., strides ...)' of each tensor for which ok(tensor) is False."""
+    return [f"{name} (shape {tuple(t.shape)}, strides {t.stride()})"
+            for name, t in tensors.items() if not ok(t)]
+
+
 def expect_contiguous(function: str, **tensors) -> None:
     """Raise a ValueError naming every tensor that is not contiguous, for a kernel that walks its tensors as
     one flat run of elements: on a transposed or sliced view it would read and write the wrong ones."""
-    strided = [f"{name} (shape {tuple(t.shape)}, strides {t.stride()})" for name, t in tensors.items()
-               if not t.is_contiguous()]
+    strided = _failing(tensors, lambda t: t.is_contiguous())
     if strided:
         raise ValueError(f"{function} needs contiguous tensors, and these are not: {', '.join(strided)}; "
                          "pass a .contiguous() copy")
@@ -28,8 +33,7 @@ def expect_contiguous(function: str, **tensors) -> None:
 def expect_unit_stride(function: str, **tensors) -> None:
     """Raise a ValueError naming every tensor whose last dimension is not stride 1, for a kernel that takes a
     row stride only and reads each row as one run of elements (any row stride is fine)."""
-    strided = [f"{name} (shape {tuple(t.shape)}, strides {t.stride()})" for name, t in tensors.items()
-               if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1]
+    strided = _failing(tensors, lambda t: not t.dim() or t.shape[-1] <= 1 or t.stride(-1) == 1)
     if strided:
         raise ValueError(f"{function} needs rows of adjacent elements (stride 1 along the last dimension), and "
                          f"these are not: {', '.join(strided)}; pass a .contiguous() copy")
