@@ -35,5 +35,5 @@ def expect_unit_stride(function: str, **tensors) -> None:
     row stride only and reads each row as one run of elements (any row stride is fine)."""
     strided = _failing(tensors, lambda t: not t.dim() or t.shape[-1] <= 1 or t.stride(-1) == 1)
     if strided:
-        raise ValueError(f"{function} needs rows of adjacent elements (stride 1 along the last dimension), and "
-                         f"these are not: {', '.join(strided)}; pass a .contiguous() copy")
+        raise ValueError(f"{function} needs rows of adjacent elements (stride 1 along the last dimension), "
+                         f"and these are not: {', '.join(strided)}; pass a .contiguous() copy")
