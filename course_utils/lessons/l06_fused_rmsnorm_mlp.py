@@ -10,9 +10,9 @@
 # ```
 #
 # Three kernels, each checked on fresh random inputs: `rmsnorm` (statistics in fp32),
-# `gate_up_silu` (both matmuls in one kernel) and `rmsnorm_mlp` (the whole block, with the RMS
-# statistics gathered by the gate/up kernel itself, so the normalized `n` is never written, on
-# weights packed once into the layout its kernels read fastest). Weights come in `nn.Linear` layout:
+# `gate_up_silu` (both matmuls in one kernel) and `rmsnorm_mlp` (the whole block: the RMS statistics
+# gathered by the gate/up kernel itself at a few rows, by a small pre-pass at many, so the normalized
+# `n` is never written, on weights packed once into the layout its kernels read fastest). Weights come in `nn.Linear` layout:
 # `w_gate` and `w_up` are `(intermediate, hidden)`, `w_down` is `(hidden, intermediate)`. Activations
 # are 2-D `(rows, hidden)`: a `(batch, seq, hidden)` tensor is passed as `x.view(-1, hidden)`, which
 # is free. `x` may have any strides (the checks give you a slice of a wider tensor).

@@ -264,8 +264,8 @@ def silu_mul_backward(dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, dg: to
 #
 # One program per row, lesson 05's online statistics: a first pass over the row in blocks keeps the
 # running max `m` and sum `d` (rescaled when the max grows), so `lse = m + log(d)` for any vocab
-# (32000, 50257: no power of 2, far beyond one block) and logits near 100 (`exp(100)` overflows fp16
-# and is 2.7e43 in fp32). A second pass writes `dlogits`. Counting `n` needs every row's target:
+# (32000, 50257: no power of 2, far beyond one block) and logits near 100 (`exp(100)` = 2.7e43 overflows
+# fp32, whose largest value is 3.4e38, let alone fp16). A second pass writes `dlogits`. Counting `n` needs every row's target:
 # `count_targets` (given) does it in a tiny first kernel. `dlogits` may be `logits` itself (in place:
 # each element is read before it is written): that is how the training step uses it. Rows may have any
 # row stride (`logits.stride(0)`); the elements of a row are adjacent.

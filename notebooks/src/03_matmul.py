@@ -658,9 +658,10 @@ if rows:
 #   in **tf32 and fp8** it requires both operands K-major (PTX ISA, `wgmma.mma_async`: the transpose
 #   options exist for `.f16`/`.bf16` only; lesson 07 meets the same rule). So for
 #   fp32 inputs with a row-major `b`, `matmul` first transposes `b` with lesson 02's `copy_2d` (8KN
-#   bytes: the next cell computes its share of the time): without it Triton falls back to the older
-#   `mma` instruction, a path the benchmark does not time (no committed row measures how much slower
-#   it is). In fp16 the layout is a question of speed only:
+#   bytes: the next cell computes its share of the time): without it the kernel Triton builds for a
+#   row-major `b` took about twice as long at 4096^3 on an H100, in a measurement outside the benchmark
+#   ([results/explore/tf32_rowmajor.h100.json](../results/explore/README.md); how Triton brings `b` into
+#   that form was not examined). In fp16 the layout is a question of speed only:
 #   `linear_relu` reads the K-major `w.t()`, the plain fp16 matmul a row-major `b` (compare their
 #   rows above; the autotuner keys on the strides, so each layout gets its own tile). On Hopper a
 #   large problem with a K-major `b` (the TF32 copy, `linear_relu`'s `w.t()`) runs the same loop with

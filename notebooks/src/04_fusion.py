@@ -448,12 +448,17 @@ else:
 # `reduce-overhead`, on the other hand, was *slower* than plain `torch.compile` at this size:
 # {{us:sin^4 fp32 4096 (launch-bound)|compile reduce-overhead}} against {{us:sin^4 fp32 4096 (launch-bound)|torch.compile}}
 # per call ({{ratio:sin^4 fp32 4096 (launch-bound)|compile reduce-overhead|torch.compile}} the speed).
-# Why is a **guess** we have not verified: `reduce-overhead` runs through "CUDA graph trees", which on
-# every call check that the inputs are where the recorded graph expects them and copy inputs that
-# are not into its static buffers, Python work that can cost more than the one launch it saves. To
-# check it on a GPU, log what the CUDA-graph machinery does (`TORCH_LOGS=cudagraphs`, or
-# `torch._logging.set_logs(cudagraphs=True)`) and profile the two versions with `torch.profiler`:
-# the CPU rows show where the time goes.
+# Why? The benchmark checked two things. Did it record a CUDA graph at all? Asked over its first three
+# calls, its log (`TORCH_LOGS=cudagraphs`, or `torch._logging.set_logs(cudagraphs=True)`) answers
+# {{fact:reduce_overhead_recorded}}, with {{fact:reduce_overhead_graph_skips}} CUDA-graph skips. Where
+# does the time go? The GPU's share, measured with CUDA events, was {{fact:reduce_overhead_event_us}} a
+# call, while the CPU spent {{fact:reduce_overhead_cpu_us}} a call issuing it (calls queued, no
+# synchronize), against {{fact:compile_cpu_us}} for plain `torch.compile` and {{fact:ours_graph_cpu_us}} to
+# replay our kernel's graph. So the graph ran, and the Python around it cost more than the launch it
+# saved: `reduce-overhead` goes through "CUDA graph trees", which on every call check that the inputs
+# are where the recorded graph expects them and copy those that are not into its static buffers. On
+# the H100 ({{measured@h100}}): {{fact@h100:reduce_overhead_event_us}} on the GPU,
+# {{fact@h100:reduce_overhead_cpu_us}} on the CPU.
 #
 # ## The gated MLP product
 #

@@ -146,10 +146,12 @@ print(f"rstd {tuple(rstd.shape)} {rstd.dtype}: max error {(rstd.double() - rstd_
 #   programs hit the same `H` addresses (contention), `dw` must be zeroed first, and the order in which
 #   the additions land changes from run to run. Floating-point addition is not associative, so **the
 #   result changes in its last bits from run to run**: a training run cannot be reproduced bit for bit.
-# - **Two stages** (Triton's layer-norm tutorial, Liger-Kernel): `P` programs (about one per SM) each
+# - **Two stages** (as Liger-Kernel's RMSNorm backward does): `P` programs (about one per SM) each
 #   walk their share of the rows and keep a partial `dw` in fp32 registers, store it as row `p` of a
 #   `(P, H)` scratch tensor; a second small kernel adds the `P` rows in a fixed order. Deterministic,
-#   and the extra traffic is `P x H x 4` bytes, nothing next to the `(rows, H)` tensors.
+#   and the extra traffic is `P x H x 4` bytes, nothing next to the `(rows, H)` tensors. (Triton's
+#   layer-norm tutorial has a second stage too, but its first adds each row into one of a few shared
+#   buffers under a lock, in whatever order the programs take the lock: not deterministic.)
 # - A host-side `scratch.sum(0)` would do stage two too, but the exercise asks for kernels.
 #
 # The order matters even for the same numbers:

@@ -274,9 +274,9 @@ for b in range(B):
 # %% [markdown]
 # ## Flash-decoding: split the keys, merge the partials
 #
-# `mha_decode` runs `B x H` programs. At B = 8 with 8 K/V heads that is 64 programs for a GPU with 132
-# SMs, and each walks a context of 8192 keys alone: most of the GPU idles and the bandwidth is never
-# reached. Flash-decoding (Dao et al., 2023) also splits the *keys*: program `(b, kv head, split)` runs the
+# `mha_decode` runs `B x H` programs, one per query head; a GQA kernel with one per K/V head runs
+# `B x H_kv`. At B = 8 with 8 K/V heads that is 64 programs for a GPU with 132 SMs, and each walks a
+# context of 8192 keys alone: most of the GPU idles and the bandwidth is never reached. Flash-decoding (Dao et al., 2023) also splits the *keys*: program `(b, kv head, split)` runs the
 # online softmax over its slice only and writes a partial `(m_i, l_i, acc_i)` per query head (its max,
 # its sum of `exp(s - m_i)`, its unnormalized `sum exp(s - m_i) v`). A second, tiny kernel merges the
 # partials of each head with lesson 05's rule, which works for the accumulator as for the sum:
@@ -380,8 +380,8 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # into the mantissa of the float 1.0 with one AND-OR, subtracts, and multiplies by x, about three
 # instructions per weight. Under Nsight Compute on the H100 (`results/explore/README.md`,
 # `ncu_gemv.h100.csv`) that path used under half of the memory's peak bandwidth and issued an
-# instruction on under half of its cycles: with about five instructions per weight in all, its running
-# sums take so many registers that only a few programs fit on an SM, and each warp waits on its own
+# instruction on under half of its cycles: its running sums take so many registers that only a few
+# programs fit on an SM, and each warp waits on its own
 # chain of dependent instructions. More warps, narrower tiles, split-K, one scale per group applied to
 # each thread's sum, loading the next step's words into registers ahead: all slower
 # (`gemv_warps.h100.json`, `w4_variants.h100.json`, `gemv_register_prefetch.h100.json`). The limit was
