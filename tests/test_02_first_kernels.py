@@ -561,6 +561,37 @@ def test_a_block_that_is_no_power_of_2_is_one_line_with_the_fix():
     assert isinstance(err, CandidateError) and len(str(err).splitlines()) <= 4, str(err)
 
 
+def test_the_kernel_given_instead_of_the_host_function_is_named():
+    """check("02.vector_add", add_kernel): the kernel's own parameters made a signature error that did not
+    say what went wrong."""
+    failure("02.vector_add", relu_row_kernel, "this is the @triton.jit kernel `relu_row_kernel`",
+            "host function add(x, y, out)")
+
+
+@triton.jit
+def relu_block_ptr_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    block = tl.make_block_ptr(x_ptr, (n,), (1,), (tl.program_id(0) * BLOCK,), (BLOCK,), (0,))
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.maximum(tl.load(block, boundary_check=(0,)), 0.0), mask=offsets < n)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="block pointers still compile on the GPU image's triton")
+def test_a_block_pointer_says_what_replaced_it():
+    def relu(x, out):
+        relu_block_ptr_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+
+    try:
+        relu(torch.ones(4), torch.empty(4))
+    except Exception as exc:
+        if "Block pointers have been removed" not in str(exc):
+            raise
+    else:
+        pytest.skip("this triton still has block pointers")
+    err = failure("02.relu", relu, "your kernel uses a block pointer at `block = tl.make_block_ptr(",
+                  "tl.make_tensor_descriptor")
+    assert isinstance(err, CandidateError)
+
+
 def test_the_hint_follows_the_kind_of_failure():
     def first_dim(x, out, BLOCK=1024):
         n = x.shape[0]

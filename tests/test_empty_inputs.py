@@ -35,6 +35,9 @@ CALLS = {
     "06.gate_up_silu M=0": lambda: l06.gate_up_silu(e(0, 8), e(16, 8), e(16, 8), e(0, 16)),
     "06.rmsnorm_mlp M=0": lambda: l06.rmsnorm_mlp(e(0, 8), e(8), e(16, 8), e(16, 8), e(8, 16), 1e-6, e(0, 8)),
     "07.quantize_rowwise 0 rows": lambda: l07.quantize_rowwise(e(0, 8), e(0, 8, dtype=f8), e(0)),
+    "07.quantize_rowwise rows of 0": lambda: l07.quantize_rowwise(e(3, 0), e(3, 0, dtype=f8), e(3)),
+    "08.rmsnorm_backward rows of 0": lambda: l08.rmsnorm_backward(e(3, 0), e(3, 0), e(0), torch.ones(3),
+                                                                  e(3, 0), e(0)),
     "07.fp8_matmul M=0": lambda: l07.fp8_matmul(e(0, 16, dtype=f8), e(0), e(16, 16, dtype=f8), e(16), e(0, 16)),
     "08.silu_mul_backward 0 rows": lambda: l08.silu_mul_backward(*(e(0, 4) for _ in range(5))),
     "08.cross_entropy 0 rows": lambda: l08.cross_entropy(e(0, 10), e(0, dtype=torch.int64), e(0), e(0, 10)),
@@ -56,3 +59,18 @@ def test_rmsnorm_backward_of_no_rows_writes_a_zero_dw():
     dw = torch.full((8,), 5.0)  # dw = sum over rows of dy * x * rstd: over no rows, 0
     l08.rmsnorm_backward(e(0, 8), e(0, 8), torch.ones(8), e(0), e(0, 8), dw)
     assert torch.equal(dw, torch.zeros(8))
+
+
+def test_quantize_rowwise_of_a_row_of_no_elements_or_a_tiny_one_gives_finite_scales():
+    """A row of no elements gets an all-zero row's scale, 1; a row whose amax is an fp32 subnormal (below
+    1.2e-38) once made 1 / amax infinite and every code NaN (then clamped to -448)."""
+    scale = torch.full((3,), 5.0)
+    l07.quantize_rowwise(e(3, 0), e(3, 0, dtype=f8), scale)
+    assert torch.equal(scale, torch.ones(3))
+    x = torch.zeros(2, 8)
+    x[0, 3], x[1, 5] = 1e-40, -3e-39
+    codes, scale = e(2, 8, dtype=f8), e(2)
+    l07.quantize_rowwise(x, codes, scale)
+    back = codes.float() * scale[:, None]
+    assert torch.isfinite(back).all() and (scale > 0).all()
+    assert torch.allclose(back, x, rtol=0.07, atol=1e-45), (back, x)

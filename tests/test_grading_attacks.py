@@ -536,10 +536,30 @@ captured, g["Channel"].send = [], _spy
     ("import os as o\no.write(4, b'x')", "raw file descriptors"),
     ("classes = ().__class__.__base__.__subclasses__()", "object internals"),
     ("names = vars(check)", "object internals"),
+    ("import operator\ng = operator.attrgetter('__' + 'globals__')(check)", "computed attribute names"),
+    ("from operator import attrgetter\ng = attrgetter('__globals__')(check)", "object internals"),
 ])
 def test_reaching_the_grader_without_naming_it_is_flagged(source, flag):
     """The grader's channel (and with it a made-up answer to every check, 3/3 on the unsolved notebook) is
     one `check.__globals__` away, or a `sys.modules` lookup, or any class alive: flagged like a closure."""
+    from course_utils.grading import flags
+
+    assert any(found.startswith(flag) for found in flags.scan([source])), flags.scan([source])
+
+
+@pytest.mark.parametrize("source, flag", [
+    ("_ = %who_ls\n" + FORGED_CHECK, "frames"),  # a magic made the whole cell unparseable: it went unscanned
+    ("x = !ls\nimport gc", "gc"),
+    ("print?\nimport gc", "gc"),
+    ("%time import gc", "gc"),  # the code a magic runs
+    ("%%capture\nimport ctypes", "ctypes"),
+    ("get_ipython().run_cell('import g' + 'c')", "IPython internals"),
+    ("%run other.py", "shell commands or code from elsewhere"),
+    ("files = !cat /etc/passwd", "shell commands or code from elsewhere"),
+], ids=["magic line", "shell assignment", "help", "%time", "%%capture", "run_cell", "%run", "shell"])
+def test_ipython_syntax_hides_nothing_from_the_scan(source, flag):
+    """The scan reads a cell as IPython runs it: a magic or shell line once made ast.parse fail and the
+    whole cell went unscanned (the closure-channel forgery below `_ = %who_ls` gave 3/3 with no flag)."""
     from course_utils.grading import flags
 
     assert any(found.startswith(flag) for found in flags.scan([source])), flags.scan([source])
@@ -1119,5 +1139,80 @@ def test_values_written_from_the_host_element_by_element_are_refused():
                 flat[i].zero_()
         nothing_kernel[(1,)](out)
 
-    with pytest.raises(CheckFailed, match="element by element"):
+    with pytest.raises(CheckFailed, match="part by part"):
+        check("02.relu", relu, seed=1, quiet=True)
+
+
+def _relu_from_text(text_of):
+    """A relu that reads x's values from a text of it, computes in Python, and writes each result with a
+    fill_ that reaches one element through a 2-element stride-0 view, beside a kernel that does nothing."""
+    @triton.jit
+    def nothing_kernel(p):
+        pass
+
+    def relu(x, out):
+        text = text_of(x.reshape(-1))
+        values = [float(v) for v in re.findall(r"[-+]?\d+\.?\d*(?:e[-+]?\d+)?", text.split("[", 1)[-1])]
+        flat = out.reshape(-1)
+        for i, v in enumerate(values[:flat.numel()]):
+            flat.as_strided((2,), (0,), flat.storage_offset() + i).fill_(max(v, 0.0))
+        nothing_kernel[(1,)](out)
+    return relu
+
+
+@pytest.mark.parametrize("text_of", [str, repr, lambda t: f"{t}", lambda t: t.__repr__()],
+                         ids=["str", "repr", "f-string", "__repr__"])
+def test_printing_a_tensor_hands_over_no_values(text_of, capsys):
+    """str(x) parsed back into numbers was a read that no op records: while the checker watches, a tensor
+    prints as its shape and dtype only. The candidate then has nothing to write, and fails on its values."""
+    from course_utils.grading import CheckFailed, check
+
+    torch.set_printoptions(profile="full", precision=12, sci_mode=True)
+    try:
+        with pytest.raises(CheckFailed):
+            check("02.relu", _relu_from_text(text_of), seed=1, quiet=True)
+    finally:
+        torch.set_printoptions(profile="default")
+
+
+def test_a_debugging_print_costs_nothing(capsys):
+    """An honest relu that prints its input while the checker watches passes, and shows the shape."""
+    from course_utils.grading import check
+    from course_utils.lessons.l02_first_kernels import relu as relu_solution
+
+    def relu(x, out):
+        print("x is", x)
+        relu_solution(x, out)
+
+    check("02.relu", relu, seed=1, quiet=True)
+    assert "values hidden while the checker watches: shape (" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("how", ["stride-0 view", "suffix"])
+def test_values_written_from_the_host_part_by_part_are_refused(how):
+    """Values read through ctypes, written by fills that each reach more than one element: one element
+    through a stride-0 view of two, or out[i:] filled for i = 0, 1, ... so that each element keeps the
+    last value written into it. Any fill of part of a tensor with a value other than 0 counts."""
+    import ctypes
+    import struct
+
+    from course_utils.grading import CheckFailed, check
+
+    @triton.jit
+    def nothing_kernel(p):
+        pass
+
+    def relu(x, out):
+        storage = x.untyped_storage()
+        raw = bytes((ctypes.c_uint8 * storage.nbytes()).from_address(storage.data_ptr()))
+        fmt, size = {torch.float32: "f", torch.float16: "e"}[x.dtype], x.element_size()
+        values = [struct.unpack_from(fmt, raw, (x.storage_offset() + i) * size)[0] for i in range(x.numel())]
+        flat = out.view(-1)
+        for i, v in enumerate(values):
+            stride_0 = flat.as_strided((2,), (0,), flat.storage_offset() + i)
+            view = stride_0 if how == "stride-0 view" else flat[i:]
+            view.fill_(max(v, 0.0))
+        nothing_kernel[(1,)](out)
+
+    with pytest.raises(CheckFailed, match="part by part"):
         check("02.relu", relu, seed=1, quiet=True)

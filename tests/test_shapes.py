@@ -84,6 +84,24 @@ STRIDED = {
     "sin4": (lambda: l04.sin4(r(4, 6).t(), e(6, 4)), "x"),
     "silu_mul": (lambda: l04.silu_mul(r(4, 4), r(4, 8)[:, :4], e(4, 4)), "u"),
     "silu_mul_backward": (lambda: l08.silu_mul_backward(r(4, 4).t(), r(4, 4), r(4, 4), e(4, 4), e(4, 4)), "dh"),
+    # 1-D tensors read as base + index (biases, scales, statistics, targets, lengths, positions)
+    "matmul": (lambda: l03.matmul(r(3, 4), r(4, 5), e(3, 5), bias=r(10)[::2]), "bias"),
+    "fp8_matmul": (lambda: l07.fp8_matmul(e(16, 16, dtype=f8), r(32)[::2], e(16, 16, dtype=f8), r(16),
+                                          e(16, 16)), "a_scale"),
+    "quantize_rowwise": (lambda: l07.quantize_rowwise(r(4, 8), e(4, 8, dtype=f8), e(8)[::2]), "scale_out"),
+    "w8a16_gemv": (lambda: l07.w8a16_gemv(r(2, 16), e(8, 16, dtype=torch.int8), r(16)[::2], e(2, 8)),
+                   "scale"),
+    "rmsnorm_backward": (lambda: l08.rmsnorm_backward(r(4, 8), r(4, 8), r(8), r(8)[::2], e(4, 8), e(8)),
+                         "rstd"),
+    "cross_entropy": (lambda: l08.cross_entropy(r(4, 10), torch.zeros(8, dtype=torch.int64)[::2], e(4),
+                                                e(4, 10)), "targets"),
+    "attention_backward": (lambda: l08.attention_backward(r(1, 4, 2, 16).transpose(1, 2),
+                                                          *(r(1, 2, 4, 16) for _ in range(3)), r(1, 2, 4),
+                                                          *(r(1, 2, 4, 16) for _ in range(4)), False), "q"),
+    "kv_append": (lambda: l09.kv_append(r(2, 1, 16), r(2, 1, 16), e(2, 1, 8, 16), e(2, 1, 8, 16),
+                                        torch.zeros(4, dtype=torch.int32)[::2]), "positions"),
+    "decode_attention": (lambda: l09.decode_attention(r(2, 2, 16), r(2, 1, 8, 16), r(2, 1, 8, 16),
+                                                      torch.ones(4, dtype=torch.int32)[::2], e(2, 2, 16)), "lengths"),
 }
 
 
@@ -102,6 +120,14 @@ ROWS = {
                                                 e(4, 10)), "logits"),
     "w8a16_gemv": (lambda: l07.w8a16_gemv(r(16, 2).t(), e(8, 16, dtype=torch.int8), e(8), e(2, 8)), "x"),
 }
+
+
+def test_a_group_size_the_int4_kernel_cannot_take_is_refused():
+    """Groups of 4 or 12 weights: K % group_size was all that was checked, and the kernel's int32 words of 8
+    weights gave errors of 22 and 51 on such groups."""
+    for group in (4, 12, 24):
+        with pytest.raises(ValueError, match=rf"group_size = {group}: this kernel needs a power of 2 >= 16"):
+            l09.w4a16_gemv(r(1, 48), e(8, 24, dtype=torch.uint8), r(8, 48 // group), group, e(1, 8))
 
 
 @pytest.mark.parametrize("name", ROWS)

@@ -83,8 +83,21 @@ def _is_jit(decorator: ast.AST) -> bool:
 
 
 def _python(source: str) -> str:
-    """A cell's source without IPython magics and shell escapes (kept as blank lines)."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    """A cell's source as IPython runs it: magics, shell escapes and `name?` turned into the Python calls
+    they are (`get_ipython().run_line_magic('time', 'import gc')`), so that the scan reads what runs.
+    Without IPython (not installed here), those lines are left out, as blank lines."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    return TransformerManager().transform_cell(source)
+
+
+# What IPython's transformer turns magics and shell lines into: get_ipython().<one of these>(...).
+MAGIC_CALLS = {"run_line_magic", "run_cell_magic", "system", "getoutput"}
+# Magics that run code or commands this scan cannot read: a file, a shell, an earlier input by number.
+OPAQUE_MAGICS = {"run", "load", "loadpy", "rerun", "recall", "macro", "writefile", "script", "bash", "sh",
+                 "system", "sx", "alias", "perl", "ruby", "sc", "bookmark", "store", "autocall"}
 
 
 class _Scan(ast.NodeVisitor):
@@ -162,11 +175,43 @@ class _Scan(ast.NodeVisitor):
     def visit_Name(self, node):
         if node.id in ("exec", "eval", "compile", "__import__", "__builtins__"):
             self.add("exec/eval")
+        if node.id == "get_ipython":  # what magics do not give: run_cell of a string, the namespace
+            self.add("IPython internals (get_ipython)")
         if node.id in FRAME_ATTRS and node.id.startswith("_"):
             self.add(FRAME_ATTRS[node.id])
         self.generic_visit(node)
 
+    def _magic(self, node) -> bool:
+        """get_ipython().run_line_magic(name, line) and the like, as the transformer writes them: the
+        Python a magic runs (`%time import gc`, a `%%capture` cell) is scanned; shell lines are flagged."""
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr in MAGIC_CALLS
+                and isinstance(func.value, ast.Call) and _dotted(func.value.func) == "get_ipython"):
+            return False
+        texts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if func.attr in ("system", "getoutput") or texts and texts[0] in OPAQUE_MAGICS:
+            self.add("shell commands or code from elsewhere (%run, %load, !)")
+        if len(texts) != len(node.args):
+            self.add("exec/eval")
+        for text in texts[1:]:
+            try:
+                with _PARSING:
+                    inner = ast.parse(_python(text))
+            except SyntaxError:
+                continue
+            self.visit(inner)
+        return True
+
     def visit_Call(self, node):
+        if self._magic(node):
+            return
+        if _dotted(node.func).split(".")[-1] in ("attrgetter", "methodcaller"):  # getattr by another name
+            names = node.args[:1] if _dotted(node.func).endswith("methodcaller") else node.args
+            if any(not (isinstance(a, ast.Constant) and isinstance(a.value, str)) for a in names):
+                self.add("computed attribute names")
+            if any(isinstance(a, ast.Constant) and str(a.value).split(".")[-1] in OBJECT_INTERNALS
+                   for a in names):
+                self.add("object internals")
         for kw in node.keywords:
             if kw.arg in ("pre_hook", "post_hook"):
                 self.add("autotune hook")

@@ -7,7 +7,8 @@ What the checker wants to know about a student's function, beyond its output:
   `F.softmax(x)` copied into `out` gives the right numbers but teaches nothing, so kernel exercises
   reject it, naming the function as the student wrote it (`TORCH_NAMES`: aten.mm -> torch.matmul / @);
 - did it hand tensor data to NumPy or Python (`host_reads`: Tensor.numpy, tolist, item)? Printing a
-  tensor while debugging is not counted;
+  tensor while debugging is not counted: while a candidate is watched a tensor prints as its shape and
+  dtype, its values hidden (`str(x)` parsed back into numbers would be a read no op records);
 - in interpreter mode, did a kernel touch memory outside the tensors it was given? The interpreter
   does no bounds checking: an unmasked `tl.store` past the end of a buffer silently overwrites
   whatever lies there, and can abort the whole Python process later. So every masked load and store
@@ -32,6 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ..mode import current, interpreter_too_old
+from . import kernel_source
 
 # Host-side torch ops a kernel exercise may use: allocation, views and metadata, no arithmetic.
 HOST_OPS = {
@@ -91,7 +93,9 @@ def torch_name(op: str) -> str:
 
 
 # Tensor methods that hand the data to Python or NumPy, where a kernel exercise could compute the
-# answer without torch ops or a kernel. Formatting a tensor (print) is not counted.
+# answer without torch ops or a kernel. Formatting a tensor (print, str, repr, f-strings) is not counted:
+# it gives the shape and dtype only (`_hidden`), so that a debugging print costs nothing and hands over
+# no values.
 HOST_READS = {"numpy", "tolist", "__array__", "__dlpack__"}
 _FORMATTING = {"__repr__", "__str__", "__format__"}
 # The same one element at a time: x[i].item(), float(x[i]), int(x[i]) and `if x[i]:` run this aten op.
@@ -161,6 +165,9 @@ class Watch:
     # the calling thread's own, so another thread's torch ops go unrecorded (a function exercise's
     # arithmetic, its forbidden ops; on a GPU, where no Tracker follows the bytes, a kernel exercise's too).
     threads: list[str] = field(default_factory=list)
+    # In the interpreter: what a launched kernel's body calls that a GPU's compiler would refuse (torch,
+    # NumPy, a plain Python helper), from kernel_source.problems.
+    not_triton: list[str] = field(default_factory=list)
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
@@ -291,20 +298,23 @@ class _RecordHostCalls(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name in _FORMATTING:  # print(x) while debugging runs torch ops that compute nothing for `out`
-            self.recorder.paused += 1
-            try:
-                return func(*args, **(kwargs or {}))
-            finally:
-                self.recorder.paused -= 1
+        if name in _FORMATTING and args and isinstance(args[0], torch.Tensor):
+            return _hidden(args[0])  # print(x) while debugging: no values, no torch ops
         if name in HOST_READS and not self.recorder.paused:
             self.watch.host_reads.append(name)
         return func(*args, **(kwargs or {}))
 
 
+def _hidden(t: torch.Tensor) -> str:
+    """What a watched tensor prints as: its metadata, not its values."""
+    return (f"tensor(<values hidden while the checker watches: shape {tuple(t.shape)}, {t.dtype}, "
+            f"{t.device.type}>)")
+
+
 def _fills_part_with_data(args) -> bool:
-    """Is aten.fill_(t, value) a non-zero value written into one element of a larger storage (x[i].fill_(v),
-    how host code writes computed values one by one)? Whole tensors set to a constant are not counted."""
+    """Is aten.fill_(t, value) a non-zero value written into part of a storage (x[i].fill_(v), how host code
+    writes computed values one by one; a stride-0 view of one element, or x[i:] filled for i = 0, 1, ...,
+    does the same)? Whole tensors set to a constant are not counted."""
     if len(args) < 2 or not isinstance(args[0], torch.Tensor) or isinstance(args[1], torch.Tensor):
         return False
     t, value = args[0], args[1]
@@ -312,7 +322,10 @@ def _fills_part_with_data(args) -> bool:
         whole = t.untyped_storage().nbytes() // max(t.element_size(), 1)
     except (RuntimeError, NotImplementedError):
         return False
-    return value != 0 and t.numel() == 1 < whole
+    distinct = 1  # elements the view reaches: a stride-0 dimension repeats the same ones
+    for size, stride in zip(t.shape, t.stride()):
+        distinct *= size if stride else min(size, 1)
+    return value != 0 and distinct < whole
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
@@ -659,6 +672,9 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
             if counts:
                 watch.launches.append(_kernel_name(self))
                 watch.launched.append(_launch_record(self, watch, args, kwargs))
+                if current().interpret:
+                    found = kernel_source.problems(self) + kernel_source.argument_problems(self, args, kwargs)
+                    watch.not_triton += [p for p in found if p not in watch.not_triton]
             in_tuner.append(isinstance(self, Autotuner))
             recorder.paused += 1
             try:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..mode import current
+from . import kernel_source
 from .guard import HOST_OPS, TORCH_NAMES, OutOfBounds, Tracker, watching
 from .provenance import course_solution, course_solutions_allowed
 
@@ -534,8 +535,12 @@ def _chain_text(exc: BaseException) -> str:
 # Exceptions whose cause is a common mistake: (text in the exception's chain, what failed, what to do).
 _KNOWN_MISTAKES = (
     ("arange's range must be a power of 2", "failed to build",
-     "tl.arange(0, N) needs N to be a power of 2 (a block of 781 columns is not): round the block up with "
+     "tl.arange(0, N) needs N to be a power of 2 (1000 is not, 1024 is): round the block up with "
      "BLOCK_N = triton.next_power_of_2(n_cols) and mask the columns >= n_cols"),
+    ("Block pointers have been removed", "uses a block pointer",
+     "the Triton this check runs on has removed tl.make_block_ptr and tl.advance in favour of tensor "
+     "descriptors: compute the pointers with tl.arange and masks, as the lessons do, or use "
+     "tl.make_tensor_descriptor"),
     # Triton's autotuner times its configs through the GPU driver, which the interpreter does not have.
     ("active drivers", "could not be launched",
      "in interpreter mode (no GPU) Triton has no driver to time kernels with, so @triton.autotune with more "
@@ -603,10 +608,16 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
             + "): the arithmetic must happen inside your Triton kernel", "host"))
     if watch.threads:
         problems.append(_thread_problem(watch.threads))
+    if watch.not_triton:
+        problems.append(Problem(
+            "your kernel " + "; ".join(watch.not_triton[:3]) + ": a @triton.jit body may call only Triton "
+            "(tl.*, other @triton.jit functions); the interpreter runs anything as Python, but on a GPU this "
+            "does not compile, and what it computes does not happen in the kernel", "host"))
     if watch.host_fills:
         problems.append(Problem(
-            f"wrote values into tensors from the host, element by element ({watch.host_fills} x Tensor.fill_ "
-            "of one element with a value): the results must come from your kernel's stores", "host"))
+            f"wrote values into tensors from the host, part by part ({watch.host_fills} x Tensor.fill_ of "
+            "part of a tensor with a value other than 0): the results must come from your kernel's stores "
+            "(setting a whole tensor to a constant is fine)", "host"))
     reads = sorted(set(watch.host_reads))
     if reads:
         problems.append(Problem(
@@ -1145,6 +1156,11 @@ def modified_inputs(ex: Exercise, case: Case, args) -> list[str]:
 def _check_signature(ex: Exercise, candidate: Callable) -> None:
     if not callable(candidate):
         raise CheckFailed(f"{ex.id}: expected a function {ex.signature}, got {type(candidate).__name__}",
+                          exercise=ex.id)
+    kernel = kernel_source._jit_function(candidate)
+    if kernel is not None:
+        raise CheckFailed(f"{ex.id}: this is the @triton.jit kernel `{kernel.fn.__name__}`; check takes the "
+                          f"host function {ex.signature} that computes the grid and launches your kernel",
                           exercise=ex.id)
     try:
         inspect.signature(candidate).bind(*ex.params)

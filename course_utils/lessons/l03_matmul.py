@@ -21,7 +21,7 @@
 
 # %%
 from course_utils import check, current, progress  # noqa: F401
-from course_utils.shapes import expect_shapes  # noqa: E402
+from course_utils.shapes import expect_contiguous, expect_shapes  # noqa: E402
 import functools  # noqa: E402
 
 import torch  # noqa: E402
@@ -304,6 +304,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
     expect_shapes("matmul", b=(b, (a.shape[1], b.shape[1])), out=(out, (a.shape[0], b.shape[1])))
     if bias is not None:
         expect_shapes("matmul", bias=(bias, (b.shape[1],)))
+        expect_contiguous("matmul", bias=bias)
     # BEGIN SOLUTION
     M, K = a.shape
     N = b.shape[1]

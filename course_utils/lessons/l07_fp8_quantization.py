@@ -19,7 +19,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
-from course_utils.shapes import expect_shapes, expect_unit_stride  # noqa: E402
+from course_utils.shapes import expect_contiguous, expect_shapes, expect_unit_stride  # noqa: E402
 import math  # noqa: E402
 
 import torch  # noqa: E402
@@ -101,7 +101,9 @@ def quantize_rowwise_kernel(x_ptr, out_ptr, scale_ptr, n_cols, stride_xr, stride
         mask = cols < n_cols
         x = tl.load(x_row + cols * stride_xc, mask=mask, other=0.0).to(tl.float32)
         amax = tl.max(tl.abs(x), axis=0)
-        safe = tl.where(amax > 0, amax, FP8_MAX)  # an all-zero row gets scale 1, not 0/0
+        # An all-zero row gets scale 1, not 0/0; a subnormal amax (below 1.2e-38) counts as fp32's smallest
+        # normal number, whose inverse is still finite
+        safe = tl.where(amax > 0, tl.maximum(amax, 1.1754944e-38), FP8_MAX)
         # x / amax first (at most 1), then times 448: 448 / amax overflows fp32 to inf for a row whose amax
         # is below 1.3e-36, and would turn its zeros into NaN and everything else into +-448
         inv = 1.0 / safe
@@ -114,7 +116,7 @@ def quantize_rowwise_kernel(x_ptr, out_ptr, scale_ptr, n_cols, stride_xr, stride
             x = tl.load(x_row + (start + cols) * stride_xc, mask=mask, other=0.0).to(tl.float32)
             running = tl.maximum(running, tl.abs(x))
         amax = tl.max(running, axis=0)
-        safe = tl.where(amax > 0, amax, FP8_MAX)
+        safe = tl.where(amax > 0, tl.maximum(amax, 1.1754944e-38), FP8_MAX)
         inv = 1.0 / safe  # not 448 / amax: see above
         for start in range(0, n_cols, BLOCK):
             mask = start + cols < n_cols
@@ -129,10 +131,12 @@ def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
                      BLOCK: int | None = None, num_warps: int | None = None) -> None:
     """out (rows, cols) e4m3 and scale_out (rows,) fp32 with x ~ out * scale_out[:, None]."""
     expect_shapes("quantize_rowwise", out=(out, x.shape), scale_out=(scale_out, x.shape[:1]))
+    expect_unit_stride("quantize_rowwise", out=out)
+    expect_contiguous("quantize_rowwise", scale_out=scale_out)
     # BEGIN SOLUTION
     rows, cols = x.shape
     if BLOCK is None:  # the whole row when it fits: 8192 bf16 = 16 KiB of registers per program
-        BLOCK = min(triton.next_power_of_2(cols), 16384)
+        BLOCK = min(triton.next_power_of_2(max(cols, 1)), 16384)  # rows of no elements: scale as all zeros
     if num_warps is None:
         num_warps = max(1, min(16, BLOCK // 1024))
     quantize_rowwise_kernel[(rows,)](
@@ -228,6 +232,7 @@ def fp8_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
     """
     expect_shapes("fp8_matmul", a_scale=(a_scale, a.shape[:1]), b=(b, (b.shape[0], a.shape[1])),
                   b_scale=(b_scale, b.shape[:1]), out=(out, (a.shape[0], b.shape[0])))
+    expect_contiguous("fp8_matmul", a_scale=a_scale, b_scale=b_scale)
     # BEGIN SOLUTION
     M, K = a.shape
     N = b.shape[0]
@@ -444,6 +449,7 @@ def w8a16_gemv(x: torch.Tensor, w_int8: torch.Tensor, scale: torch.Tensor, out: 
     expect_shapes("w8a16_gemv", w_int8=(w_int8, (w_int8.shape[0], x.shape[1])),
                   scale=(scale, w_int8.shape[:1]), out=(out, (x.shape[0], w_int8.shape[0])))
     expect_unit_stride("w8a16_gemv", x=x, out=out)
+    expect_contiguous("w8a16_gemv", scale=scale)
     M, K = x.shape
     N = w_int8.shape[0]
     if K % 4 or not w_int8.is_contiguous():

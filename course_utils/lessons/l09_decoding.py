@@ -19,7 +19,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
-from course_utils.shapes import expect_shapes  # noqa: E402
+from course_utils.shapes import expect_contiguous, expect_shapes  # noqa: E402
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -102,6 +102,7 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
     B, H, D = k_new.shape  # (B, H_kv, D)
     expect_shapes("kv_append", v_new=(v_new, k_new.shape), cache_k=(cache_k, (B, H, cache_k.shape[2], D)),
                   cache_v=(cache_v, cache_k.shape), positions=(positions, (B,)))
+    expect_contiguous("kv_append", positions=positions)
     # BEGIN SOLUTION
     kv_append_kernel[(B * H,)](
         k_new, v_new, cache_k, cache_v, positions, H, D, *k_new.stride(), *v_new.stride(),
@@ -225,6 +226,7 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
     """out (B, H_q, D) = softmax(q K^T / sqrt(D)) V over the first lengths[b] keys of each sequence (GQA)."""
     expect_shapes("decode_attention", cache_k=(cache_k, (q.shape[0], *cache_k.shape[1:3], q.shape[2])),
                   cache_v=(cache_v, cache_k.shape), lengths=(lengths, q.shape[:1]), out=(out, q.shape))
+    expect_contiguous("decode_attention", lengths=lengths)
     B, H_q, D = q.shape
     H_kv, S_max = cache_k.shape[1], cache_k.shape[2]
     if D < 16 or D & (D - 1):
@@ -425,6 +427,9 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
     expect_shapes("w4a16_gemv", w_packed=(w_packed, (w_packed.shape[0], x.shape[1] // 2)),
                   scales=(scales, (w_packed.shape[0], x.shape[1] // group_size)),
                   out=(out, (x.shape[0], w_packed.shape[0])))
+    if group_size < 16 or group_size & (group_size - 1):
+        raise ValueError(f"group_size = {group_size}: this kernel needs a power of 2 >= 16 (a group is whole "
+                         "int32 words of 8 weights, and a block of them)")
     # BEGIN SOLUTION
     M, K = x.shape
     N = w_packed.shape[0]

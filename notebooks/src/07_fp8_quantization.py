@@ -34,7 +34,7 @@ import triton.language as tl
 from course_utils import fp8, half_dtype, size
 from course_utils.bench import Table, can_time, load_results, plot, show_results
 from course_utils.lessons.l02_first_kernels import GRID_AXIS_MAX  # noqa: F401 - read by w8a16_gemv below
-from course_utils.shapes import expect_shapes, expect_unit_stride  # noqa: F401 - read by w8a16_gemv below
+from course_utils.shapes import expect_contiguous, expect_shapes, expect_unit_stride  # noqa: F401 - read by w8a16_gemv
 from course_utils.roofline import DATASHEETS, reference_ceilings
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2

@@ -31,7 +31,7 @@ import triton.language as tl
 from course_utils import half_dtype, size
 from course_utils.bench import load_results, show_results
 from course_utils.lessons.l02_first_kernels import GRID_AXIS_MAX  # noqa: F401 - read by w8a16_gemv below
-from course_utils.shapes import expect_shapes, expect_unit_stride  # noqa: F401 - read by w8a16_gemv below
+from course_utils.shapes import expect_contiguous, expect_shapes, expect_unit_stride  # noqa: F401 - read by w8a16_gemv
 from course_utils.lessons.l03_matmul import sm_count
 from course_utils.lessons.l05_online_softmax import kv_cache_bytes, merge_stats
 from course_utils.llama import toy_config, toy_llama
