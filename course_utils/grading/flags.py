@@ -88,9 +88,10 @@ def _python(source: str) -> str:
     Without IPython (not installed here), those lines are left out, as blank lines."""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
-    except ImportError:
+
+        return TransformerManager().transform_cell(source)
+    except Exception:  # no IPython here, or a cell its transformer cannot read (nor then run)
         return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
-    return TransformerManager().transform_cell(source)
 
 
 # What IPython's transformer turns magics and shell lines into: get_ipython().<one of these>(...).
