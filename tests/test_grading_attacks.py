@@ -1216,3 +1216,24 @@ def test_values_written_from_the_host_part_by_part_are_refused(how):
 
     with pytest.raises(CheckFailed, match="part by part"):
         check("02.relu", relu, seed=1, quiet=True)
+
+
+@pytest.mark.parametrize("serialize", ["torch.save", "pickle", "storage pickle"])
+def test_pickling_a_tensor_is_a_host_read(serialize):
+    """torch.save or pickle hand a tensor's bytes to Python through no torch op: the host read them."""
+    import pickle
+
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import relu as relu_solution
+
+    def relu(x, out):
+        if serialize == "torch.save":
+            torch.save(x, io.BytesIO())
+        elif serialize == "pickle":
+            pickle.dumps(x)
+        else:
+            pickle.dumps(x.untyped_storage())
+        relu_solution(x, out)
+
+    with pytest.raises(CheckFailed, match=r"read tensor data into Python/NumPy on the host \(Tensor.__reduce"):
+        check("02.relu", relu, seed=1, quiet=True)

@@ -3,8 +3,13 @@ on the host while the loads and stores stay real; a GPU's compiler refuses all o
 refuses them in the interpreter too, naming the line (`course_utils.grading.kernel_source`)."""
 from __future__ import annotations
 
+import collections
+import functools
 import importlib
+import math
 import pkgutil
+import re
+import types
 
 import numpy as np
 import pytest
@@ -55,6 +60,24 @@ def _argument_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, f, BLOCK: tl.constex
     tl.store(out_ptr + row * som + offs * son, f(x).to(out_ptr.dtype.element_ty), mask=offs < n)
 
 
+@triton.jit
+def _disguised_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    y = tl.host_softmax(x)
+    tl.store(out_ptr + row * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+
+
+def _disguised(x, out):
+    """The host helper put into triton.language's namespace and dressed as one of its functions."""
+    helper = functools.partial(_softmax_on_the_host)
+    helper.__module__ = "triton.language.core"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tl, "host_softmax", helper, raising=False)
+        _launch(_disguised_kernel)(x, out)
+
+
 def _launch(kernel, *extra):
     def softmax(x, out):
         kernel[(x.shape[0],)](x, out, x.shape[1], *x.stride(), *out.stride(), *extra,
@@ -66,7 +89,8 @@ def _launch(kernel, *extra):
     (_launch(_helper_kernel), r"uses `_softmax_on_the_host`, which is not Triton, at `y = _softmax_on_the_h"),
     (_launch(_inline_kernel), r"uses the module `numpy`, which is not Triton|reads `.handle`"),
     (_launch(_argument_kernel, _softmax_on_the_host), r"launched with function _softmax_on_the_host as argument"),
-], ids=["plain helper", "numpy and .handle inline", "a function as an argument"])
+    (_disguised, r"uses `tl.host_softmax`, which is not Triton"),
+], ids=["plain helper", "numpy and .handle inline", "a function as an argument", "tl. and __module__"])
 def test_host_code_inside_a_kernel_is_refused(softmax, message):
     """Each candidate gives the right softmax through real loads and stores; each fails, naming the line."""
     x = torch.randn(3, 10)
@@ -92,3 +116,127 @@ def test_every_course_kernel_is_plain_triton():
     found = {name: kernel_source.problems(kernel) for name, kernel in _kernels()}
     assert len(found) > 40
     assert {name: p for name, p in found.items() if p} == {}
+
+
+HOST_SOFTMAX = tl.constexpr(_softmax_on_the_host)  # a host function wrapped as a "constant"
+
+
+@triton.jit
+def _constexpr_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    y = HOST_SOFTMAX(x)
+    tl.store(out_ptr + row * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+
+
+@triton.jit
+def _shadowing_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    unused = [_softmax_on_the_host for _softmax_on_the_host in ()]  # noqa: F841 - binds the name locally
+    y = _softmax_on_the_host(x)
+    tl.store(out_ptr + row * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+
+
+@triton.jit
+def _lambda_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    y = (lambda f: f(x))(_softmax_on_the_host)
+    tl.store(out_ptr + row * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+
+
+@pytest.mark.parametrize("kernel, message", [
+    (_constexpr_kernel, r"uses `HOST_SOFTMAX`, which is not Triton"),
+    (_shadowing_kernel, r"uses `_softmax_on_the_host`, which is not Triton, at `y = "),
+    (_lambda_kernel, r"has a Lambda, which no Triton kernel can have"),
+], ids=["tl.constexpr(host function)", "a comprehension's name", "lambda"])
+def test_host_code_hidden_from_the_names_is_refused(kernel, message):
+    with pytest.raises(CheckFailed, match=message):
+        check("05.softmax", _launch(kernel), seed=1, quiet=True)
+
+
+@triton.jit
+def _relu_block(x):
+    return tl.maximum(x, 0.0)
+
+
+@triton.jit
+def _module_helper_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, _HELPERS._relu_private(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+_HELPERS = types.SimpleNamespace()
+
+
+def test_a_private_jit_helper_of_a_module_is_triton():
+    """`helpers._relu(x)` with a @triton.jit function: what a GPU compiles is not refused for its name."""
+    module = types.ModuleType("helpers")
+    module._relu_private = _relu_block
+    globals()["_HELPERS"] = module
+    assert kernel_source.problems(_module_helper_kernel) == []
+
+
+def test_a_name_bound_again_after_a_pass_is_judged_again():
+    """The verdict is not cached per kernel: the helper a kernel's name reaches can change between checks."""
+    global _HELPER
+    _HELPER = _relu_block
+    assert kernel_source.problems(_swap_kernel) == []
+    _HELPER = _softmax_on_the_host
+    assert "uses `_HELPER`, which is not Triton" in " ".join(kernel_source.problems(_swap_kernel))
+
+
+_HELPER = _relu_block
+
+
+@triton.jit
+def _swap_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, _HELPER(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+@triton.jit
+def _printing_relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    print(f"block {x}")
+    tl.device_print("x", x)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=offs < n)
+
+
+def test_a_block_prints_without_its_values_while_checked(capsys):
+    """print(x) and f"{x}" inside a kernel: the interpreter's text of a block carries its values out of the
+    kernel, to host Python that could parse them; while checked it says what the block is, no more."""
+    def relu(x, out):
+        _printing_relu_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+
+    check("02.relu", relu, seed=1, quiet=True)
+    printed = capsys.readouterr().out
+    assert "values hidden while the checker watches" in printed
+    assert not re.search(r"\d\.\d{3}", printed), printed[:500]
+
+
+_Config = collections.namedtuple("_Config", "scale rounds")
+_CONFIG = _Config(0.5, 2)
+_SIZES = (16, (32, 64))
+_BLOCK = tl.constexpr(64)
+
+
+@triton.jit
+def _honest_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * _BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    for _ in tl.static_range(_CONFIG.rounds):
+        x = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL) * _CONFIG.scale
+    y = tl.math.exp2(x * math.log2(math.e)) + triton.cdiv(_SIZES[0], 8) + _relu_block(x)
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+
+
+def test_what_honest_kernels_use_is_triton():
+    """Triton's enums, namedtuple and tuple constants, tl.constexpr globals, math constants, triton.cdiv,
+    tl.math, tl.static_range and @triton.jit helpers: none of them refused."""
+    assert kernel_source.problems(_honest_kernel) == []

@@ -1,7 +1,8 @@
 """Flags for a human: constructs in a submission's code that have no place in an honest answer.
 
-`scan(sources)` parses each code cell (IPython magics and shell lines skipped) and names what it
-finds, with the cell number: "ctypes (cell 7)". A flag does not change a grade; the grader shows
+`scan(sources)` parses each code cell as IPython runs it (a magic or a shell line is the Python call it
+becomes; the code a magic runs is scanned too) and names what it finds, with the cell number:
+"ctypes (cell 7)". A flag does not change a grade; the grader shows
 them in its table, JSON and CSV so that an instructor reads those notebooks. Each flag is a way
 that somebody tried to reach the grader, the expected answers or the host past the kernel:
 
@@ -17,8 +18,11 @@ that somebody tried to reach the grader, the expected answers or the host past t
 - raw file descriptors (os.read/os.write/os.fdopen/os.dup, open() of a number, /dev/fd), a function's
   __closure__, the grader's modules (course_utils.grading): in a sandbox, the pipe to the grader, where
   a notebook could answer a check itself with a made-up account of how its outputs were computed;
+- IPython's own door to code from strings and files: get_ipython() (run_cell), shell lines, %run and
+  %load;
 - the same reached without naming it: object internals (a function's __globals__, __dict__, vars(),
-  __subclasses__ and the class graph, __code__), sys.modules, getattr/setattr with a computed name.
+  __subclasses__ and the class graph, __code__), sys.modules, getattr/setattr (or operator.attrgetter)
+  with a computed name.
 """
 from __future__ import annotations
 

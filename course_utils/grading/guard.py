@@ -311,6 +311,11 @@ def _hidden(t: torch.Tensor) -> str:
             f"{t.device.type}>)")
 
 
+def _hidden_block(block) -> str:
+    """What a block of a kernel prints as while the checker watches (the interpreter's shows its data)."""
+    return f"<a {getattr(block, 'type', 'block')} block: values hidden while the checker watches>"
+
+
 def _fills_part_with_data(args) -> bool:
     """Is aten.fill_(t, value) a non-zero value written into part of a storage (x[i].fill_(v), how host code
     writes computed values one by one; a stride-0 view of one element, or x[i:] filled for i = 0, 1, ...,
@@ -578,15 +583,36 @@ def _patch_interpreter():
         finally:
             _active_ranges.pop()
 
+    # Inside a kernel too a block prints without its values (print(x), f"{x}", tl.device_print): the text
+    # would otherwise carry them out of the kernel to Python, as str(x) does on the host.
+    orig_print = getattr(builder_cls, "create_print", None)
+    orig_lang_tensor = getattr(interp, "_patch_lang_tensor", None)
+
+    def create_print(self, prefix, hex, values, *args, **kwargs):
+        print(f"{prefix or ''} <{len(values)} value(s) hidden while the checker watches>")
+
+    def lang_tensor(tensor, scope, *args, **kwargs):
+        orig_lang_tensor(tensor, scope, *args, **kwargs)
+        for name in ("__repr__", "__str__"):
+            scope.set_attr(tensor, name, _hidden_block)
+
     builder_cls.create_masked_store, builder_cls.create_masked_load = store, load
     builder_cls.create_atomic_rmw = atomic(orig_rmw, "tl.atomic_rmw", lambda a: a[3] if len(a) > 3 else None)
     builder_cls.create_atomic_cas = atomic(orig_cas, "tl.atomic_cas", lambda a: None)
     executor_cls.__call__ = call
+    if orig_print is not None:
+        builder_cls.create_print = create_print
+    if orig_lang_tensor is not None and hasattr(getattr(interp, "_LangPatchScope", None), "set_attr"):
+        interp._patch_lang_tensor = lang_tensor
 
     def undo():
         builder_cls.create_masked_store, builder_cls.create_masked_load = orig_store, orig_load
         builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas = orig_rmw, orig_cas
         executor_cls.__call__ = orig_call
+        if orig_print is not None:
+            builder_cls.create_print = orig_print
+        if orig_lang_tensor is not None:
+            interp._patch_lang_tensor = orig_lang_tensor
 
     return undo
 
@@ -715,6 +741,7 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
     undo_launch = _patch_launchers(watch, recorder, after_launch)
     undo_interp = _patch_interpreter()
     undo_threads = _patch_thread_starts(watch)
+    undo_pickle = _patch_serialization(watch, recorder)
     if tracker is not None:
         _trackers.append(tracker)
     _watches.append(watch)
@@ -725,9 +752,36 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
         _watches.remove(watch)
         if tracker is not None:
             _trackers.remove(tracker)
+        undo_pickle()
         undo_threads()
         undo_interp()
         undo_launch()
+
+
+def _patch_serialization(watch: Watch, recorder: _RecordOps):
+    """Pickling a tensor or a storage (pickle.dumps, torch.save, copy) hands its bytes to Python with no op
+    the recorder sees: count it as a host read. Returns an undo function."""
+    patched = [(torch.Tensor, "__reduce_ex__"), (torch.storage._StorageBase, "__reduce__"),
+               (torch.storage.TypedStorage, "__reduce__")]
+    originals = [(cls, name, cls.__dict__.get(name)) for cls, name in patched]
+
+    def wrap(orig, name):
+        def reduce(self, *args, **kwargs):
+            if not recorder.paused:
+                watch.host_reads.append(name)
+            return orig(self, *args, **kwargs)
+        return reduce
+
+    for cls, name, orig in originals:
+        if orig is not None:
+            setattr(cls, name, wrap(orig, name))
+
+    def undo():
+        for cls, name, orig in originals:
+            if orig is not None:
+                setattr(cls, name, orig)
+
+    return undo
 
 
 def _patch_thread_starts(watch: Watch):
