@@ -24,3 +24,17 @@ def _course_solutions_allowed(request):
 def refuse_course_solutions():
     """Marks a test that checks the refusal of the course's own solutions (see _course_solutions_allowed)."""
     return None
+
+
+@pytest.fixture
+def on_the_device():
+    """Tensors made by torch's factory functions land where the solutions run: on the GPU in GPU mode."""
+    import torch
+
+    from course_utils.mode import current
+
+    if current().interpret:
+        yield
+        return
+    with torch.device("cuda"):
+        yield

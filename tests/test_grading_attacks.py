@@ -1110,29 +1110,31 @@ def test_work_done_in_another_thread_is_refused(exercise, candidate):
         check(exercise, candidate, seed=1, quiet=True)
 
 
+@triton.jit
+def nothing_kernel(p):
+    pass
+
+
+def _values_through_ctypes(x) -> list[float]:
+    """x's values read from its memory through ctypes, past every torch op (a side door the scan flags)."""
+    import ctypes
+    import struct
+
+    storage = x.untyped_storage()
+    raw = bytes((ctypes.c_uint8 * storage.nbytes()).from_address(storage.data_ptr()))
+    fmt, size = {torch.float32: "f", torch.float16: "e"}[x.dtype], x.element_size()
+    return [struct.unpack_from(fmt, raw, (x.storage_offset() + i) * size)[0] for i in range(x.numel())]
+
+
 def test_values_written_from_the_host_element_by_element_are_refused():
     """x read through ctypes (a side door the grader's scan flags), relu computed in Python, and each result
     written with out.view(-1)[i].fill_(v) beside a kernel that does nothing: fill_ of one element with a
     value carries data, unlike a whole tensor set to a constant."""
-    import ctypes
-    import struct
-
-    import torch
-    import triton
-
     from course_utils.grading import CheckFailed, check
 
-    @triton.jit
-    def nothing_kernel(p):
-        pass
-
     def relu(x, out):
-        storage = x.untyped_storage()
-        raw = bytes((ctypes.c_uint8 * storage.nbytes()).from_address(storage.data_ptr()))
-        fmt, size = {torch.float32: "f", torch.float16: "e"}[x.dtype], x.element_size()
-        values = [struct.unpack_from(fmt, raw, (x.storage_offset() + i) * size)[0] for i in range(x.numel())]
         flat = out.view(-1)
-        for i, v in enumerate(values):
+        for i, v in enumerate(_values_through_ctypes(x)):
             if v > 0:
                 flat[i].fill_(v)
             else:
@@ -1146,10 +1148,6 @@ def test_values_written_from_the_host_element_by_element_are_refused():
 def _relu_from_text(text_of):
     """A relu that reads x's values from a text of it, computes in Python, and writes each result with a
     fill_ that reaches one element through a 2-element stride-0 view, beside a kernel that does nothing."""
-    @triton.jit
-    def nothing_kernel(p):
-        pass
-
     def relu(x, out):
         text = text_of(x.reshape(-1))
         values = [float(v) for v in re.findall(r"[-+]?\d+\.?\d*(?:e[-+]?\d+)?", text.split("[", 1)[-1])]
@@ -1193,22 +1191,11 @@ def test_values_written_from_the_host_part_by_part_are_refused(how):
     """Values read through ctypes, written by fills that each reach more than one element: one element
     through a stride-0 view of two, or out[i:] filled for i = 0, 1, ... so that each element keeps the
     last value written into it. Any fill of part of a tensor with a value other than 0 counts."""
-    import ctypes
-    import struct
-
     from course_utils.grading import CheckFailed, check
 
-    @triton.jit
-    def nothing_kernel(p):
-        pass
-
     def relu(x, out):
-        storage = x.untyped_storage()
-        raw = bytes((ctypes.c_uint8 * storage.nbytes()).from_address(storage.data_ptr()))
-        fmt, size = {torch.float32: "f", torch.float16: "e"}[x.dtype], x.element_size()
-        values = [struct.unpack_from(fmt, raw, (x.storage_offset() + i) * size)[0] for i in range(x.numel())]
         flat = out.view(-1)
-        for i, v in enumerate(values):
+        for i, v in enumerate(_values_through_ctypes(x)):
             stride_0 = flat.as_strided((2,), (0,), flat.storage_offset() + i)
             view = stride_0 if how == "stride-0 view" else flat[i:]
             view.fill_(max(v, 0.0))

@@ -34,39 +34,43 @@ def _softmax_on_the_host(v):
 
 
 @triton.jit
-def _helper_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
+def _load_row(x_ptr, n, sxm, sxn, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    return tl.load(x_ptr + tl.program_id(0) * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+
+
+@triton.jit
+def _store_row(out_ptr, y, n, som, son, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + tl.program_id(0) * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+
+
+@triton.jit
+def _helper_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
     y = _softmax_on_the_host(x)
-    tl.store(out_ptr + row * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+    _store_row(out_ptr, y, n, som, son, BLOCK)
 
 
 @triton.jit
 def _inline_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
     e = np.exp(x.handle.data - x.handle.data.max())
     x.handle.data = e / e.sum()
-    tl.store(out_ptr + row * som + offs * son, x.to(out_ptr.dtype.element_ty), mask=offs < n)
+    _store_row(out_ptr, x, n, som, son, BLOCK)
 
 
 @triton.jit
 def _argument_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, f, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
-    tl.store(out_ptr + row * som + offs * son, f(x).to(out_ptr.dtype.element_ty), mask=offs < n)
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
+    _store_row(out_ptr, f(x), n, som, son, BLOCK)
 
 
 @triton.jit
 def _disguised_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
     y = tl.host_softmax(x)
-    tl.store(out_ptr + row * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+    _store_row(out_ptr, y, n, som, son, BLOCK)
 
 
 def _disguised(x, out):
@@ -86,7 +90,7 @@ def _launch(kernel, *extra):
 
 
 @pytest.mark.parametrize("softmax, message", [
-    (_launch(_helper_kernel), r"uses `_softmax_on_the_host`, which is not Triton, at `y = _softmax_on_the_h"),
+    (_launch(_helper_kernel), r"uses `_softmax_on_the_host`, which is not Triton, at `y = _softmax_on_the_host"),
     (_launch(_inline_kernel), r"uses the module `numpy`, which is not Triton|reads `.handle`"),
     (_launch(_argument_kernel, _softmax_on_the_host), r"launched with function _softmax_on_the_host as argument"),
     (_disguised, r"uses `tl.host_softmax`, which is not Triton"),
@@ -123,30 +127,24 @@ HOST_SOFTMAX = tl.constexpr(_softmax_on_the_host)  # a host function wrapped as 
 
 @triton.jit
 def _constexpr_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
     y = HOST_SOFTMAX(x)
-    tl.store(out_ptr + row * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+    _store_row(out_ptr, y, n, som, son, BLOCK)
 
 
 @triton.jit
 def _shadowing_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
     unused = [_softmax_on_the_host for _softmax_on_the_host in ()]  # noqa: F841 - binds the name locally
     y = _softmax_on_the_host(x)
-    tl.store(out_ptr + row * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+    _store_row(out_ptr, y, n, som, son, BLOCK)
 
 
 @triton.jit
 def _lambda_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * sxm + offs * sxn, mask=offs < n, other=float("-inf")).to(tl.float32)
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
     y = (lambda f: f(x))(_softmax_on_the_host)
-    tl.store(out_ptr + row * som + offs * son, y.to(out_ptr.dtype.element_ty), mask=offs < n)
+    _store_row(out_ptr, y, n, som, son, BLOCK)
 
 
 @pytest.mark.parametrize("kernel, message", [

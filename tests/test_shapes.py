@@ -14,20 +14,11 @@ from course_utils.lessons import l06_fused_rmsnorm_mlp as l06
 from course_utils.lessons import l07_fp8_quantization as l07
 from course_utils.lessons import l08_backward_passes as l08
 from course_utils.lessons import l09_decoding as l09
-from course_utils.mode import current
 from course_utils.shapes import expect_shapes
 
 r, e = torch.randn, torch.empty
 
-
-@pytest.fixture(autouse=True)
-def _on_the_device():
-    """Tensors where the solutions run: the factory functions below make them on the GPU in GPU mode."""
-    if current().interpret:
-        yield
-        return
-    with torch.device("cuda"):
-        yield
+pytestmark = pytest.mark.usefixtures("on_the_device")  # the factory functions below make tensors there
 f8, i32 = torch.float8_e4m3fn, torch.int32
 qkv = (1, 2, 8, 16)
 
