@@ -720,8 +720,12 @@ def add(x, y, out):
 
 
 def _candidate(source: str, name: str):
-    namespace: dict = {}
-    exec(compile(source, f"<{name}>", "exec"), namespace)  # noqa: S102 (the test's own sources)
+    """The names a candidate's source defines, run from a file of its own: Triton reads a kernel's source
+    (the checker refuses a kernel whose source cannot be read, as a GPU's compiler does)."""
+    path = Path(tempfile.mkdtemp(prefix="candidate_")) / f"candidate_{name}.py"
+    path.write_text(source)
+    namespace: dict = {"__name__": f"candidate_{name}"}
+    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 (the test's own sources)
     return namespace
 
 

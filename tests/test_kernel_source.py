@@ -238,3 +238,48 @@ def test_what_honest_kernels_use_is_triton():
     """Triton's enums, namedtuple and tuple constants, tl.constexpr globals, math constants, triton.cdiv,
     tl.math, tl.static_range and @triton.jit helpers: none of them refused."""
     assert kernel_source.problems(_honest_kernel) == []
+
+
+@triton.jit
+def _two_bodies_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
+    """The interpreter runs from the last line that starts with `def `, in a string or not:
+def _two_bodies_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
+    _store_row(out_ptr, _softmax_on_the_host(x), n, som, son, BLOCK)
+    _ = '''
+    """
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
+    _store_row(out_ptr, x, n, som, son, BLOCK)  # '''
+
+
+def test_a_second_body_in_a_docstring_is_refused():
+    """What reads as the body copies x; what the interpreter runs is the softmax on the host in the string."""
+    with pytest.raises(CheckFailed, match=r"has 2 lines that start with `def ` in `_two_bodies_kernel`'s source"):
+        check("05.softmax", _launch(_two_bodies_kernel), seed=1, quiet=True)
+
+
+@triton.jit
+def _relu_descriptor_kernel(x_desc, out_desc, BLOCK: tl.constexpr):
+    start = tl.program_id(0) * BLOCK
+    out_desc.store([start], tl.maximum(x_desc.load([start]), 0.0))
+
+
+def test_tensor_descriptors_made_on_the_host_are_addressed_by_their_tensors():
+    """A kernel given only TensorDescriptors: its loads and stores address the descriptors' tensors (they
+    were counted out of bounds of every argument, or crashed on an empty list of them)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def relu(x, out):
+        x_desc = TensorDescriptor.from_tensor(x.view(-1), [64])
+        out_desc = TensorDescriptor.from_tensor(out.view(-1), [64])
+        _relu_descriptor_kernel[(triton.cdiv(x.numel(), 64),)](x_desc, out_desc, BLOCK=64)
+
+    check("02.relu", relu, seed=1, quiet=True)
+
+
+def test_a_kernel_without_a_source_file_is_refused():
+    """A kernel made by exec has no source for Triton (a GPU refuses it; the interpreter runs it as plain
+    Python, unread by the checker)."""
+    namespace = {"tl": tl, "triton": triton}
+    exec(compile("@triton.jit\ndef made(x_ptr):\n    tl.store(x_ptr, 1.0)\n", "<string>", "exec"), namespace)
+    assert "`made` has no source that can be read" in " ".join(kernel_source.problems(namespace["made"]))

@@ -491,6 +491,9 @@ def _check_addresses(ptrs: np.ndarray, mask: np.ndarray, itemsize: int, what: st
         addrs = addrs[np.broadcast_to(np.asarray(mask, dtype=bool), addrs.shape)]
     if addrs.size == 0:
         return
+    if not _active_ranges[-1]:
+        raise OutOfBounds(f"{what} with no tensor argument to address: a kernel reads and writes the tensors "
+                          "(or tensor descriptors) it is given")
     inside = np.zeros(addrs.shape, dtype=bool)
     for start, end, _ in _active_ranges[-1]:
         inside |= (addrs >= start) & (addrs + itemsize <= end)
@@ -572,10 +575,12 @@ def _patch_interpreter():
         names = self.arg_names
         ranges = []
         for i, arg in enumerate(list(args) + list(kwargs.values())):
-            if isinstance(arg, torch.Tensor):
+            # a tensor, or a TensorDescriptor made on the host (its loads and stores address its base tensor)
+            tensor = arg if isinstance(arg, torch.Tensor) else getattr(arg, "base", None)
+            if isinstance(tensor, torch.Tensor):
                 name = names[i] if i < len(names) else "tensor"
-                ranges.append((*_storage_range(arg), name))
-                if _trackers and not _trackers[-1].tracks(arg):
+                ranges.append((*_storage_range(tensor), name))
+                if _trackers and not _trackers[-1].tracks(tensor):
                     _trackers[-1].unseen(_kernel_name(self.fn), name)
         _active_ranges.append(ranges)
         try:

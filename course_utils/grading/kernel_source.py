@@ -65,7 +65,20 @@ def _jit_function(obj):
 
 
 def _source(fn) -> str:
-    return getattr(fn, "src", None) or inspect.getsource(fn.fn)
+    """The kernel's source as the interpreter runs it: from the *last* line that starts with `def ` (its
+    rewriter looks for that line, inside a string or not), or the compiled kernel's own source."""
+    if getattr(fn, "src", None):
+        return fn.src
+    lines = inspect.getsource(fn.fn).splitlines(keepends=True)
+    defs = [i for i, line in enumerate(lines) if line.strip().startswith("def ")]
+    return "".join(lines[defs[-1]:]) if defs else "".join(lines)
+
+
+def _def_lines(fn) -> int:
+    try:
+        return sum(line.strip().startswith("def ") for line in inspect.getsource(fn.fn).splitlines())
+    except (OSError, TypeError):
+        return 0
 
 
 def _allowed(value) -> bool:
@@ -181,11 +194,16 @@ def _problems(fn, seen: frozenset = frozenset()) -> tuple[str, ...]:
     """Judged at every launch (the names a body reads can be bound to something else between two)."""
     if isinstance(fn.fn, FunctionType) and _in_triton(fn.fn):  # Triton's own @jit functions (tl.max, ...)
         return ()
+    name = getattr(fn.fn, "__name__", "kernel")
+    if _def_lines(fn) > 1:  # a second `def` line, in a docstring say: what runs is not what reads as the body
+        return (f"has {_def_lines(fn)} lines that start with `def ` in `{name}`'s source: the interpreter runs "
+                "the code from the last one; a kernel has one",)
     try:
         src = textwrap.dedent(_source(fn))
         tree = _parse(src)
-    except (OSError, SyntaxError, TypeError, AttributeError):
-        return ()
+    except (OSError, SyntaxError, TypeError, AttributeError):  # the interpreter would run it unchecked
+        return (f"`{name}` has no source that can be read (made by exec?): Triton compiles a kernel from its "
+                "source file",)
     defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if not defs:
         return ()
