@@ -105,12 +105,13 @@ def _allowed(value) -> bool:
     module = getattr(cls, "__module__", None) or ""
     if not (module == "triton" or module.startswith(("triton.language", "triton.tools", "triton._C"))):
         return False  # triton.tools: TensorDescriptor; triton._C: tl.PropagateNan
-    for attr in vars(cls).values():
+    bound = type(cls).__module__ == "pybind11_builtins"  # a class of Triton's C++ bindings: its methods are
+    for attr in vars(cls).values():  # built in (tl.PropagateNan before triton 3.9)
         attr = getattr(attr, "__func__", attr)  # staticmethod, classmethod
         functions = [attr.fget, attr.fset] if isinstance(attr, property) else [attr]
         for f in filter(None, functions):
             if isinstance(f, FunctionType) and not _library_code(f) or (  # object.__new__ is a type's own
-                    callable(f) and not isinstance(f, (FunctionType, type)) and not _allowed(f)
+                    callable(f) and not isinstance(f, (FunctionType, type)) and not _allowed(f) and not bound
                     and not isinstance(getattr(f, "__self__", None), type)):
                 return False
     return True
