@@ -93,14 +93,16 @@ def _launch(kernel, *extra):
     (_launch(_helper_kernel), r"uses `_softmax_on_the_host`, which is not Triton, at `y = _softmax_on_the_host"),
     (_launch(_inline_kernel), r"uses the module `numpy`, which is not Triton|reads `.handle`"),
     (_launch(_argument_kernel, _softmax_on_the_host), r"launched with function _softmax_on_the_host as argument"),
-    (_disguised, r"uses `tl.host_softmax`, which is not Triton"),
+    (_disguised, r"uses `tl.host_softmax`, which is not Triton|replaced what the interpreter computes with "
+                 r"\(triton.language.host_softmax"),
 ], ids=["plain helper", "numpy and .handle inline", "a function as an argument", "tl. and __module__"])
 def test_host_code_inside_a_kernel_is_refused(softmax, message):
     """Each candidate gives the right softmax through real loads and stores; each fails, naming the line."""
     x = torch.randn(3, 10)
     out = torch.empty_like(x)
-    softmax(x, out)
-    torch.testing.assert_close(out, torch.softmax(x, -1))  # it computes the answer, on the host
+    if softmax is not _disguised:  # (the disguised one is refused at any launch the checker's wrapper sees)
+        softmax(x, out)
+        torch.testing.assert_close(out, torch.softmax(x, -1))  # it computes the answer, on the host
     with pytest.raises(CheckFailed, match=message):
         check("05.softmax", softmax, seed=1, quiet=True)
 
@@ -283,3 +285,35 @@ def test_a_kernel_without_a_source_file_is_refused():
     namespace = {"tl": tl, "triton": triton}
     exec(compile("@triton.jit\ndef made(x_ptr):\n    tl.store(x_ptr, 1.0)\n", "<string>", "exec"), namespace)
     assert "`made` has no source that can be read" in " ".join(kernel_source.problems(namespace["made"]))
+
+
+@triton.jit
+def _exp_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
+    _store_row(out_ptr, tl.exp(x), n, som, son, BLOCK)
+
+
+def _numpy_softmax(a, *args, **kwargs):
+    e = np.e ** (a - a.max())  # the row's softmax where the interpreter computes exp
+    return e / e.sum()
+
+
+@pytest.mark.parametrize("where", ["numpy.exp", "InterpreterBuilder.create_exp", "tl.tensor.__add__"])
+def test_what_the_interpreter_computes_with_cannot_be_swapped(where, monkeypatch):
+    """A legal kernel line (tl.exp(x), x + y) whose meaning host code swapped while it launches: NumPy's exp
+    (the interpreter's tl.exp calls it), a builder method, a block's operator. Each launch compares them."""
+    from triton.runtime import interpreter
+
+    def softmax(x, out):
+        with pytest.MonkeyPatch.context() as patch:
+            if where == "numpy.exp":
+                patch.setattr(np, "exp", _numpy_softmax)
+            elif where == "InterpreterBuilder.create_exp":
+                patch.setattr(interpreter.InterpreterBuilder, "create_exp", lambda self, a: interpreter.TensorHandle(
+                    _numpy_softmax(a.data).astype(a.data.dtype), a.dtype.scalar))
+            else:
+                patch.setattr(tl.core.tensor, "__add__", lambda self, other: self)
+            _launch(_exp_kernel)(x, out)
+
+    with pytest.raises(CheckFailed, match=rf"replaced what the interpreter computes with \({re.escape(where)}"):
+        check("05.softmax", softmax, seed=1, quiet=True)

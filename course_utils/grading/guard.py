@@ -522,6 +522,62 @@ def _undefined(dtype: np.dtype):
     return np.array(0x5A5A5A5A5A5A5A5A, dtype=np.uint64).astype(dtype)
 
 
+# What the interpreter computes with: its builder's methods, its semantic, a block's operators, Triton's
+# and NumPy's functions (tl.exp runs np.exp). Host code that swaps one of them for its own, even only while
+# it launches, has its Python compute what a legal kernel line appears to compute: each launch looks for
+# the notebook's code there.
+_OWN_PATCHES = {"create_masked_store", "create_masked_load", "create_atomic_rmw", "create_atomic_cas",
+                "create_print", "_patch_lang_tensor"}
+
+
+def _interpreter_namespaces() -> dict[str, dict]:
+    import triton.language as tl
+
+    try:
+        from triton.runtime import interpreter as interp
+    except ImportError:  # pragma: no cover - very old Triton
+        return {}
+    found = {"numpy": vars(np), "triton.language": vars(tl), "tl.core": vars(tl.core), "tl.math": vars(tl.math),
+             "tl.standard": vars(tl.standard), "triton.runtime.interpreter": vars(interp),
+             "tl.tensor": vars(tl.core.tensor), "tl.constexpr": vars(tl.core.constexpr)}
+    builder = getattr(interp, "InterpreterBuilder", None)
+    semantic = getattr(interp, "interpreter_semantic", None)
+    for cls in (*(getattr(builder, "__mro__", ())), *(type(semantic).__mro__ if semantic is not None else ())):
+        if cls is not object:
+            found[cls.__qualname__] = vars(cls)
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _library_dirs() -> tuple[str, ...]:
+    import triton
+
+    dirs = (os.path.dirname(triton.__file__), os.path.dirname(np.__file__), sysconfig.get_paths()["stdlib"], _HERE,
+            os.path.dirname(os.path.dirname(_HERE)))  # triton, numpy, Python's own, course_utils
+    return tuple(os.path.abspath(d) + os.sep for d in dirs)
+
+
+def _foreign(value) -> bool:
+    """A function (or a partial or vectorize of one) whose code is not Triton's, NumPy's, Python's or the
+    course's: the notebook's own."""
+    for _ in range(4):
+        inner = getattr(value, "func", None) or getattr(value, "pyfunc", None)
+        if inner is None or inner is value:
+            break
+        value = inner
+    code = getattr(value, "__code__", None)
+    return code is not None and not os.path.abspath(code.co_filename).startswith(_library_dirs())
+
+
+def interpreter_changes() -> list[str]:
+    """'numpy.exp', 'InterpreterBuilder.create_exp': where the notebook's own code stands in for what the
+    interpreter computes with (interpreter mode)."""
+    if not current().interpret:
+        return []
+    return sorted(f"{where}.{name}" for where, space in _interpreter_namespaces().items()
+                  for name, value in list(space.items()) if name not in _OWN_PATCHES and _foreign(value))
+
+
 def _patch_interpreter():
     """Wrap the interpreter's masked load/store and its launcher; returns an undo function."""
     try:
@@ -572,6 +628,11 @@ def _patch_interpreter():
         return orig_load(self, ptrs, mask, other, *args, **kwargs)
 
     def call(self, *args, **kwargs):
+        changed = interpreter_changes()
+        if changed:
+            raise OutOfBounds(f"the code around this launch replaced what the interpreter computes with "
+                              f"({', '.join(changed[:4])}): a kernel's result must come from Triton's own "
+                              "operations")
         names = self.arg_names
         ranges = []
         for i, arg in enumerate(list(args) + list(kwargs.values())):
