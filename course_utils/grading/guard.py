@@ -103,8 +103,21 @@ _FORMATTING = {"__repr__", "__str__", "__format__"}
 _SCALAR_READ = "_local_scalar_dense"
 
 
-class OutOfBounds(RuntimeError):
+class Refused(RuntimeError):
+    """A launch the checker stops in the interpreter, before the kernel's result could count; `kind` is the
+    kind of problem it is (harness.KINDS), which picks the hint."""
+
+    kind = "host"
+
+
+class OutOfBounds(Refused):
     """A kernel in the interpreter reached for memory that none of its tensor arguments owns."""
+
+    kind = "out_of_bounds"
+
+
+class NotTriton(Refused):
+    """Host code swapped what the interpreter computes with (NumPy's functions, Triton's, its builder's)."""
 
 
 @dataclass(frozen=True)
@@ -550,11 +563,9 @@ def _interpreter_namespaces() -> dict[str, dict]:
 
 @functools.lru_cache(maxsize=None)
 def _library_dirs() -> tuple[str, ...]:
-    import triton
-
-    dirs = (os.path.dirname(triton.__file__), os.path.dirname(np.__file__), sysconfig.get_paths()["stdlib"], _HERE,
-            os.path.dirname(os.path.dirname(_HERE)))  # triton, numpy, Python's own, course_utils
-    return tuple(os.path.abspath(d) + os.sep for d in dirs)
+    """Triton's, Python's own, NumPy's and the course's files."""
+    course = os.path.dirname(os.path.dirname(_HERE)) + os.sep
+    return (kernel_source._triton_dir(), kernel_source._stdlib_dir(), os.path.dirname(np.__file__) + os.sep, course)
 
 
 def _foreign(value) -> bool:
@@ -565,8 +576,7 @@ def _foreign(value) -> bool:
         if inner is None or inner is value:
             break
         value = inner
-    code = getattr(value, "__code__", None)
-    return code is not None and not os.path.abspath(code.co_filename).startswith(_library_dirs())
+    return hasattr(value, "__code__") and not kernel_source.code_under(value, _library_dirs())
 
 
 def interpreter_changes() -> list[str]:
@@ -628,11 +638,11 @@ def _patch_interpreter():
         return orig_load(self, ptrs, mask, other, *args, **kwargs)
 
     def call(self, *args, **kwargs):
-        changed = interpreter_changes()
+        changed = interpreter_changes() if _watches else []  # just before the body runs: a grid callable too
         if changed:
-            raise OutOfBounds(f"the code around this launch replaced what the interpreter computes with "
-                              f"({', '.join(changed[:4])}): a kernel's result must come from Triton's own "
-                              "operations")
+            raise NotTriton(f"the code around this launch replaced what the interpreter computes with "
+                            f"({', '.join(changed[:4])}): a kernel's result must come from Triton's own "
+                            "operations")
         names = self.arg_names
         ranges = []
         for i, arg in enumerate(list(args) + list(kwargs.values())):

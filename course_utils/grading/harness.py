@@ -30,7 +30,7 @@ import torch
 
 from ..mode import current
 from . import kernel_source
-from .guard import HOST_OPS, TORCH_NAMES, OutOfBounds, Tracker, watching
+from .guard import HOST_OPS, TORCH_NAMES, Refused, Tracker, watching
 from .provenance import course_solution, course_solutions_allowed
 
 GUARD_ELEMENTS = 1 << 16  # guard region on each side of an output: larger than any block a kernel uses
@@ -816,14 +816,14 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
                                      outputs=outputs) as watch:
         try:
             result = candidate(*call_args)
-        except OutOfBounds as exc:
-            raise CheckFailed(str(exc), problems=[Problem(str(exc), "out_of_bounds")]) from None
+        except Refused as exc:
+            raise CheckFailed(str(exc), problems=[Problem(str(exc), exc.kind)]) from None
         except Exception as exc:
             root = exc
             while root.__cause__ is not None:
                 root = root.__cause__
-            if isinstance(root, OutOfBounds):
-                raise CheckFailed(str(root), problems=[Problem(str(root), "out_of_bounds")]) from None
+            if isinstance(root, Refused):
+                raise CheckFailed(str(root), problems=[Problem(str(root), root.kind)]) from None
             raise _candidate_error(exc) from None
     if device == "cuda":
         try:
@@ -931,7 +931,7 @@ def _expect_refusal(case: Case, candidate: Callable, call_args: list) -> list[st
     with watching():
         try:
             candidate(*call_args)
-        except OutOfBounds as exc:
+        except Refused as exc:
             raise CheckFailed(str(exc)) from None
         except case.raises:
             return []

@@ -612,7 +612,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
 
     from . import harness
     from .harness import CandidateError, CheckFailed, _check_signature, call_function_candidate, call_kernel_candidate
-    from .guard import OutOfBounds, watching
+    from .guard import Refused, watching
 
     pending = (None, [])
 
@@ -666,7 +666,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 with watching():
                     try:
                         candidate(*args)
-                    except OutOfBounds as exc:
+                    except Refused as exc:
                         raise CheckFailed(str(exc)) from None
                     except kind:
                         refused = True
