@@ -7,15 +7,11 @@ import torch
 import triton
 import triton.language as tl
 
-from course_utils import setup
-
-setup("interpret", quiet=True)
-
-from course_utils.grading import CheckFailed, check  # noqa: E402
-from course_utils.lessons import l06_fused_rmsnorm_mlp as l06  # noqa: E402
-from course_utils.lessons.l03_matmul import grouped_tile, matmul  # noqa: E402
-from course_utils.llama import mlp_block, toy_config, toy_llama  # noqa: E402
-from helpers import failure, interpreter_only, mutant  # noqa: E402
+from course_utils.grading import CheckFailed, check
+from course_utils.lessons import l06_fused_rmsnorm_mlp as l06
+from course_utils.lessons.l03_matmul import grouped_tile, matmul
+from course_utils.llama import mlp_block, toy_config, toy_llama
+from helpers import failure, interpreter_only, mutant
 
 SEED = 1234
 

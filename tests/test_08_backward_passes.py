@@ -9,16 +9,12 @@ import torch
 import triton
 import triton.language as tl
 
-from course_utils import setup
+from course_utils.grading import check
+from course_utils.mode import current
+from course_utils.lessons import l08_backward_passes as l08
+from course_utils.llama import toy_config, toy_llama
 
-setup("interpret", quiet=True)
-
-from course_utils.grading import check  # noqa: E402
-from course_utils.mode import current  # noqa: E402
-from course_utils.lessons import l08_backward_passes as l08  # noqa: E402
-from course_utils.llama import toy_config, toy_llama  # noqa: E402
-
-from helpers import failure, mutant, recorded_launches  # noqa: E402
+from helpers import failure, mutant, recorded_launches
 
 SEED = 1234
 

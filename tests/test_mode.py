@@ -214,3 +214,19 @@ def test_check_with_an_interpreter_whose_launches_it_cannot_count_says_what_to_i
     with pytest.raises(RuntimeError, match=r"triton 3\.5\.0's interpreter .*pip install triton==3\.9\.0"):
         with course_solutions_allowed():
             check("02.vector_add", add, seed=0, quiet=True)
+
+
+def test_no_test_module_forces_a_mode():
+    """conftest picks the machine's mode once (the GPU when there is one). A test module that called
+    setup("interpret") at import would switch every module collected after it to the interpreter's CPU
+    tensors, while their kernels were already built for the GPU: on a GPU the whole suite after it fails."""
+    import ast
+
+    forced = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            call = node.value if isinstance(node, ast.Expr) else None
+            if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) == "setup":
+                if call.args or any(k.arg == "mode" for k in call.keywords):
+                    forced.append(f"{path.name}:{node.lineno}")
+    assert not forced, f"modules that force a mode at import: {forced}"
