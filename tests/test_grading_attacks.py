@@ -14,6 +14,7 @@ import contextlib
 import copy
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
@@ -1227,4 +1228,38 @@ def test_pickling_a_tensor_is_a_host_read(serialize):
         relu_solution(x, out)
 
     with pytest.raises(CheckFailed, match=r"read tensor data into Python/NumPy on the host \(Tensor.__reduce"):
+        check("02.relu", relu, seed=1, quiet=True)
+
+
+@triton.jit
+def _empty_kernel(x_ptr, BLOCK: tl.constexpr):
+    pass
+
+
+@pytest.mark.parametrize("where", ["grid", "heuristic", "config pruner"])
+def test_host_code_that_triton_calls_inside_a_launch_is_watched(where):
+    """Triton calls a launch's grid callable, its heuristics and an autotuner's config pruner from inside
+    the launch, where the checker stops recording (the kernel's own work is not host code). There the
+    submission computed relu with torch and wrote it in one fill_ per element beside an empty kernel."""
+    from course_utils.grading import CheckFailed, check
+
+    def host_relu(x, out):
+        for index, v in zip(itertools.product(*map(range, out.shape)), torch.relu(x).reshape(-1).tolist()):
+            out[index].fill_(v)
+
+    def relu(x, out):
+        if where == "grid":
+            _empty_kernel[lambda meta: (host_relu(x, out), (1,))[1]](x, BLOCK=16)
+        elif where == "heuristic":
+            triton.heuristics({"BLOCK": lambda args: (host_relu(x, out), 16)[1]})(_empty_kernel)[(1,)](x)
+        else:
+            def prune(configs, named_args, **kwargs):
+                host_relu(x, out)
+                return configs[:1]
+
+            tuned = triton.autotune([triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=[],
+                                    prune_configs_by={"early_config_prune": prune})(_empty_kernel)
+            tuned[(1,)](x)
+
+    with pytest.raises(CheckFailed, match=r"torch.relu / F.relu \(aten.relu\)"):
         check("02.relu", relu, seed=1, quiet=True)

@@ -749,7 +749,7 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
     another launch (from its grid callable, say) is a second kernel all the same.
     `after_launch` runs (with recording paused) after each counted launch returns.
     """
-    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.autotuner import Autotuner, Heuristics
     from triton.runtime.jit import JITFunction
 
     counted = [JITFunction]
@@ -766,11 +766,34 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
 
     in_tuner = []  # per launch in progress, innermost last: is it an autotuner's?
 
+    def unpaused(fn):
+        """fn with op recording on while it runs: a grid callable, a heuristic or a config pruner is the
+        submission's host code, which Triton calls from inside the launch (where recording is paused)."""
+        if not callable(fn) or getattr(fn, "_course_unpaused", False):
+            return fn
+
+        @functools.wraps(fn)
+        def host_code(*a, **k):
+            saved, recorder.paused = recorder.paused, 0
+            try:
+                return fn(*a, **k)
+            finally:
+                recorder.paused = saved
+
+        host_code._course_unpaused = True
+        return host_code
+
     def wrap(cls, orig):
         def run(self, *args, **kwargs):
             counts = not (in_tuner and in_tuner[-1]) and not kwargs.get("warmup", False)
+            if "grid" in kwargs:
+                kwargs["grid"] = unpaused(kwargs["grid"])
+            pruners = {}
             if isinstance(self, Autotuner):
                 watch.hooks += _user_hooks(self)
+                pruners = {name: getattr(self, name, None) for name in ("perf_model", "early_config_prune")}
+                for name, fn in pruners.items():
+                    setattr(self, name, unpaused(fn))
             if counts:
                 watch.launches.append(_kernel_name(self))
                 watch.launched.append(_launch_record(self, watch, args, kwargs))
@@ -782,6 +805,8 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
             try:
                 return orig(self, *args, **kwargs)
             finally:
+                for name, fn in pruners.items():
+                    setattr(self, name, fn)
                 in_tuner.pop()
                 if counts and after_launch is not None:
                     after_launch()
@@ -791,10 +816,21 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
 
     for cls, orig in originals.items():
         cls.run = wrap(cls, orig)
+    original_heuristics = Heuristics.run
+
+    def heuristics_run(self, *args, **kwargs):
+        values, self.values = self.values, {k: unpaused(f) for k, f in self.values.items()}
+        try:
+            return original_heuristics(self, *args, **kwargs)
+        finally:
+            self.values = values
+
+    Heuristics.run = heuristics_run
 
     def undo():
         for cls, orig in originals.items():
             cls.run = orig
+        Heuristics.run = original_heuristics
 
     return undo
 
