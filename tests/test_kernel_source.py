@@ -316,3 +316,21 @@ def test_what_the_interpreter_computes_with_cannot_be_swapped(where, monkeypatch
 
     with pytest.raises(CheckFailed, match=rf"replaced what the interpreter computes with \({re.escape(where)}"):
         check("05.softmax", softmax, seed=1, quiet=True)
+
+
+@pytest.mark.parametrize("value", ["0", None])
+def test_the_rule_holds_when_the_notebook_turns_triton_interpret_off(value, monkeypatch):
+    """The kernels were built for the interpreter; TRITON_INTERPRET changed afterwards (to 0, or removed)
+    while they launch must not make the checker take them for compiled ones: they still run as Python."""
+    helper = _launch(_helper_kernel)
+
+    def softmax(x, out):
+        with pytest.MonkeyPatch.context() as patch:
+            if value is None:
+                patch.delenv("TRITON_INTERPRET")
+            else:
+                patch.setenv("TRITON_INTERPRET", value)
+            helper(x, out)
+
+    with pytest.raises(CheckFailed, match=r"uses `_softmax_on_the_host`, which is not Triton"):
+        check("05.softmax", softmax, seed=1, quiet=True)

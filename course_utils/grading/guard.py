@@ -581,9 +581,8 @@ def _foreign(value) -> bool:
 
 def interpreter_changes() -> list[str]:
     """'numpy.exp', 'InterpreterBuilder.create_exp': where the notebook's own code stands in for what the
-    interpreter computes with (interpreter mode)."""
-    if not current().interpret:
-        return []
+    interpreter computes with. Asked by the interpreter's launcher, whatever TRITON_INTERPRET says now: a
+    notebook may change the variable after its kernels were built for the interpreter."""
     return sorted(f"{where}.{name}" for where, space in _interpreter_namespaces().items()
                   for name, value in list(space.items()) if name not in _OWN_PATCHES and _foreign(value))
 
@@ -737,6 +736,16 @@ def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
                   tuple(_storage(t) for t in tensors))
 
 
+def _interpreted(kernel) -> bool:
+    """Does this launch run in Triton's interpreter? Read from the kernel (built as an InterpretedFunction
+    while TRITON_INTERPRET was 1), not from the environment, which a notebook can change afterwards."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # pragma: no cover - very old Triton
+        return False
+    return isinstance(kernel_source._jit_function(kernel), InterpretedFunction)
+
+
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
@@ -797,7 +806,7 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
             if counts:
                 watch.launches.append(_kernel_name(self))
                 watch.launched.append(_launch_record(self, watch, args, kwargs))
-                if current().interpret:
+                if _interpreted(self):
                     found = kernel_source.problems(self) + kernel_source.argument_problems(self, args, kwargs)
                     watch.not_triton += [p for p in found if p not in watch.not_triton]
             in_tuner.append(isinstance(self, Autotuner))
