@@ -516,6 +516,38 @@ def test_rmsnorm_train_computing_y_with_torch_beside_the_kernel_is_refused():
             "computed with torch operations on the host (aten.")
 
 
+class _NumpyForward(torch.autograd.Function):
+    """y computed in NumPy from x.numpy(), the forward kernel launched beside it as cover; the backward in
+    NumPy from dy.numpy() the same way, beside the backward kernels."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        _, _, rstd = _forward_kernel(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        rows = x.detach().cpu().numpy().astype("float64")
+        y = rows / ((rows ** 2).mean(-1, keepdims=True) + eps) ** 0.5 * weight.detach().cpu().numpy()
+        return torch.from_numpy(y).to(x.dtype).to(x.device)
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dw, _ = l08.RMSNormFunction.backward(ctx, dy)
+        dy.detach().cpu().numpy()
+        return dx, dw, None
+
+
+def test_rmsnorm_train_computing_y_in_numpy_beside_the_kernel_is_refused():
+    failure("08.rmsnorm_train", lambda x, w, eps: _NumpyForward.apply(x, w, eps),
+            "read tensor data into Python/NumPy on the host (Tensor.numpy)")
+
+
+def test_rmsnorm_train_reading_dy_in_numpy_in_the_backward_is_refused():
+    class _NumpyBackward(_NumpyForward):
+        forward = staticmethod(l08.RMSNormFunction.forward)
+
+    failure("08.rmsnorm_train", lambda x, w, eps: _NumpyBackward.apply(x, w, eps),
+            "the backward read tensor data into Python/NumPy on the host (Tensor.numpy)")
+
+
 def test_rmsnorm_train_keeping_a_copy_in_a_list_on_ctx_is_named():
     failure("08.rmsnorm_train", lambda x, w, eps: _CopyInAList.apply(x, w, eps),
             "keeps a (rows, hidden) tensor")

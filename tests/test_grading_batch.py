@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -263,7 +264,10 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
                            ("strides_ignored", "dy_rows = dy.reshape(rows.shape).contiguous()",
                             "dy_rows = dy.reshape(rows.shape)"),
                            ("copy_in_a_list", "        return y.view(x.shape)",
-                            "        ctx.cache = {'rows': [y.clone()]}\n        return y.view(x.shape)")):
+                            "        ctx.cache = {'rows': [y.clone()]}\n        return y.view(x.shape)"),
+                           ("numpy_in_backward", "        return dx.view(x.shape), dw.to(weight.dtype), None",
+                            "        dy.detach().cpu().numpy()\n"
+                            "        return dx.view(x.shape), dw.to(weight.dtype), None")):
         nb = copy.deepcopy(solution)
         at = _index(nb, "class RMSNormFunction")
         source = "".join(nb["cells"][at]["source"])
@@ -285,6 +289,9 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
     assert "transposed" in found["strides_ignored.ipynb"].detail
     assert found["copy_in_a_list.ipynb"].status == batch.FAIL, found["copy_in_a_list.ipynb"]
     assert "keeps a (rows, hidden)" in found["copy_in_a_list.ipynb"].reason
+    # and the host reads of its backward (autograd runs a backward outside the TorchFunctionMode)
+    assert found["numpy_in_backward.ipynb"].status == batch.FAIL, found["numpy_in_backward.ipynb"]
+    assert "the backward read tensor data into Python/NumPy" in found["numpy_in_backward.ipynb"].reason
 
 
 IN_PLACE = {"pack_int4": "def pack_int4(lo, hi):\n    lo |= hi << 4\n    return lo\n",
@@ -420,3 +427,19 @@ def test_stores_into_the_cache_outside_the_new_row_are_seen_in_the_sandbox(tmp_p
     assert found["right.ipynb"].status == batch.PASS, found["right.ipynb"]
     assert found["rewrites.ipynb"].status == batch.FAIL, found["rewrites.ipynb"]
     assert "it must leave alone" in found["rewrites.ipynb"].reason
+
+
+def test_the_folder_the_grader_started_in_is_not_in_the_sandbox(monkeypatch):
+    """`python -m course_utils grade` started from a folder above the checkout puts that folder on sys.path;
+    mounted, it showed the sandbox the course's solutions (copied under another name, they passed as the
+    student's), the other submissions and earlier reports. Neither it nor any folder holding the course is."""
+    from course_utils.grading import sandbox
+
+    above = str(sandbox.ROOT.parent)
+    monkeypatch.chdir(above)
+    monkeypatch.setattr(sys, "path", [above, *sys.path])
+    mounted = sandbox._python_paths()
+    assert any(os.path.realpath(sys.prefix).startswith(p) for p in mounted), mounted  # Python itself: yes
+    for path in mounted:
+        assert not str(sandbox.ROOT).startswith(path + os.sep), path
+        assert path != os.path.realpath(above), path

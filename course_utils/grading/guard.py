@@ -468,12 +468,15 @@ _FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
 
 
 def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = (),
-                    threads: list[str] = ()) -> None:
+                    threads: list[str] = (), reads: list[str] = (), fills: int = 0) -> None:
     """Kernels launched elsewhere on this code's behalf (a sandbox running a student's backward for
     the batch grader's stand-in node): every active watch counts them as its own launches, each
-    (name, module) as a launch with no shapes, and the torch ops and threads that code ran as its own."""
+    (name, module) as a launch with no shapes, and the torch ops, threads, host reads and part-by-part
+    fills that code made as its own."""
     for watch in _watches:
         watch.threads += list(threads)
+        watch.host_reads += [r for r in dict.fromkeys(reads) if r not in watch.host_reads]
+        watch.host_fills += fills
         watch.launches += names
         watch.launched += [Launch(name, module, ()) for name, module in launched]
         watch.torch_ops += [op for op in dict.fromkeys(ops) if op not in watch.torch_ops]
@@ -879,16 +882,26 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
         undo_launch()
 
 
+def _graders_own(frame) -> bool:
+    """Is this the batch grader's own code (its channel sending a gradient's bytes to a sandbox)?"""
+    return os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == os.path.dirname(os.path.abspath(__file__))
+
+
 def _patch_serialization(watch: Watch, recorder: _RecordOps):
     """Pickling a tensor or a storage (pickle.dumps, torch.save, copy) hands its bytes to Python with no op
     the recorder sees: count it as a host read. Returns an undo function."""
     patched = [(torch.Tensor, "__reduce_ex__"), (torch.storage._StorageBase, "__reduce__"),
                (torch.storage.TypedStorage, "__reduce__")]
-    originals = [(cls, name, cls.__dict__.get(name)) for cls, name in patched]
+    # Autograd runs a Function's backward outside the TorchFunctionMode that sees x.numpy() in the call
+    # itself: there the methods are wrapped too.
+    patched += [(torch.Tensor, name) for name in sorted(HOST_READS)]
+    originals = [(cls, name, getattr(cls, name, None)) for cls, name in patched]
+    own = [(cls, name, cls.__dict__.get(name)) for cls, name in patched]  # None: inherited, put back by deleting
 
     def wrap(orig, name):
+        @functools.wraps(orig)  # its name too: a TorchFunctionMode is handed the method as it is now
         def reduce(self, *args, **kwargs):
-            if not recorder.paused:
+            if not recorder.paused and not _graders_own(sys._getframe(1)):
                 watch.host_reads.append(name)
             return orig(self, *args, **kwargs)
         return reduce
@@ -898,9 +911,11 @@ def _patch_serialization(watch: Watch, recorder: _RecordOps):
             setattr(cls, name, wrap(orig, name))
 
     def undo():
-        for cls, name, orig in originals:
-            if orig is not None:
-                setattr(cls, name, orig)
+        for cls, name, before in own:
+            if before is not None:
+                setattr(cls, name, before)
+            elif name in cls.__dict__:
+                delattr(cls, name)
 
     return undo
 

@@ -613,17 +613,25 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
             "your kernel " + "; ".join(watch.not_triton[:3]) + ": a @triton.jit body may call only Triton "
             "(tl.*, other @triton.jit functions); the interpreter runs anything as Python, but on a GPU this "
             "does not compile, and what it computes does not happen in the kernel", "host"))
+    return problems + _host_data_problems(watch)
+
+
+def _host_data_problems(watch, where: str = "") -> list[str]:
+    """Tensor data handed to Python or NumPy on the host, and values written into tensors part by part
+    from the host: the way around a kernel whose arithmetic happens in Python. `where`: "the backward "."""
+    problems = []
     if watch.host_fills:
         problems.append(Problem(
-            f"wrote values into tensors from the host, part by part ({watch.host_fills} x Tensor.fill_ of "
-            "part of a tensor with a value other than 0): the results must come from your kernel's stores "
+            f"{where}wrote values into tensors from the host, part by part ({watch.host_fills} x Tensor.fill_ "
+            "of part of a tensor with a value other than 0): the results must come from your kernel's stores "
             "(setting a whole tensor to a constant is fine)", "host"))
     reads = sorted(set(watch.host_reads))
     if reads:
         problems.append(Problem(
-            "read tensor data into Python/NumPy on the host (" + ", ".join(f"Tensor.{r}" for r in reads)
-            + "): let your Triton kernel read the tensor (tl.load) and do the arithmetic; a read on the host "
-            "also waits for the GPU and breaks CUDA-graph capture", "host"))
+            f"{where}read tensor data into Python/NumPy on the host ("
+            + ", ".join(f"Tensor.{r}" for r in reads) + "): let your Triton kernel read the tensor (tl.load) "
+            "and do the arithmetic; a read on the host also waits for the GPU and breaks CUDA-graph capture",
+            "host"))
     return problems
 
 
@@ -1069,6 +1077,7 @@ def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[An
         used += [f"solution:{refusal}"] if refusal else []
     if not getattr(ex, "host_arithmetic", True):
         used += [f"host:{op}" for op in host_arithmetic(watch)]
+        used += [f"data:{problem}" for problem in _host_data_problems(watch)]
     return result, used
 
 
@@ -1092,7 +1101,7 @@ def backward_problems(exercise_id: str, watch) -> list[str]:
         problems.append(Problem("the backward computed with torch operations outside your kernels ("
                                 + watch.describe_ops(ops) + "): dx and dw must come from your Triton kernels",
                                 "host"))
-    return problems
+    return problems + _host_data_problems(watch, "the backward ")
 
 
 def _aten_names(ops: list[str]) -> str:
@@ -1110,6 +1119,9 @@ def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) 
     threads = [u[7:] for u in used if u.startswith("thread:")]
     if threads:
         return [_thread_problem(threads)]
+    data = [u[5:] for u in used if u.startswith("data:")]
+    if data:
+        return [Problem(data[0], "host")]
     host = [u[5:] for u in used if u.startswith("host:")]
     if host:
         return [Problem(f"computed with torch operations on the host ({_aten_names(host[:4])}): the "

@@ -596,7 +596,9 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
                         if isinstance(pair, list) and len(pair) == 2]
             record_launches([str(name)[:80] for name in _list(msg.get("launches"))[:LAUNCHES_MAX]], launched,
                             [str(op)[:80] for op in _list(msg.get("ops"))[:OPS_MAX]],
-                            [str(site)[:300] for site in _list(msg.get("threads", []))[:1]])
+                            [str(site)[:300] for site in _list(msg.get("threads", []))[:1]],
+                            [str(r)[:40] for r in _list(msg.get("reads", []))[:OPS_MAX]],
+                            min(int(msg.get("fills", 0)) if isinstance(msg.get("fills", 0), int) else 1, 1 << 30))
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
@@ -643,7 +645,8 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 changed += integrity.restore() if integrity is not None else []
                 reply = {"op": "grads", "grads": grads, "launches": watch.launches[:LAUNCHES_MAX],
                          "launched": [[la.name, la.module] for la in watch.launched[:LAUNCHES_MAX]],
-                         "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX], "threads": watch.threads[:1]}
+                         "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX], "threads": watch.threads[:1],
+                         "reads": list(dict.fromkeys(watch.host_reads))[:OPS_MAX], "fills": watch.host_fills}
                 chan.send(_tampered(changed) if changed else reply, grads_enc.blobs())
                 continue
             if op == "signature":
