@@ -120,10 +120,16 @@ def _python_paths() -> list[str]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              str(Path(os.path.realpath(sys.executable)).parent.parent)}
     paths.update(p for p in sys.path if p and os.path.isdir(p))
+    # The folder the grader was started from is on sys.path (`python -m`), and may hold the course, the
+    # submissions or earlier reports: never mounted, nor any folder that holds the course.
+    started_in = os.path.realpath(os.getcwd())
+    paths.discard(os.getcwd())
     keep = []
     for p in sorted(paths, key=len):
         real = os.path.realpath(p)
         if real in ("/", "/usr") or real.startswith("/usr/") or not os.path.isdir(real):
+            continue
+        if real == started_in or os.path.realpath(ROOT).startswith(real + os.sep):
             continue
         inside_course = real == str(ROOT) or real.startswith(str(ROOT) + os.sep)
         if inside_course and not real.startswith(os.path.realpath(sys.prefix)):
