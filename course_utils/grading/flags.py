@@ -86,16 +86,38 @@ def _is_jit(decorator: ast.AST) -> bool:
     return _dotted(target).split(".")[-1] in ("jit", "autotune", "heuristics")
 
 
+# IPython's transformer reads the whole cell again for each line it rewrites: a cell of many such lines
+# and many others took minutes (120 x 30,000 lines: 68 s) in the grader's own process, before any sandbox
+# or timeout. Past this many (rewritten lines x lines) the cell is not rewritten, and is flagged instead.
+MAX_REWRITE_WORK = 200_000
+
+
+def _ipython_lines(source: str) -> int:
+    """How many lines IPython may rewrite: magics, shell escapes (`!ls`, `x = !ls`), help (`name?`)."""
+    return sum(1 for line in source.splitlines() if "%" in line or "!" in line or line.rstrip().endswith("?"))
+
+
+def _too_big_to_rewrite(source: str) -> bool:
+    return _ipython_lines(source) * (source.count("\n") + 1) > MAX_REWRITE_WORK
+
+
 def _python(source: str) -> str:
     """A cell's source as IPython runs it: magics, shell escapes and `name?` turned into the Python calls
     they are (`get_ipython().run_line_magic('time', 'import gc')`), so that the scan reads what runs.
-    Without IPython (not installed here), those lines are left out, as blank lines."""
+    Without IPython (not installed here), or for a cell too big to rewrite, those lines are left out, as
+    blank lines."""
+    if _too_big_to_rewrite(source):
+        return _without_ipython_lines(source)
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
         return TransformerManager().transform_cell(source)
     except Exception:  # no IPython here, or a cell its transformer cannot read (nor then run)
-        return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+        return _without_ipython_lines(source)
+
+
+def _without_ipython_lines(source: str) -> str:
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
 
 
 # What IPython's transformer turns magics and shell lines into: get_ipython().<one of these>(...).
@@ -294,6 +316,8 @@ def scan(sources: Iterable[str], course_cells: set[str] = frozenset()) -> list[s
     for number, source in enumerate(sources, 1):
         if source.strip() in course_cells:
             continue
+        if _too_big_to_rewrite(source):
+            where.setdefault("a cell too big to scan as IPython runs it (read it yourself)", []).append(number)
         try:
             with _PARSING:
                 tree = ast.parse(_python(source))
