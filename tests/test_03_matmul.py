@@ -556,3 +556,12 @@ def test_grouped_pid_returning_a_tensor_or_floats_is_refused():
     failure("03.grouped_pid", lambda pid, m, n, g: torch.tensor(grouped_pid(pid, m, n, g)), "a tensor is not a tuple")
     failure("03.grouped_pid", lambda pid, m, n, g: tuple(float(v) for v in grouped_pid(pid, m, n, g)),
             "floats come from /, use //")
+
+
+def test_matmul_counting_tiles_with_floor_plus_one_fails_on_whole_tiles():
+    """M // BLOCK_M + 1 tiles per axis is cdiv(M, BLOCK_M) except where M is a multiple of the tile: there
+    the grouped order maps programs to a tile row that does not exist and skips real ones."""
+    wrong = mutant("l03_matmul", "matmul",
+                   ("grouped_tile(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)",
+                    "grouped_tile(pid, M // BLOCK_M + 1, N // BLOCK_N + 1, GROUP_M)"))
+    failure("03.matmul", wrong, "multiples of every tile size", "were never written")

@@ -727,3 +727,10 @@ def test_an_fp16_accumulator_fails_on_the_cancelling_sums(name):
     whose gate sums climb to 32 and cancel catches it."""
     wrong = mutant("l06_fused_rmsnorm_mlp", name, *_FP16_ACC[name])
     failure(f"06.{name}", wrong, "the running sums reach 64 and cancel", "accumulate in fp32")
+
+
+def test_rmsnorm_with_a_fixed_block_of_128_columns_fails():
+    """A block of 128 columns whatever the hidden size: the columns past it are never written."""
+    wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm",
+                   ("BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps", "BLOCK_N=128, num_warps=num_warps"))
+    failure("06.rmsnorm", wrong, "were never written")

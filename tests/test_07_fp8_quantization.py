@@ -14,7 +14,7 @@ from course_utils import fp8
 from course_utils.grading import CheckFailed, check
 from course_utils.lessons import l07_fp8_quantization as l07
 from course_utils.mode import current
-from helpers import interpreter_only
+from helpers import failure, interpreter_only, mutant
 
 # The fix concerns the interpreter; its tests cast CPU tensors in kernels. On a GPU they are skipped,
 # and so are answers that may read out of bounds (that can break the CUDA context for later tests).
@@ -280,10 +280,11 @@ def _quantize_variants(x_ptr, out_ptr, scale_ptr, n_cols, stride_xr, stride_xc, 
         amax = tl.where(amax > 0, amax, QMAX)
     inv = QMAX / amax
     scale = amax / QMAX
+    q = x / amax * QMAX  # no clamp: Triton's cast saturates anyway
     if not SCALE:  # cast x as it is, no scaling, no clamp
         inv = 1.0
         scale = 1.0
-    q = x * inv  # no clamp: Triton's cast saturates anyway
+        q = x
     tl.store(out_ptr + row * stride_or + cols, q.to(out_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + row, inv if STORE_INVERSE else scale)
 
@@ -316,7 +317,7 @@ def _quantize_contiguous_only(x_ptr, out_ptr, scale_ptr, n_cols, stride_xr, stri
     mask = cols < n_cols
     x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)  # assumes contiguous rows
     amax = tl.where(tl.max(tl.abs(x), axis=0) > 0, tl.max(tl.abs(x), axis=0), 448.0)
-    tl.store(out_ptr + row * stride_or + cols, (x * (448.0 / amax)).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + row * stride_or + cols, (x / amax * 448.0).to(out_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + row, amax / 448.0)
 
 
@@ -752,3 +753,11 @@ def test_the_sandbox_spec_carries_the_forbidden_calls():
     assert spec.forbidden_calls == ex.forbidden_calls
     assert "course_utils.fp8_interpreter:decode" in spec.forbidden_calls
     assert torch.float8_e4m3fnuz in spec.forbidden_dtypes
+
+
+def test_quantize_multiplying_by_448_over_amax_fails_on_rows_of_tiny_values():
+    """x * (448 / amax): 448 / amax is inf in fp32 for amax below 1.3e-36, every code +-448 and 0 * inf NaN."""
+    wrong = mutant("l07_fp8_quantization", "quantize_rowwise",
+                   ("        inv = 1.0 / safe\n        q = tl.minimum(tl.maximum(x * inv * FP8_MAX, -FP8_MAX), FP8_MAX)",
+                    "        q = x * (FP8_MAX / safe)"))
+    failure("07.quantize_rowwise", wrong, "values around 1e-37: 448 / amax overflows fp32")

@@ -566,6 +566,20 @@ def test_ipython_syntax_hides_nothing_from_the_scan(source, flag):
     assert any(found.startswith(flag) for found in flags.scan([source])), flags.scan([source])
 
 
+def test_a_cell_too_big_to_rewrite_is_flagged_not_scanned_for_minutes():
+    """IPython reads a cell again for every magic or shell line it rewrites: 120 of them among 30,000 other
+    lines kept the grader's own process (no sandbox, no timeout yet) busy for 68 s; a few such cells,
+    hours. Such a cell is scanned without the rewrite, at once, and flagged for the instructor."""
+    from course_utils.grading import flags
+
+    cell = "x = !true\n" * 120 + "a = 1\n" * 30_000 + "import gc"
+    start = time.monotonic()
+    found = flags.scan([cell, "%time import ctypes"])
+    assert time.monotonic() - start < 5
+    assert "a cell too big to scan as IPython runs it (read it yourself) (cell 1)" in found, found
+    assert any(f.startswith("ctypes") for f in found), found  # the other cells as IPython runs them
+
+
 @pytest.mark.parametrize("name", sorted(SIDE_DOORS))
 def test_host_computation_through_side_doors_gets_no_credit(graded, name):
     flag, _ = SIDE_DOORS[name]

@@ -233,6 +233,10 @@ def _matmul_cases(gen, *, naive: bool = False):
         M, N, K = s["long K"]
         yield _mm_case(f"a long K = {K}: many steps of the K loop, M, N = {M}, {N}",
                        randn((M, K), gen=gen), randn((K, N), gen=gen))
+        M, N, K = size((1024, 512, 96), (256, 128, 40))
+        yield _mm_case(f"M, N = {M}, {N}: multiples of every tile size, no partial tile (tiles per axis: "
+                       f"cdiv(M, BLOCK_M), not M // BLOCK_M + 1), K = {K}", randn((M, K), torch.float16, gen),
+                       randn((K, N), torch.float16, gen))
         M, N, K = s["tall"]
         yield _mm_case(f"M = {M}: a partial last group of tile rows, N, K = {N}, {K}",
                        randn((M, K), torch.float16, gen), randn((K, N), torch.float16, gen), "transposed")

@@ -129,6 +129,9 @@ def _rmsnorm_cases(gen):
         ]
         if current().gpu:
             inputs.append(("64 rows x hidden 4096, Llama-7B's width", randn((64, 4096), dtype, gen), 1e-6))
+        else:
+            inputs.append(("4 rows x hidden 1000: wider than a fixed block of 128 or 512; size the block from "
+                           "the hidden size (triton.next_power_of_2)", randn((4, 1000), dtype, gen), 1e-6))
         if fp16:
             inputs.append(("values ~300 in fp16: x * x overflows fp16 (largest finite 65504), so square and "
                            "sum in fp32", randn((rows, hidden), dtype, gen, scale=300.0), 1e-6))

@@ -165,6 +165,8 @@ def _quantize_cases(gen):
     yield _quantize_case(f"{rows} x 300, values up to 1e6, far beyond 448",
                          randn((rows, 300), gen=gen, scale=2e5))
     yield _quantize_case(f"{rows} x 300, values around 1e-6", randn((rows, 300), gen=gen, scale=1e-6))
+    yield _quantize_case("5 x 300, values around 1e-37: 448 / amax overflows fp32 to inf (and 0 * inf is NaN); "
+                         "x / amax first, then times 448", randn((5, 300), gen=gen, scale=1e-37))
     yield _quantize_case(f"{rows} x 300 transposed: strides (1, {rows})", transposed((rows, 300), gen=gen))
     wide = size(20000, 5000)
     yield _quantize_case(f"3 x {wide}: a long row", randn((3, wide), gen=gen))
@@ -341,7 +343,7 @@ register(Exercise(
                 lambda args: Cost(3.0 * SPEED_ROWS * SPEED_COLS, 3 * SPEED_ROWS * SPEED_COLS + 4 * SPEED_ROWS),
                 f"{SOLUTIONS}:quantize_rowwise", f"{SPEED_ROWS} x {SPEED_COLS}, bf16 -> e4m3"),
     hint={"wrong": "per row: amax = max |x| in fp32; scale_out = amax / 448 (not amax / 127, not 448 / amax); "
-                   "out = clamp(x * (448 / amax), -448, 448) cast to e4m3; address x with both of its strides",
+                   "out = clamp(x / amax * 448, -448, 448) cast to e4m3; address x with both of its strides",
           "nan": "an all-zero row has amax 0: give it scale 1 (tl.where(amax > 0, amax, 448)), so that out = 0 "
                  "and no 0/0; masked lanes load with other=0.0 (a NaN lane would become the row's amax)",
           "unwritten": "one program per row; a row longer than your block needs a loop over its blocks (one "
