@@ -13,7 +13,7 @@ import triton.language as tl
 from course_utils.benches import l04_fusion as bench04
 from course_utils.grading import check
 from course_utils.lessons.l04_fusion import bytes_moved, silu_mul, silu_mul_ref, sin4, sin4_kernel, sin4_ref
-from helpers import failure, interpreter_only
+from helpers import failure, interpreter_only, mutant
 
 # On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
 # test with it: missing-mask answers are tested in the interpreter, which checks each address first.
@@ -355,3 +355,14 @@ def test_bytes_moved_as_a_numpy_integer_is_told_to_return_an_int():
 
     failure("04.bytes_moved", lambda n, b, ops, fused: np.int64(2 * n * b if fused else 2 * ops * n * b),
             "expected the int", "return a Python int")
+
+
+def test_sin4_rounding_each_sin_to_fp16_fails():
+    """Each sin stored back in x's dtype: four roundings where computing in fp32 rounds once, at the store."""
+    wrong = mutant("l04_fusion", "sin4", ("    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)",
+                                          "    x = tl.load(x_ptr + offsets, mask=mask)"),
+                   ("    y = tl.sin(tl.sin(tl.sin(tl.sin(x))))",
+                    "    y = x\n"
+                    "    for _ in tl.static_range(4):\n"
+                    "        y = tl.sin(y.to(tl.float32)).to(x.dtype)"))
+    failure("04.sin4", wrong, "float16 in and out (compute in fp32)", "differ beyond")
