@@ -376,10 +376,10 @@ def _softmax_explain(outs: dict, case: Case) -> str:
             if torch.allclose(got, torch.softmax(padded, dim=1)[:, :n], atol=atol, rtol=rtol):
                 return (f"that is the softmax of each row padded with zeros to a block of {block}: the masked "
                         "lanes were loaded as 0 and count in the max and the sum; load them with other=-inf")
-    sums = got.sum(dim=1)
-    if x.dtype != torch.float32 and torch.allclose(sums, torch.ones_like(sums), atol=0.05):
+    sums, dtype = got.sum(dim=1), case.args[0].dtype  # x is its float64 copy
+    if dtype in (torch.float16, torch.bfloat16) and torch.allclose(sums, torch.ones_like(sums), atol=0.05):
         return ("the rows are nearly right but each value is off by more than one rounding of "
-                f"{str(case.args[0].dtype)[6:]}: that is {str(case.args[0].dtype)[6:]} arithmetic; "
+                f"{str(dtype)[6:]}: that is {str(dtype)[6:]} arithmetic; "
                 "convert with .to(tl.float32) right after the load and round once, at the store")
     return ""
 

@@ -925,7 +925,9 @@ def judge_kernel_case(ex: Exercise, case: Case, prepared: Prepared, facts: CallF
                          "allocates the output, passes it in, and reads it after the call (the return value "
                          "is ignored)")
         problems += found
-    if problems and case.explain is not None and any(kind_of(p) in ("wrong", "nan") for p in problems):
+    # What wrong values match, unless some were never written: their poison (NaN) explains nothing
+    kinds = {kind_of(p) for p in problems}
+    if case.explain is not None and kinds & {"wrong", "nan"} and "unwritten" not in kinds:
         why = case.explain(outs, case)
         if why:
             problems.append(Problem(why, "wrong"))
