@@ -3,6 +3,7 @@ fail with messages that point at them, and the maths (merging statistics, KV-cac
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -125,6 +126,34 @@ def test_stats_without_rescaling_fails():
         return m, d
 
     failure("05.online_softmax_stats", no_rescale, "forgetting to rescale")
+
+
+def _stats_over(blocks):
+    m, d = NEG_INF, 0.0
+    for b in blocks:
+        m_b = float(b.max())
+        d_b = float(torch.exp(b.double() - m_b).sum()) if m_b > NEG_INF else 0.0
+        m, d = merge_stats(m, d, m_b, d_b)
+    return m, d
+
+
+def test_stats_skipping_the_partial_last_block_says_how_much_was_read():
+    def whole_blocks_only(x, block):
+        n = x.numel()
+        return _stats_over(x[s:s + block] for s in range(0, n - block + 1, block))
+
+    failure("05.online_softmax_stats", whole_blocks_only, "your loop read 0 of x's 1 elements",
+            "range(0, n, block)")
+
+
+def test_stats_of_float64_rounded_to_float32_print_every_digit():
+    def in_float32(x, block):
+        return _stats_over(b.float() for b in _blocks(x, block))
+
+    err = failure("05.online_softmax_stats", in_float32, "float64", "rounded to a narrower type")
+    m_line = next(line for line in str(err).splitlines() if "max = " in line)
+    got, want = re.findall(r"max = (\S+), expected (\S+):", m_line)[0]
+    assert got != want, m_line
 
 
 def test_stats_without_max_subtraction_fails():

@@ -66,7 +66,11 @@ def _pair_problems(result, want_m: float, want_d: float, rtol: float, m_text: st
     m, d = pair
     problems = []
     if not _close(m, want_m, 0.0):
-        problems.append(m_text.format(m=m, want=want_m))
+        text = m_text.format(m=m, want=want_m)
+        if m_text.format(m=m, want=m) == m_text.format(m=want_m, want=want_m):  # they print alike: all digits
+            text = m_text.replace(":g}", "!r}").format(m=m, want=want_m) + (
+                ": the max is one of x's values, exactly; is it rounded to a narrower type on the way?")
+        problems.append(text)
     if not _close(d, want_d, rtol):
         problems.append(f"{d_name} = {d:.10g}, expected {want_d:.10g}" + explain(m, d))
     return problems
@@ -303,6 +307,13 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
 
     def verify(result, case) -> list[str]:
         x = case.args[0]
+        seen = torch.zeros(n, dtype=torch.bool)
+        for _, start, count in x._reads:
+            seen[start:start + count] = True
+        if not bool(seen.all()):
+            first = int((~seen).nonzero()[0])
+            return [(f"your loop read {int(seen.sum())} of x's {n} elements (none from x[{first}] on, "
+                     f"block = {block}): visit every block, the partial last one too: range(0, n, block)")]
         for op, start, count in x._reads:
             if count > block:
                 return [(f"`{op}` read {count} elements of x at once (block = {block}): compute the "
