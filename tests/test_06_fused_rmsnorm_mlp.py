@@ -734,3 +734,10 @@ def test_rmsnorm_with_a_fixed_block_of_128_columns_fails():
     wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm",
                    ("BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps", "BLOCK_N=128, num_warps=num_warps"))
     failure("06.rmsnorm", wrong, "were never written")
+
+
+def test_rmsnorm_mlp_statistics_over_the_first_block_of_hidden_only_fail():
+    """The epilogue's sum of squares over one block of hidden: right wherever hidden fits one block."""
+    wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp",
+                   ("        for k0 in range(0, K, BLOCK_K):", "        for k0 in range(0, BLOCK_K, BLOCK_K):"))
+    failure("06.rmsnorm_mlp", wrong, "not over the first block of hidden")

@@ -284,6 +284,8 @@ def _mlp_cases(gen):
              "scales gate and up before the silu",
              randn((16, 48), dtype, gen), 1e-6, 136),
             ("one row (M = 1)", randn((1, 48), dtype, gen), 1e-6, 136),
+            ("16 rows, hidden 200: several K steps, and the sum of squares over all of them (not over the "
+             "first block of hidden)", randn((16, 200), dtype, gen), 1e-6, 136),
             (f"{rows} rows, hidden {hidden}, intermediate {inter}: no size is a multiple of a block, mask "
              "the K loop (and the statistics) and the edges", randn((rows, hidden), dtype, gen), 1e-6, inter),
             ("inputs ~0.03 with eps = 1e-3, as large as mean(x**2): rsqrt(mean(x**2) + eps), eps inside "
