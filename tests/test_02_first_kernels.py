@@ -668,3 +668,14 @@ def test_copy_2d_with_wider_tiles_copies_every_element(monkeypatch):
     out = torch.full((5, 300), float("nan"), device=current().device)
     l02.copy_2d(x, out)
     assert torch.equal(out, x)
+
+
+@pytest.mark.skipif(INTERPRET, reason="a GPU's grid limit: the interpreter has none")
+def test_copy_2d_with_tiles_of_32_along_a_very_long_row_fails_on_a_gpu():
+    """2^21 + 3 columns in tiles of 32 are 65537 programs along axis 1, where a GPU launches at most 65535."""
+    def fixed_tiles(x, out):
+        M, N = x.shape
+        copy_2d_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](
+            x, out, M, N, x.stride(0), x.stride(1), out.stride(0), out.stride(1), BLOCK_M=32, BLOCK_N=32)
+
+    failure("02.copy_2d", fixed_tiles, "one row of 2^21 + 3")

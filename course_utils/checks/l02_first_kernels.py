@@ -6,7 +6,7 @@ import torch
 from ..grading import Case, Exercise, Out, register
 from ..grading.harness import Speed
 from ..grading.inputs import f64, randn, sliced, tolerance, transposed
-from ..mode import size
+from ..mode import current, size
 from ..roofline import add_cost, elementwise_cost, relu_cost
 
 # A grid capped at the SM count (132 on an H100) without a loop over the remaining blocks stops short
@@ -53,6 +53,9 @@ def _copy_cases(gen):
         ("130 x 259: more than one tile of 128 in each dimension (a 2-D grid over rows and columns)",
          randn((130, 259), gen=gen)),
     ]
+    if current().gpu:  # the interpreter has no such limit, and runs these programs one by one (a minute)
+        inputs.append(("one row of 2^21 + 3: more tiles of 32 along it than a grid's axis 1 holds (65535); "
+                       "wider tiles where there are that many", randn((1, (1 << 21) + 3), gen=gen)))
     for label, x in inputs:
         yield Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": f64(x)})
 
