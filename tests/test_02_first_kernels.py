@@ -511,9 +511,12 @@ def test_add_with_a_grid_capped_at_the_sm_count_misses_the_rest():
         n = out.numel()
         add_kernel[(min(triton.cdiv(n, BLOCK), 132),)](x, y, out, n, BLOCK=BLOCK)  # no loop over the rest
 
-    err = failure("02.vector_add", capped, "than a grid capped at the SM count covers",
-                  "elements were never written", "hint: the grid must cover all n elements")
-    assert "case 7/7" in str(err)
+    if INTERPRET:  # the CPU's cases are small: only the last one is longer than 132 blocks of 1024
+        err = failure("02.vector_add", capped, "than a grid capped at the SM count covers",
+                      "elements were never written", "hint: the grid must cover all n elements")
+        assert "case 7/7" in str(err)
+    else:
+        failure("02.vector_add", capped, "elements were never written", "hint: the grid must cover all n elements")
 
 
 def test_the_courses_own_solution_is_refused(refuse_course_solutions):

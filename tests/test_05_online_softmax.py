@@ -489,6 +489,7 @@ def test_attention_of_many_heads_fits_a_gpu_grid(monkeypatch):
     from course_utils.lessons import l05_online_softmax as l05
 
     launches = recorded_launches(monkeypatch, l05, "attention_kernel")
+    monkeypatch.setattr(l05, "stages_that_fit", lambda stages, *args, **kwargs: stages)  # no GPU to ask: meta
     for shape, causal in [((2, 40000, 1, 16), False), ((1, 70000, 300, 64), True)]:
         q = torch.empty(shape, device="meta")
         l05.attention(q, q, q, torch.empty(shape, device="meta"), causal, BLOCK_M=64, BLOCK_N=32)

@@ -8,6 +8,7 @@ import triton
 import triton.language as tl
 
 from course_utils.grading import CheckFailed, check
+from course_utils.mode import current
 from course_utils.lessons import l06_fused_rmsnorm_mlp as l06
 from course_utils.lessons.l03_matmul import grouped_tile, matmul
 from course_utils.llama import mlp_block, toy_config, toy_llama
@@ -740,4 +741,5 @@ def test_rmsnorm_mlp_statistics_over_the_first_block_of_hidden_only_fail():
     """The epilogue's sum of squares over one block of hidden: right wherever hidden fits one block."""
     wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp",
                    ("        for k0 in range(0, K, BLOCK_K):", "        for k0 in range(0, BLOCK_K, BLOCK_K):"))
-    failure("06.rmsnorm_mlp", wrong, "not over the first block of hidden")
+    # On a GPU an fp32 K step is 32 columns, and the first case (hidden 48) already takes two
+    failure("06.rmsnorm_mlp", wrong, "not over the first block of hidden" if current().interpret else "differ beyond")

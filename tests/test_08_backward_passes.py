@@ -262,7 +262,7 @@ def test_silu_mul_function_writes_in_place_only_when_eager(monkeypatch, compilin
 def _forward_kernel(x, weight, eps):
     """The given forward kernel on x's rows: (rows (rows, hidden) view of x, y, rstd (rows,) fp32)."""
     rows = x.reshape(-1, x.shape[-1])
-    y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0])
+    y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0], device=x.device)
     l08.rmsnorm_forward(rows, weight, eps, y, rstd)
     return rows, y, rstd
 
