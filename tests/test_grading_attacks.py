@@ -539,6 +539,11 @@ captured, g["Channel"].send = [], _spy
     ("names = vars(check)", "object internals"),
     ("import operator\ng = operator.attrgetter('__' + 'globals__')(check)", "computed attribute names"),
     ("from operator import attrgetter\ng = attrgetter('__globals__')(check)", "object internals"),
+    # the channel in check's closure through inspect reached as another module's attribute
+    ("import triton\nchan = triton.runtime.jit.inspect.getclosurevars(check).nonlocals", "inspect (frames)"),
+    ("from triton.runtime.jit import inspect", "inspect (frames)"),
+    ("from torch.utils.dlpack import to_dlpack", "DLPack (tensor memory to NumPy)"),
+    ("kernel.add_pre_run_hook(compute_on_the_host)", "kernel hooks"),
 ])
 def test_reaching_the_grader_without_naming_it_is_flagged(source, flag):
     """The grader's channel (and with it a made-up answer to every check, 3/3 on the unsolved notebook) is
@@ -1277,3 +1282,49 @@ def test_host_code_that_triton_calls_inside_a_launch_is_watched(where):
 
     with pytest.raises(CheckFailed, match=r"torch.relu / F.relu \(aten.relu\)"):
         check("02.relu", relu, seed=1, quiet=True)
+
+
+@triton.jit
+def _store_answer_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(out_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def test_a_kernels_pre_run_hook_is_host_code_around_its_launch():
+    """Triton calls a kernel's pre-run hooks inside the launch, where recording is paused: one computed
+    relu with torch into out, and the kernel only stored out back (a hook of an autotuner is refused alike)."""
+    from course_utils.grading import CheckFailed, check
+
+    def relu(x, out):
+        kernel = copy.copy(_store_answer_kernel)
+        kernel.pre_run_hooks = [lambda out_ptr, n, **meta: out.view(-1).copy_(torch.relu(x.reshape(-1)))]
+        kernel[(1,)](out, out.numel(), BLOCK=triton.next_power_of_2(out.numel()))
+
+    with pytest.raises(CheckFailed, match="a pre_run_hook of `_store_answer_kernel`"):
+        check("02.relu", relu, seed=1, quiet=True)
+
+
+def test_a_watch_sees_only_its_own_threads_work():
+    """A batch grader judges submissions in threads: what another thread's code reports or reads (a
+    sandbox's backward, a tensor's values) is not this watch's, or one student's torch backward failed
+    another's honest one."""
+    import threading
+
+    from course_utils.grading.guard import record_launches, watching
+
+    ready, done = threading.Event(), threading.Event()
+
+    def other():
+        ready.wait()
+        with watching():
+            record_launches(["k"], ops=["mul"], reads=["numpy"], fills=3)
+        torch.ones(3).numpy()
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with watching() as mine:
+        ready.set()
+        done.wait(30)
+    thread.join()
+    assert (mine.launches, mine.torch_ops, mine.host_reads, mine.host_fills) == ([], [], [], 0)

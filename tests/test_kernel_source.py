@@ -334,3 +334,33 @@ def test_the_rule_holds_when_the_notebook_turns_triton_interpret_off(value, monk
 
     with pytest.raises(CheckFailed, match=r"uses `_softmax_on_the_host`, which is not Triton"):
         check("05.softmax", softmax, seed=1, quiet=True)
+
+
+@triton.jit
+def _identity(x):
+    return x
+
+
+@triton.jit
+def _via_helper_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
+    x = _load_row(x_ptr, n, sxm, sxn, BLOCK)
+    _store_row(out_ptr, _identity(x), n, som, son, BLOCK)
+
+
+def test_a_name_rebound_by_the_grid_callable_is_judged_as_the_body_uses_it():
+    """The kernel calls a @triton.jit helper when the launch is judged; its grid callable, which Triton calls
+    later, inside the launch, rebinds the helper's global name to a host softmax. The names are judged
+    again when the first program starts."""
+    def softmax(x, out):
+        def grid(meta):
+            globals()["_identity"] = _softmax_on_the_host
+            return (x.shape[0],)
+        try:
+            _via_helper_kernel[grid](x, out, x.shape[1], *x.stride(), *out.stride(),
+                                     BLOCK=triton.next_power_of_2(x.shape[1]))
+        finally:
+            globals()["_identity"] = honest
+
+    honest = _identity
+    with pytest.raises(CheckFailed, match=r"uses `_identity`, which is not Triton"):
+        check("05.softmax", softmax, seed=1, quiet=True)

@@ -23,6 +23,7 @@ import linecache
 import os
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -170,6 +171,9 @@ class Watch:
     # Host functions an autotuned kernel runs around its launches ("pre_hook of `k`"): host code the
     # op recorder does not watch (it pauses inside launches).
     hooks: list[str] = field(default_factory=list)
+    # The thread that watches: a batch grader judges several submissions at once, one per thread, and what
+    # one thread's code does is none of another's watch.
+    thread: int = field(default_factory=threading.get_ident)
     # Storages of the call's input tensors (watching(inputs=...)): Launch.inputs tells a kernel's
     # arguments apart by them.
     input_storages: set = field(default_factory=set)
@@ -464,6 +468,7 @@ class Tracker:
 
 _trackers: list[Tracker] = []  # the active tracker (at most one: the call being checked)
 _watches: list[Watch] = []  # the active watches, innermost last
+_launching: list[list] = []  # [kernel, judged] of each launch in progress, innermost last
 _FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
 
 
@@ -474,6 +479,8 @@ def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops:
     (name, module) as a launch with no shapes, and the torch ops, threads, host reads and part-by-part
     fills that code made as its own."""
     for watch in _watches:
+        if watch.thread != threading.get_ident():
+            continue
         watch.threads += list(threads)
         watch.host_reads += [r for r in dict.fromkeys(reads) if r not in watch.host_reads]
         watch.host_fills += fills
@@ -674,7 +681,25 @@ def _patch_interpreter():
         for name in ("__repr__", "__str__"):
             scope.set_attr(tensor, name, _hidden_block)
 
+    orig_grid_idx = builder_cls.set_grid_idx
+
+    def set_grid_idx(self, *args, **kwargs):
+        """The first program of a launch is about to run: what its grid callable and pre-run hooks did
+        (host code, inside the launch) is done, so the kernel's names are judged as the body will use them."""
+        if _watches and _launching and not _launching[-1][1]:
+            _launching[-1][1] = True
+            changed = interpreter_changes()
+            if changed:
+                raise NotTriton(f"the code around this launch replaced what the interpreter computes with "
+                                f"({', '.join(changed[:4])}): a kernel's result must come from Triton's own "
+                                "operations")
+            watch = _watches[-1]
+            found = kernel_source.problems(_launching[-1][0])
+            watch.not_triton += [p for p in found if p not in watch.not_triton]
+        return orig_grid_idx(self, *args, **kwargs)
+
     builder_cls.create_masked_store, builder_cls.create_masked_load = store, load
+    builder_cls.set_grid_idx = set_grid_idx
     builder_cls.create_atomic_rmw = atomic(orig_rmw, "tl.atomic_rmw", lambda a: a[3] if len(a) > 3 else None)
     builder_cls.create_atomic_cas = atomic(orig_cas, "tl.atomic_cas", lambda a: None)
     executor_cls.__call__ = call
@@ -686,6 +711,7 @@ def _patch_interpreter():
     def undo():
         builder_cls.create_masked_store, builder_cls.create_masked_load = orig_store, orig_load
         builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas = orig_rmw, orig_cas
+        builder_cls.set_grid_idx = orig_grid_idx
         executor_cls.__call__ = orig_call
         if orig_print is not None:
             builder_cls.create_print = orig_print
@@ -797,9 +823,17 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
 
     def wrap(cls, orig):
         def run(self, *args, **kwargs):
+            if threading.get_ident() != watch.thread:
+                return orig(self, *args, **kwargs)
             counts = not (in_tuner and in_tuner[-1]) and not kwargs.get("warmup", False)
             if "grid" in kwargs:
                 kwargs["grid"] = unpaused(kwargs["grid"])
+            jit = kernel_source._jit_function(self)
+            hooks = list(getattr(jit, "pre_run_hooks", None) or ())
+            if hooks and counts:
+                watch.hooks.append(f"a pre_run_hook of `{_kernel_name(self)}`")
+            if hooks:
+                jit.pre_run_hooks[:] = [unpaused(hook) for hook in hooks]
             pruners = {}
             if isinstance(self, Autotuner):
                 watch.hooks += _user_hooks(self)
@@ -813,10 +847,14 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
                     found = kernel_source.problems(self) + kernel_source.argument_problems(self, args, kwargs)
                     watch.not_triton += [p for p in found if p not in watch.not_triton]
             in_tuner.append(isinstance(self, Autotuner))
+            _launching.append([self, False])
             recorder.paused += 1
             try:
                 return orig(self, *args, **kwargs)
             finally:
+                _launching.pop()
+                if hooks:
+                    jit.pre_run_hooks[:] = hooks
                 for name, fn in pruners.items():
                     setattr(self, name, fn)
                 in_tuner.pop()
@@ -895,13 +933,15 @@ def _patch_serialization(watch: Watch, recorder: _RecordOps):
     # Autograd runs a Function's backward outside the TorchFunctionMode that sees x.numpy() in the call
     # itself: there the methods are wrapped too.
     patched += [(torch.Tensor, name) for name in sorted(HOST_READS)]
+    # and the module functions that hand a tensor's memory to NumPy (np.from_dlpack of their capsule)
+    patched += [(module, "to_dlpack") for module in (torch.utils.dlpack, torch) if hasattr(module, "to_dlpack")]
     originals = [(cls, name, getattr(cls, name, None)) for cls, name in patched]
     own = [(cls, name, cls.__dict__.get(name)) for cls, name in patched]  # None: inherited, put back by deleting
 
     def wrap(orig, name):
         @functools.wraps(orig)  # its name too: a TorchFunctionMode is handed the method as it is now
         def reduce(self, *args, **kwargs):
-            if not recorder.paused and not _graders_own(sys._getframe(1)):
+            if not recorder.paused and threading.get_ident() == watch.thread and not _graders_own(sys._getframe(1)):
                 watch.host_reads.append(name)
             return orig(self, *args, **kwargs)
         return reduce
@@ -925,14 +965,14 @@ def _patch_thread_starts(watch: Watch):
     pool made during the call, _thread); returns an undo function. (A pool made before the call, whose
     threads already run, is not seen here: the grader's code scan flags threads.)"""
     import _thread
-    import threading
 
     saved = [(threading, "_start_new_thread"), (_thread, "start_new_thread")]
     originals = [getattr(module, name) for module, name in saved]
 
     def wrap(orig):
         def start(*args, **kwargs):
-            watch.threads.append(student_site(2) or "a thread")
+            if threading.get_ident() == watch.thread:
+                watch.threads.append(student_site(2) or "a thread")
             return orig(*args, **kwargs)
 
         return start
