@@ -50,7 +50,16 @@ FRAME_ATTRS = {"_getframe": "frames", "f_locals": "frames", "f_back": "frames", 
                "tb_frame": "frames", "gi_frame": "frames", "cr_frame": "frames", "settrace": "frames",
                "setprofile": "frames", "_current_frames": "frames", "get_objects": "gc",
                "get_referrers": "gc", "get_referents": "gc", "__closure__": "frames",
-               "cell_contents": "frames"}
+               "cell_contents": "frames", "getclosurevars": "frames", "currentframe": "frames",
+               "getouterframes": "frames", "getinnerframes": "frames", "getmembers": "frames",
+               "getmembers_static": "frames"}
+# The inspect module reached as another module's attribute (triton.runtime.jit.inspect), and names that
+# hand a tensor's memory to NumPy or Python outside the tensor's own methods, or run host code inside a
+# kernel's launch.
+MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes", "subprocess": "process spawning",
+                "to_dlpack": "DLPack (tensor memory to NumPy)", "from_dlpack": "DLPack (tensor memory to NumPy)",
+                "_to_dlpack": "DLPack (tensor memory to NumPy)", "__dlpack__": "DLPack (tensor memory to NumPy)",
+                "add_pre_run_hook": "kernel hooks", "pre_run_hooks": "kernel hooks"}
 # Attributes that lead from an object to others it was not given: a function's module globals (the
 # grader's channel class is one `check.__globals__["Channel"]` away), every class alive (`__subclasses__`),
 # code objects.
@@ -160,6 +169,13 @@ class _Scan(ast.NodeVisitor):
             self.add(MODULES[top])
         if top in ("ctypes", "numpy"):
             self.uses_ctypes_or_numpy = True
+        for alias in node.names:  # from triton.runtime.jit import inspect; from torch.utils.dlpack import ...
+            if alias.name in MODULE_ATTRS:
+                self.add(MODULE_ATTRS[alias.name])
+            elif alias.name in MODULES:
+                self.add(MODULES[alias.name])
+            elif alias.name in FRAME_ATTRS:
+                self.add(FRAME_ATTRS[alias.name])
         if top == "os":
             for alias in node.names:
                 if alias.name in OS_CALLS:
@@ -183,6 +199,8 @@ class _Scan(ast.NodeVisitor):
             self.add(OS_CALLS[node.attr])
         if node.attr in FRAME_ATTRS:
             self.add(FRAME_ATTRS[node.attr])
+        if node.attr in MODULE_ATTRS:
+            self.add(MODULE_ATTRS[node.attr])
         if node.attr in OBJECT_INTERNALS:
             self.add("object internals")
         if node.attr == "modules" and _dotted(node.value) == "sys":
