@@ -559,7 +559,7 @@ def test_rmsnorm_train_ignoring_dys_strides_fails_on_the_transposed_gradient():
     failure("08.rmsnorm_train", wrong, "dy transposed")
 
 
-def test_rmsnorm_train_on_a_transposed_x_matches_autograd():
+def test_rmsnorm_train_on_a_transposed_x_matches_autograd(on_the_device):
     """A column-major x: the kernels read a row's elements as consecutive, so rmsnorm_train must make the rows
     contiguous first (read as rows, the transposed view gave values off by up to 1e36)."""
     x = torch.randn(48, 13).t().requires_grad_()  # (13, 48), strides (1, 13)

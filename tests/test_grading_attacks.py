@@ -1328,3 +1328,25 @@ def test_a_watch_sees_only_its_own_threads_work():
         done.wait(30)
     thread.join()
     assert (mine.launches, mine.torch_ops, mine.host_reads, mine.host_fills) == ([], [], [], 0)
+
+
+def test_a_thread_python_did_not_start_is_the_watched_codes():
+    """Autograd runs a CUDA tensor's backward on a device thread of its own (a thread Python did not
+    start): its launches and host reads are the watched backward's (08.rmsnorm_train on a GPU)."""
+    import _thread
+    import threading
+
+    from course_utils.grading.guard import watching
+
+    go, done = threading.Event(), threading.Event()
+
+    def device_thread():
+        go.wait(30)
+        torch.ones(3).numpy()
+        done.set()
+
+    _thread.start_new_thread(device_thread, ())
+    with watching() as mine:
+        go.set()
+        done.wait(30)
+    assert mine.host_reads == ["numpy"], mine.host_reads

@@ -472,14 +472,21 @@ _launching: list[list] = []  # [kernel, judged] of each launch in progress, inne
 _FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
 
 
+def _mine(watch: Watch) -> bool:
+    """Is the code running now the watched code's? Its own thread, or a thread Python did not start:
+    autograd runs a CUDA tensor's backward on a device thread of its own."""
+    return threading.get_ident() == watch.thread or isinstance(threading.current_thread(), threading._DummyThread)
+
+
 def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = (),
-                    threads: list[str] = (), reads: list[str] = (), fills: int = 0) -> None:
+                    threads: list[str] = (), reads: list[str] = (), fills: int = 0,
+                    thread: int | None = None) -> None:
     """Kernels launched elsewhere on this code's behalf (a sandbox running a student's backward for
     the batch grader's stand-in node): every active watch counts them as its own launches, each
     (name, module) as a launch with no shapes, and the torch ops, threads, host reads and part-by-part
-    fills that code made as its own."""
+    fills that code made as its own. thread: the thread whose watches they are (default: this one)."""
     for watch in _watches:
-        if watch.thread != threading.get_ident():
+        if watch.thread != (threading.get_ident() if thread is None else thread):
             continue
         watch.threads += list(threads)
         watch.host_reads += [r for r in dict.fromkeys(reads) if r not in watch.host_reads]
@@ -823,7 +830,7 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
 
     def wrap(cls, orig):
         def run(self, *args, **kwargs):
-            if threading.get_ident() != watch.thread:
+            if not _mine(watch):
                 return orig(self, *args, **kwargs)
             counts = not (in_tuner and in_tuner[-1]) and not kwargs.get("warmup", False)
             if "grid" in kwargs:
@@ -941,7 +948,7 @@ def _patch_serialization(watch: Watch, recorder: _RecordOps):
     def wrap(orig, name):
         @functools.wraps(orig)  # its name too: a TorchFunctionMode is handed the method as it is now
         def reduce(self, *args, **kwargs):
-            if not recorder.paused and threading.get_ident() == watch.thread and not _graders_own(sys._getframe(1)):
+            if not recorder.paused and _mine(watch) and not _graders_own(sys._getframe(1)):
                 watch.host_reads.append(name)
             return orig(self, *args, **kwargs)
         return reduce
@@ -971,7 +978,7 @@ def _patch_thread_starts(watch: Watch):
 
     def wrap(orig):
         def start(*args, **kwargs):
-            if threading.get_ident() == watch.thread:
+            if _mine(watch):
                 watch.threads.append(student_site(2) or "a thread")
             return orig(*args, **kwargs)
 

@@ -546,10 +546,13 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
     """The grader's stand-in for an autograd output that lives in the sandbox: y's values, a node of the
     same kind saving stand-ins of what the sandbox's node saved, and a backward that asks the sandbox
     for the gradients (which land in the grader's own parameters)."""
+    import threading
+
     import torch
 
     from .guard import record_launches
 
+    owner = threading.get_ident()  # the thread grading this notebook: autograd may run the backward on another
     inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
     if not info.get("function") is True:  # plain torch autograd: a node of torch's own
         return y.detach().clone().requires_grad_(True) * 1 if y.dtype.is_floating_point else y
@@ -598,7 +601,8 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
                             [str(op)[:80] for op in _list(msg.get("ops"))[:OPS_MAX]],
                             [str(site)[:300] for site in _list(msg.get("threads", []))[:1]],
                             [str(r)[:40] for r in _list(msg.get("reads", []))[:OPS_MAX]],
-                            min(int(msg.get("fills", 0)) if isinstance(msg.get("fills", 0), int) else 1, 1 << 30))
+                            min(int(msg.get("fills", 0)) if isinstance(msg.get("fills", 0), int) else 1, 1 << 30),
+                            thread=owner)
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
