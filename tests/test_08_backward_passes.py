@@ -610,3 +610,33 @@ def test_rmsnorm_backward_with_dy_read_at_xs_stride_is_not_called_a_reduction_mi
                    ("dy.stride(0), x.stride(0), dx.stride(0)", "x.stride(0), x.stride(0), dx.stride(0)"))
     message = str(failure("08.rmsnorm_backward", wrong, "dx and dw are both wrong", seed=0))
     assert "dw not summed across all rows" not in message, message
+
+
+# --- mistakes that passed every case before (a second review of the checks) ----------------------
+
+def test_attention_backward_whose_grid_leaves_out_the_batch_fails():
+    wrong = mutant("l08_backward_passes", "attention_backward",
+                   ('(triton.cdiv(S, meta["BLOCK_N"]) * B * H,)', '(triton.cdiv(S, meta["BLOCK_N"]) * H,)'),
+                   ('(triton.cdiv(S, meta["BLOCK_M"]) * B * H,)', '(triton.cdiv(S, meta["BLOCK_M"]) * H,)'))
+    failure("08.attention_backward", wrong, "every (batch, head) pair its own programs", "never written")
+
+
+def test_rmsnorm_train_without_eps_fails():
+    wrong = mutant("l08_backward_passes", "rmsnorm_train",
+                   ("rmsnorm_forward(rows, weight, eps, y, rstd)", "rmsnorm_forward(rows, weight, 0.0, y, rstd)"))
+    failure("08.rmsnorm_train", wrong, "eps = 0.1")
+
+
+def test_silu_backward_with_exp_over_one_plus_exp_fails_where_exp_overflows():
+    wrong = mutant("l08_backward_passes", "silu_mul_backward",
+                   ("    s = tl.sigmoid(g)  # recomputed", "    s = tl.exp(g) / (1.0 + tl.exp(g))  # recomputed"))
+    failure("08.silu_mul_backward", wrong, "g spread to +-300", "NaN")
+
+
+def test_cross_entropy_with_the_first_blocks_max_as_the_rows_fails_on_a_late_outlier():
+    wrong = mutant("l08_backward_passes", "cross_entropy",
+                   ("            m_new = tl.maximum(m, x)\n", "            m_new = tl.maximum(m, tl.max(x0, axis=0))\n"),
+                   ('        m = tl.full((BLOCK_N,), float("-inf"), tl.float32)',
+                    '        m = tl.full((BLOCK_N,), float("-inf"), tl.float32)\n'
+                    '        x0 = tl.load(logits_row + offs_n, mask=offs_n < n_cols, other=float("-inf")).to(tl.float32)'))
+    failure("08.cross_entropy", wrong, "one logit of 120 in each row's last block")

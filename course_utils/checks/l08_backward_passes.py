@@ -211,6 +211,8 @@ def _silu_cases(gen):
             (f"({rows}, {hidden}): no multiple of a block", (rows, hidden), 2.0),
             ("(3, 5, 77): any shape, treat it as flat", (3, 5, 77), 2.0),
             ("g spread to +-30: sigmoid saturates, no NaN (use tl.sigmoid)", (rows, hidden), 10.0),
+            ("g spread to +-300: exp(g) overflows fp32 past 88.7, exp(g) / (1 + exp(g)) is inf / inf (use "
+             "tl.sigmoid)", (rows, hidden), 100.0),
         ]
         if current().gpu:
             shapes.append(("(64, 14336), Llama-3-8B's MLP width", (64, 14336), 2.0))
@@ -306,6 +308,13 @@ def _targets(rows: int, vocab: int, gen, ignored: int = 0, ends: bool = False) -
     return t.to(current().device)
 
 
+def _late_outlier(rows: int, vocab: int, dtype, gen) -> torch.Tensor:
+    """Logits ~N(0, 2) with 120 at column vocab - 3: exp(120 - a first block's max) overflows fp32."""
+    x = randn((rows, vocab), dtype, gen, 2.0)
+    x[:, vocab - 3] = 120.0
+    return x
+
+
 def _ce_cases(gen):
     v1, v2 = size((32000, 50257), (1000, 2999))
     rows = size(64, 9)
@@ -318,6 +327,8 @@ def _ce_cases(gen):
              _targets(13, v2, gen, ends=True)),
             ("logits near 100: exp(100) overflows fp16, subtract the running max",
              randn((rows, v1), dtype, gen, 3.0, 100.0), _targets(rows, v1, gen)),
+            (f"{rows} rows, vocab {v1}, one logit of 120 in each row's last block: the max grows after the first "
+             "block (a running max, the sum rescaled)", _late_outlier(rows, v1, dtype, gen), _targets(rows, v1, gen)),
             (f"{rows} rows, 4 of them ignored (-100): loss 0 and dlogits 0 there, the rest divided by "
              f"{rows - 4}", randn((rows, v1), dtype, gen, 2.0), _targets(rows, v1, gen, ignored=4)),
             ("every target ignored: n = 0, loss and dlogits all 0", randn((5, v2), dtype, gen),
@@ -326,7 +337,7 @@ def _ce_cases(gen):
              _targets(7, v2, gen, ignored=1)),
         ]
         if dtype == torch.float32:  # one dtype: on the CPU each row is a program, run one after another
-            many = size(2100, 1025)
+            many = size(2100, 1100)  # 76 rows past the first block of 1024 on the CPU: not all of them ignored
             inputs.append((f"{many} rows, more than a block of 1024, vocab 16, 100 ignored: the count of "
                            "non-ignored targets covers every row", randn((many, 16), dtype, gen, 2.0),
                            _targets(many, 16, gen, ignored=100, ends=True)))
@@ -443,12 +454,15 @@ def _train_cases(gen):
         shapes.append((f"{rows} rows x hidden {hidden}, x transposed (column-major: a row's elements are not "
                        "consecutive): make the rows contiguous before the kernels read them",
                        (rows, hidden), "x"))
+        shapes.append(("13 rows x hidden 80, eps = 0.1, as large as mean(x**2): pass eps to the forward kernel",
+                       (13, 80), "eps"))
         for label, shape, column_major in shapes:
             # Parameters: leaves that collect .grad, and that the harness passes as they are (not copied)
             x = torch.nn.Parameter(_draw(shape, dtype, gen, column_major == "x"))
             weight = torch.nn.Parameter(uniform((shape[-1],), 0.5, 1.5, dtype, gen))
             dy = _draw(shape, dtype, gen, column_major == "dy")
-            yield Case(f"{label}, {_name(dtype)}", (x, weight, 1e-6), None, verify=_train_verify(x, weight, 1e-6, dy))
+            eps = 0.1 if column_major == "eps" else 1e-6
+            yield Case(f"{label}, {_name(dtype)}", (x, weight, eps), None, verify=_train_verify(x, weight, eps, dy))
 
 
 register(Exercise(
@@ -480,7 +494,7 @@ def _attention_cases(gen):
         shapes = size(
             [((2, 3, 300, 64), False), ((2, 3, 300, 64), True), ((1, 2, 1023, 128), True), ((1, 1, 1, 64), False)],
             [((1, 2, 37, 16), False), ((1, 1, 33, 32), True), ((1, 1, 1, 16), False),
-             ((1, 1, 150, 16), True)])
+             ((1, 1, 150, 16), True), ((2, 2, 20, 16), True)])
         for (B, H, S, D), causal in shapes:
             q, k, v, do = (randn((B, H, S, D), dtype, gen) for _ in range(4))
             o, lse, dq, dk, dv = _attention64(q, k, v, do, causal)
@@ -503,6 +517,8 @@ def _attention_cases(gen):
                     Out("dq", (B, H, S, D), dtype), Out("dk", (B, H, S, D), dtype), Out("dv", (B, H, S, D), dtype),
                     causal)
             label = f"({B}, {H}, {S}, {D}), {'causal' if causal else 'not causal'}"
+            if B > 1 and H > 1:
+                label += ": every (batch, head) pair its own programs (grid over B * H, offsets by both strides)"
             if S % 16:
                 label += f": S = {S} is no multiple of a block, mask queries and keys"
             if S > 128:
