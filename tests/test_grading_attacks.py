@@ -544,6 +544,9 @@ captured, g["Channel"].send = [], _spy
     ("from triton.runtime.jit import inspect", "inspect (frames)"),
     ("from torch.utils.dlpack import to_dlpack", "DLPack (tensor memory to NumPy)"),
     ("kernel.add_pre_run_hook(compute_on_the_host)", "kernel hooks"),
+    ("x.untyped_storage()._write_file(f, False, False, 1)", "tensor storage internals"),
+    ("class D(torch.Tensor):\n    @classmethod\n    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):\n"
+     "        pass", "tensor subclass internals"),
 ])
 def test_reaching_the_grader_without_naming_it_is_flagged(source, flag):
     """The grader's channel (and with it a made-up answer to every check, 3/3 on the unsolved notebook) is
@@ -1350,3 +1353,68 @@ def test_a_thread_python_did_not_start_is_the_watched_codes():
         go.set()
         done.wait(30)
     assert mine.host_reads == ["numpy"], mine.host_reads
+
+
+class _Unseen(torch.Tensor):
+    """A tensor subclass whose __torch_dispatch__ runs queued host work: torch runs it beneath the checker's
+    dispatch mode, which sees only the op on the subclass (a whole fill of 0, allowed)."""
+    jobs: list = []
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        while cls.jobs:
+            cls.jobs.pop()()
+
+
+def _beneath_the_recorder(out, compute):
+    _Unseen.jobs.append(lambda: out.copy_(compute()))
+    torch.Tensor._make_subclass(_Unseen, out).fill_(0)
+
+
+class _Launched(torch.Tensor):
+    """A tensor subclass passed to a kernel: the launcher calls its methods inside the launch."""
+
+
+def test_a_tensor_subclass_whose_python_runs_beneath_the_recorder_is_refused():
+    """02.vector_add computed by torch inside a subclass's __torch_dispatch__, beside an empty kernel, and
+    01.transpose_view built by t.transpose there: the ops ran unrecorded, the output's shadow resynced."""
+    from course_utils.grading import CheckFailed, check
+
+    def add(x, y, out):
+        nothing_kernel[(1,)](out)
+        _beneath_the_recorder(out, lambda: x + y)
+
+    def transpose_view(t, dim0, dim1):
+        box = []
+        _Unseen.jobs.append(lambda: box.append(t.transpose(dim0, dim1)))
+        torch.Tensor._make_subclass(_Unseen, torch.empty(1)).fill_(0)
+        return box[0]
+
+    for exercise, candidate in (("02.vector_add", add), ("01.transpose_view", transpose_view)):
+        with pytest.raises(CheckFailed, match=r"used a tensor subclass \(_Unseen\)"):
+            check(exercise, candidate, seed=1, quiet=True)
+
+
+def test_a_tensor_subclass_as_a_launch_argument_is_refused():
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import add_kernel
+
+    def add(x, y, out):
+        n = out.numel()
+        add_kernel[(triton.cdiv(n, 1024),)](x, y, out.as_subclass(_Launched), n, BLOCK=1024)
+
+    with pytest.raises(CheckFailed, match="launched with a _Launched, a tensor subclass"):
+        check("02.vector_add", add, seed=1, quiet=True)
+
+
+def test_a_storage_written_to_a_file_is_a_host_read():
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import add as add_solution
+
+    def add(x, y, out):
+        with tempfile.TemporaryFile() as f:
+            x.untyped_storage()._write_file(f, False, False, x.element_size())
+        add_solution(x, y, out)
+
+    with pytest.raises(CheckFailed, match=r"read tensor data into Python/NumPy on the host \(Tensor._write_file"):
+        check("02.vector_add", add, seed=1, quiet=True)

@@ -59,7 +59,10 @@ FRAME_ATTRS = {"_getframe": "frames", "f_locals": "frames", "f_back": "frames", 
 MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes", "subprocess": "process spawning",
                 "to_dlpack": "DLPack (tensor memory to NumPy)", "from_dlpack": "DLPack (tensor memory to NumPy)",
                 "_to_dlpack": "DLPack (tensor memory to NumPy)", "__dlpack__": "DLPack (tensor memory to NumPy)",
-                "add_pre_run_hook": "kernel hooks", "pre_run_hooks": "kernel hooks"}
+                "add_pre_run_hook": "kernel hooks", "pre_run_hooks": "kernel hooks",
+                "_write_file": "tensor storage internals", "_make_subclass": "tensor subclass internals",
+                "_make_wrapper_subclass": "tensor subclass internals",
+                "__torch_dispatch__": "tensor subclass internals"}
 # Attributes that lead from an object to others it was not given: a function's module globals (the
 # grader's channel class is one `check.__globals__["Channel"]` away), every class alive (`__subclasses__`),
 # code objects.
@@ -303,6 +306,8 @@ class _Scan(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node):
+        if node.name in MODULE_ATTRS:  # def __torch_dispatch__(...): a tensor subclass of one's own
+            self.add(MODULE_ATTRS[node.name])
         if any(_is_jit(d) for d in node.decorator_list):
             for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
                 # torch or NumPy by name; or a method no Triton value has: torch's in-place ops

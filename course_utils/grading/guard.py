@@ -174,6 +174,9 @@ class Watch:
     # The thread that watches: a batch grader judges several submissions at once, one per thread, and what
     # one thread's code does is none of another's watch.
     thread: int = field(default_factory=threading.get_ident)
+    # Tensor subclasses (not the checker's, not nn.Parameter) that torch's ops met: their Python
+    # (__torch_dispatch__, __torch_function__) runs beneath the recorder, unseen
+    subclasses: list[str] = field(default_factory=list)
     # Storages of the call's input tensors (watching(inputs=...)): Launch.inputs tells a kernel's
     # arguments apart by them.
     input_storages: set = field(default_factory=set)
@@ -262,6 +265,9 @@ class _RecordOps(TorchDispatchMode):
         self.paused = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        for cls in types:
+            if kernel_source._python_tensor(cls) and cls.__name__ not in self.watch.subclasses:
+                self.watch.subclasses.append(cls.__name__)
         tracker = _trackers[-1] if _trackers else None
         touched = ()
         if tracker is not None:
@@ -480,7 +486,7 @@ def _mine(watch: Watch) -> bool:
 
 def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = (),
                     threads: list[str] = (), reads: list[str] = (), fills: int = 0,
-                    thread: int | None = None) -> None:
+                    thread: int | None = None, subclasses: list[str] = ()) -> None:
     """Kernels launched elsewhere on this code's behalf (a sandbox running a student's backward for
     the batch grader's stand-in node): every active watch counts them as its own launches, each
     (name, module) as a launch with no shapes, and the torch ops, threads, host reads and part-by-part
@@ -491,6 +497,7 @@ def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops:
         watch.threads += list(threads)
         watch.host_reads += [r for r in dict.fromkeys(reads) if r not in watch.host_reads]
         watch.host_fills += fills
+        watch.subclasses += [c for c in subclasses if c not in watch.subclasses]
         watch.launches += names
         watch.launched += [Launch(name, module, ()) for name, module in launched]
         watch.torch_ops += [op for op in dict.fromkeys(ops) if op not in watch.torch_ops]
@@ -852,7 +859,9 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
                 watch.launched.append(_launch_record(self, watch, args, kwargs))
                 if _interpreted(self):
                     found = kernel_source.problems(self) + kernel_source.argument_problems(self, args, kwargs)
-                    watch.not_triton += [p for p in found if p not in watch.not_triton]
+                else:
+                    found = kernel_source.subclass_problems(self, args, kwargs)
+                watch.not_triton += [p for p in found if p not in watch.not_triton]
             in_tuner.append(isinstance(self, Autotuner))
             _launching.append([self, False])
             recorder.paused += 1
@@ -942,6 +951,7 @@ def _patch_serialization(watch: Watch, recorder: _RecordOps):
     patched += [(torch.Tensor, name) for name in sorted(HOST_READS)]
     # and the module functions that hand a tensor's memory to NumPy (np.from_dlpack of their capsule)
     patched += [(module, "to_dlpack") for module in (torch.utils.dlpack, torch) if hasattr(module, "to_dlpack")]
+    patched += [(torch.UntypedStorage, "_write_file")]  # a storage's bytes written to a file, read back
     originals = [(cls, name, getattr(cls, name, None)) for cls, name in patched]
     own = [(cls, name, cls.__dict__.get(name)) for cls, name in patched]  # None: inherited, put back by deleting
 

@@ -620,6 +620,10 @@ def _host_data_problems(watch, where: str = "") -> list[str]:
     """Tensor data handed to Python or NumPy on the host, and values written into tensors part by part
     from the host: the way around a kernel whose arithmetic happens in Python. `where`: "the backward "."""
     problems = []
+    if watch.subclasses:
+        problems.append(Problem(
+            f"{where}used a tensor subclass ({', '.join(watch.subclasses[:3])}) whose Python runs inside torch's "
+            "ops, where the checker cannot see what it computes: use plain tensors", "host"))
     if watch.host_fills:
         problems.append(Problem(
             f"{where}wrote values into tensors from the host, part by part ({watch.host_fills} x Tensor.fill_ "
@@ -1080,6 +1084,8 @@ def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[An
     if not getattr(ex, "host_arithmetic", True):
         used += [f"host:{op}" for op in host_arithmetic(watch)]
         used += [f"data:{problem}" for problem in _host_data_problems(watch)]
+    elif watch.subclasses:  # what a subclass computes is unseen: no rule of the exercise can judge it
+        used += [f"data:{problem}" for problem in _host_data_problems(watch)[:1]]
     return result, used
 
 

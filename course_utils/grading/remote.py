@@ -602,7 +602,8 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
                             [str(site)[:300] for site in _list(msg.get("threads", []))[:1]],
                             [str(r)[:40] for r in _list(msg.get("reads", []))[:OPS_MAX]],
                             min(int(msg.get("fills", 0)) if isinstance(msg.get("fills", 0), int) else 1, 1 << 30),
-                            thread=owner)
+                            thread=owner,
+                            subclasses=[str(c)[:80] for c in _list(msg.get("subclasses", []))[:8]])
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
@@ -650,7 +651,8 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 reply = {"op": "grads", "grads": grads, "launches": watch.launches[:LAUNCHES_MAX],
                          "launched": [[la.name, la.module] for la in watch.launched[:LAUNCHES_MAX]],
                          "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX], "threads": watch.threads[:1],
-                         "reads": list(dict.fromkeys(watch.host_reads))[:OPS_MAX], "fills": watch.host_fills}
+                         "reads": list(dict.fromkeys(watch.host_reads))[:OPS_MAX], "fills": watch.host_fills,
+                         "subclasses": watch.subclasses[:8]}
                 chan.send(_tampered(changed) if changed else reply, grads_enc.blobs())
                 continue
             if op == "signature":
