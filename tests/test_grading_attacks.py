@@ -545,6 +545,7 @@ captured, g["Channel"].send = [], _spy
     ("from torch.utils.dlpack import to_dlpack", "DLPack (tensor memory to NumPy)"),
     ("kernel.add_pre_run_hook(compute_on_the_host)", "kernel hooks"),
     ("x.untyped_storage()._write_file(f, False, False, 1)", "tensor storage internals"),
+    ("from torch.utils._python_dispatch import _push_mode\n_push_mode(Beneath())", "torch._C internals"),
     ("class D(torch.Tensor):\n    @classmethod\n    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):\n"
      "        pass", "tensor subclass internals"),
 ])
@@ -1391,7 +1392,7 @@ def test_a_tensor_subclass_whose_python_runs_beneath_the_recorder_is_refused():
         return box[0]
 
     for exercise, candidate in (("02.vector_add", add), ("01.transpose_view", transpose_view)):
-        with pytest.raises(CheckFailed, match=r"used a tensor subclass \(_Unseen\)"):
+        with pytest.raises(CheckFailed, match=r"ran Python of its own inside torch's ops \(the subclass _Unseen\)"):
             check(exercise, candidate, seed=1, quiet=True)
 
 
@@ -1418,3 +1419,37 @@ def test_a_storage_written_to_a_file_is_a_host_read():
 
     with pytest.raises(CheckFailed, match=r"read tensor data into Python/NumPy on the host \(Tensor._write_file"):
         check("02.vector_add", add, seed=1, quiet=True)
+
+
+class _RenamedUnseen(_Unseen):
+    """The same subclass claiming a module of the course's: the exemption is the checker's own class only."""
+
+
+_RenamedUnseen.__module__ = "course_utils.grading.harness"
+
+
+def test_a_subclass_named_after_the_course_or_a_mode_beneath_the_recorder_is_refused():
+    """A class may say it belongs to any module; a TorchDispatchMode the notebook pushed before the check
+    sits beneath the recorder and sees torch's ops after it (its own __torch_dispatch__ unseen)."""
+    from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
+
+    from course_utils.grading import CheckFailed, check
+
+    def add(x, y, out):
+        nothing_kernel[(1,)](out)
+        _RenamedUnseen.jobs.append(lambda: out.copy_(x + y))
+        torch.Tensor._make_subclass(_RenamedUnseen, out).fill_(0)
+
+    with pytest.raises(CheckFailed, match=r"\(the subclass _RenamedUnseen\)"):
+        check("02.vector_add", add, seed=1, quiet=True)
+
+    class Beneath(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    _push_mode(Beneath())
+    try:
+        with pytest.raises(CheckFailed, match=r"\(the mode Beneath\)"):
+            check("02.vector_add", lambda x, y, out: None, seed=1, quiet=True)
+    finally:
+        _pop_mode()

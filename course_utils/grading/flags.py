@@ -73,7 +73,9 @@ TORCH_INTERNALS = {"_disable_current_modes": "torch._C internals", "_DisableTorc
                    "DisableTorchFunctionSubclass": "torch._C internals",
                    "_unset_dispatch_mode": "torch._C internals", "_pop_torch_dispatch_stack": "torch._C internals",
                    "_pop_torch_function_stack": "torch._C internals",
-                   "_ExcludeDispatchKeyGuard": "torch._C internals"}
+                   "_ExcludeDispatchKeyGuard": "torch._C internals", "_push_mode": "torch._C internals",
+                   "_push_on_torch_dispatch_stack": "torch._C internals",
+                   "_push_on_torch_function_stack": "torch._C internals"}
 
 
 def _root(node: ast.AST) -> str | None:
@@ -179,6 +181,8 @@ class _Scan(ast.NodeVisitor):
                 self.add(MODULES[alias.name])
             elif alias.name in FRAME_ATTRS:
                 self.add(FRAME_ATTRS[alias.name])
+            elif alias.name in TORCH_INTERNALS:
+                self.add(TORCH_INTERNALS[alias.name])
         if top == "os":
             for alias in node.names:
                 if alias.name in OS_CALLS:

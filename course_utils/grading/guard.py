@@ -174,8 +174,8 @@ class Watch:
     # The thread that watches: a batch grader judges several submissions at once, one per thread, and what
     # one thread's code does is none of another's watch.
     thread: int = field(default_factory=threading.get_ident)
-    # Tensor subclasses (not the checker's, not nn.Parameter) that torch's ops met: their Python
-    # (__torch_dispatch__, __torch_function__) runs beneath the recorder, unseen
+    # Tensor subclasses (not the checker's, not nn.Parameter) that torch's ops met, and dispatch modes
+    # already active beneath the recorder: their Python runs inside torch's ops, unseen
     subclasses: list[str] = field(default_factory=list)
     # Storages of the call's input tensors (watching(inputs=...)): Launch.inputs tells a kernel's
     # arguments apart by them.
@@ -266,8 +266,8 @@ class _RecordOps(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         for cls in types:
-            if kernel_source._python_tensor(cls) and cls.__name__ not in self.watch.subclasses:
-                self.watch.subclasses.append(cls.__name__)
+            if kernel_source._python_tensor(cls) and f"the subclass {cls.__name__}" not in self.watch.subclasses:
+                self.watch.subclasses.append(f"the subclass {cls.__name__}")
         tracker = _trackers[-1] if _trackers else None
         touched = ()
         if tracker is not None:
@@ -779,6 +779,17 @@ def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
                   tuple(_storage(t) for t in tensors))
 
 
+def _modes_beneath() -> list[str]:
+    """TorchDispatchModes already active when a watch starts: the recorder goes on top of them, so torch's
+    ops reach them after it, and what they compute in their own __torch_dispatch__ it never sees."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from ..checks.l05_online_softmax import _DispatchReads  # the checks' own: a read log under a nested watch
+
+    return [f"the mode {type(mode).__name__}" for mode in _get_current_dispatch_mode_stack()
+            if not isinstance(mode, (_RecordOps, _DispatchReads))]
+
+
 def _interpreted(kernel) -> bool:
     """Does this launch run in Triton's interpreter? Read from the kernel (built as an InterpretedFunction
     while TRITON_INTERPRET was 1), not from the environment, which a notebook can change afterwards."""
@@ -915,6 +926,7 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
     inputs = list(inputs)
     watch = Watch(input_storages={_storage(t) for t in inputs},
                   call_shapes={_storage(t): tuple(t.shape) for t in (*inputs, *outputs)})
+    watch.subclasses += _modes_beneath()
     recorder = _RecordOps(watch)
     undo_launch = _patch_launchers(watch, recorder, after_launch)
     undo_interp = _patch_interpreter()

@@ -622,8 +622,8 @@ def _host_data_problems(watch, where: str = "") -> list[str]:
     problems = []
     if watch.subclasses:
         problems.append(Problem(
-            f"{where}used a tensor subclass ({', '.join(watch.subclasses[:3])}) whose Python runs inside torch's "
-            "ops, where the checker cannot see what it computes: use plain tensors", "host"))
+            f"{where}ran Python of its own inside torch's ops ({', '.join(watch.subclasses[:3])}): a tensor "
+            "subclass or a TorchDispatchMode computes where the checker cannot see; use plain tensors", "host"))
     if watch.host_fills:
         problems.append(Problem(
             f"{where}wrote values into tensors from the host, part by part ({watch.host_fills} x Tensor.fill_ "
