@@ -743,3 +743,13 @@ def test_rmsnorm_mlp_statistics_over_the_first_block_of_hidden_only_fail():
                    ("        for k0 in range(0, K, BLOCK_K):", "        for k0 in range(0, BLOCK_K, BLOCK_K):"))
     # On a GPU an fp32 K step is 32 columns, and the first case (hidden 48) already takes two
     failure("06.rmsnorm_mlp", wrong, "not over the first block of hidden" if current().interpret else "differ beyond")
+
+
+def test_gate_up_with_the_weights_concatenated_on_the_host_is_told_it_copies():
+    """One kernel on torch.cat([w_gate, w_up]): the answer is right, the copy of both weights every call is
+    what fails, and the message says copy, not arithmetic."""
+    def gate_up_silu(x, w_gate, w_up, out):
+        w = torch.cat([w_gate, w_up], dim=0)  # (2N, K)
+        l06.gate_up_silu(x, w[: w_gate.shape[0]], w[w_gate.shape[0]:], out)
+
+    failure("06.gate_up_silu", gate_up_silu, "copied tensor data outside your Triton kernel (torch.cat")

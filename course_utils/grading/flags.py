@@ -56,13 +56,12 @@ FRAME_ATTRS = {"_getframe": "frames", "f_locals": "frames", "f_back": "frames", 
 # The inspect module reached as another module's attribute (triton.runtime.jit.inspect), and names that
 # hand a tensor's memory to NumPy or Python outside the tensor's own methods, or run host code inside a
 # kernel's launch.
-MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes", "subprocess": "process spawning",
-                "to_dlpack": "DLPack (tensor memory to NumPy)", "from_dlpack": "DLPack (tensor memory to NumPy)",
-                "_to_dlpack": "DLPack (tensor memory to NumPy)", "__dlpack__": "DLPack (tensor memory to NumPy)",
+DLPACK, SUBCLASS = "DLPack (tensor memory to NumPy)", "tensor subclass internals"
+MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes",
+                "subprocess": "process spawning", "to_dlpack": DLPACK, "from_dlpack": DLPACK, "_to_dlpack": DLPACK, "__dlpack__": DLPACK,
                 "add_pre_run_hook": "kernel hooks", "pre_run_hooks": "kernel hooks",
-                "_write_file": "tensor storage internals", "_make_subclass": "tensor subclass internals",
-                "_make_wrapper_subclass": "tensor subclass internals",
-                "__torch_dispatch__": "tensor subclass internals"}
+                "_write_file": "tensor storage internals", "_make_subclass": SUBCLASS,
+                "_make_wrapper_subclass": SUBCLASS, "__torch_dispatch__": SUBCLASS}
 # Attributes that lead from an object to others it was not given: a function's module globals (the
 # grader's channel class is one `check.__globals__["Channel"]` away), every class alive (`__subclasses__`),
 # code objects.

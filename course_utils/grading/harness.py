@@ -582,9 +582,9 @@ def _quiet_numerics():
 
 GC_ROUNDS = 8  # garbage collections after a call, each finding more garbage, before it counts as running code
 
-# Host ops that only copy data (Tensor.contiguous and .clone, .to / .float, out.copy_): arithmetic-free,
-# so a failure names them as a copy, with a hint about strides rather than about computing.
-COPY_OPS = {"clone", "copy_", "_to_copy"}
+# Host ops that only copy data (Tensor.contiguous and .clone, .to / .float, out.copy_, torch.cat / stack):
+# arithmetic-free, so a failure names them as a copy, with a hint about strides rather than about computing.
+COPY_OPS = {"clone", "copy_", "_to_copy", "cat", "stack"}
 
 
 def _host_problems(ex: Exercise, watch) -> list[str]:
