@@ -58,7 +58,8 @@ FRAME_ATTRS = {"_getframe": "frames", "f_locals": "frames", "f_back": "frames", 
 # kernel's launch.
 DLPACK, SUBCLASS = "DLPack (tensor memory to NumPy)", "tensor subclass internals"
 MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes",
-                "subprocess": "process spawning", "to_dlpack": DLPACK, "from_dlpack": DLPACK, "_to_dlpack": DLPACK, "__dlpack__": DLPACK,
+                "subprocess": "process spawning", "to_dlpack": DLPACK, "from_dlpack": DLPACK,
+                "_to_dlpack": DLPACK, "__dlpack__": DLPACK,
                 "add_pre_run_hook": "kernel hooks", "pre_run_hooks": "kernel hooks",
                 "_write_file": "tensor storage internals", "_make_subclass": SUBCLASS,
                 "_make_wrapper_subclass": SUBCLASS, "__torch_dispatch__": SUBCLASS}
