@@ -1453,3 +1453,21 @@ def test_a_subclass_named_after_the_course_or_a_mode_beneath_the_recorder_is_ref
             check("02.vector_add", lambda x, y, out: None, seed=1, quiet=True)
     finally:
         _pop_mode()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's byte tracking: a GPU has none")
+def test_a_fresh_empty_tensor_holds_no_bytes_the_notebook_left_in_freed_memory():
+    """torch.empty hands back a freed block as it was: the notebook wrote the host-computed answer there,
+    freed it, and a kernel copied the 'fresh' tensor into out (the tracker took its bytes as seen). In a
+    watched call on the CPU a fresh empty tensor is all 0xFF bytes: NaN."""
+    from course_utils.grading import CheckFailed, check
+
+    seen = []
+
+    def relu(x, out):
+        for make in (lambda: torch.empty(64), lambda: torch.empty_like(x), lambda: x.new_empty(5)):
+            seen.append(bool(make().isnan().all()))
+
+    with pytest.raises(CheckFailed):
+        check("02.relu", relu, seed=1, quiet=True)
+    assert seen == [True, True, True], seen

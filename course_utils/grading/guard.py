@@ -308,7 +308,17 @@ class _RecordOps(TorchDispatchMode):
                 site = student_site(3)
                 self.watch.allocations.append(Allocation(name, tuple(t.shape), t.dtype, site))
                 if _trackers:
+                    if name.startswith(("empty", "new_empty")):
+                        _poison_storage(t)
                     _trackers[-1].add(t, f"the tensor made by aten.{name}" + (f" at {site}" if site else ""))
+
+
+def _poison_storage(t: torch.Tensor) -> None:
+    """Every byte of a fresh empty tensor set to 0xFF (NaN in every float type, -1 in the integers): what
+    the allocator left there (bytes the notebook wrote into memory it then freed) is not taken for data."""
+    raw = torch.empty(0, dtype=torch.uint8, device=t.device)
+    raw.set_(t.untyped_storage())
+    raw.fill_(0xFF)
 
 
 class _RecordHostCalls(TorchFunctionMode):
