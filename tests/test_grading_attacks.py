@@ -546,6 +546,7 @@ captured, g["Channel"].send = [], _spy
     ("kernel.add_pre_run_hook(compute_on_the_host)", "kernel hooks"),
     ("x.untyped_storage()._write_file(f, False, False, 1)", "tensor storage internals"),
     ("from torch.utils._python_dispatch import _push_mode\n_push_mode(Beneath())", "torch._C internals"),
+    ("view.__array_interface__ = {'data': (getattr(x, 'data_ptr')(), False)}", "NumPy over raw memory"),
     ("class D(torch.Tensor):\n    @classmethod\n    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):\n"
      "        pass", "tensor subclass internals"),
 ])

@@ -62,7 +62,8 @@ MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes",
                 "_to_dlpack": DLPACK, "__dlpack__": DLPACK,
                 "add_pre_run_hook": "kernel hooks", "pre_run_hooks": "kernel hooks",
                 "_write_file": "tensor storage internals", "_make_subclass": SUBCLASS,
-                "_make_wrapper_subclass": SUBCLASS, "__torch_dispatch__": SUBCLASS}
+                "_make_wrapper_subclass": SUBCLASS, "__torch_dispatch__": SUBCLASS,
+                "__array_interface__": "NumPy over raw memory", "__cuda_array_interface__": "NumPy over raw memory"}
 # Attributes that lead from an object to others it was not given: a function's module globals (the
 # grader's channel class is one `check.__globals__["Channel"]` away), every class alive (`__subclasses__`),
 # code objects.
