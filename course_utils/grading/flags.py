@@ -175,25 +175,16 @@ class _Scan(ast.NodeVisitor):
             self.add(MODULES[top])
         if top in ("ctypes", "numpy"):
             self.uses_ctypes_or_numpy = True
-        for alias in node.names:  # from triton.runtime.jit import inspect; from torch.utils.dlpack import ...
-            if alias.name in MODULE_ATTRS:
-                self.add(MODULE_ATTRS[alias.name])
-            elif alias.name in MODULES:
-                self.add(MODULES[alias.name])
-            elif alias.name in FRAME_ATTRS:
-                self.add(FRAME_ATTRS[alias.name])
-            elif alias.name in TORCH_INTERNALS:
-                self.add(TORCH_INTERNALS[alias.name])
+        for alias in node.names:  # from triton.runtime.jit import inspect; from sys import _getframe; ...
+            table = next((t for t in (MODULE_ATTRS, MODULES, FRAME_ATTRS, TORCH_INTERNALS) if alias.name in t), {})
+            if table:
+                self.add(table[alias.name])
         if top == "os":
             for alias in node.names:
                 if alias.name in OS_CALLS:
                     self.add(OS_CALLS[alias.name])
-        if top == "sys":
-            for alias in node.names:
-                if alias.name in FRAME_ATTRS:
-                    self.add(FRAME_ATTRS[alias.name])
-                if alias.name == "modules":
-                    self.add("sys.modules")
+        if top == "sys" and any(alias.name == "modules" for alias in node.names):
+            self.add("sys.modules")
         if top == "course_utils":
             self.course_names.update(alias.asname or alias.name for alias in node.names)
         if (node.module or "").startswith("course_utils.grading") or any(

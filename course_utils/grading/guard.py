@@ -266,8 +266,9 @@ class _RecordOps(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         for cls in types:
-            if kernel_source._python_tensor(cls) and f"the subclass {cls.__name__}" not in self.watch.subclasses:
-                self.watch.subclasses.append(f"the subclass {cls.__name__}")
+            seen = f"the subclass {cls.__name__}"
+            if kernel_source._python_tensor(cls) and seen not in self.watch.subclasses:
+                self.watch.subclasses.append(seen)
         tracker = _trackers[-1] if _trackers else None
         touched = ()
         if tracker is not None:
@@ -491,7 +492,8 @@ _FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
 def _mine(watch: Watch) -> bool:
     """Is the code running now the watched code's? Its own thread, or a thread Python did not start:
     autograd runs a CUDA tensor's backward on a device thread of its own."""
-    return threading.get_ident() == watch.thread or isinstance(threading.current_thread(), threading._DummyThread)
+    return (threading.get_ident() == watch.thread
+            or isinstance(threading.current_thread(), threading._DummyThread))
 
 
 def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = (),
@@ -621,6 +623,15 @@ def interpreter_changes() -> list[str]:
                   for name, value in list(space.items()) if name not in _OWN_PATCHES and _foreign(value))
 
 
+def _refuse_interpreter_changes() -> None:
+    """Stop the launch (NotTriton) where the notebook's code stands in for what the interpreter computes."""
+    changed = interpreter_changes()
+    if changed:
+        raise NotTriton(f"the code around this launch replaced what the interpreter computes with "
+                        f"({', '.join(changed[:4])}): a kernel's result must come from Triton's own "
+                        "operations")
+
+
 def _patch_interpreter():
     """Wrap the interpreter's masked load/store and its launcher; returns an undo function."""
     try:
@@ -671,11 +682,8 @@ def _patch_interpreter():
         return orig_load(self, ptrs, mask, other, *args, **kwargs)
 
     def call(self, *args, **kwargs):
-        changed = interpreter_changes() if _watches else []  # just before the body runs: a grid callable too
-        if changed:
-            raise NotTriton(f"the code around this launch replaced what the interpreter computes with "
-                            f"({', '.join(changed[:4])}): a kernel's result must come from Triton's own "
-                            "operations")
+        if _watches:
+            _refuse_interpreter_changes()
         names = self.arg_names
         ranges = []
         for i, arg in enumerate(list(args) + list(kwargs.values())):
@@ -712,11 +720,7 @@ def _patch_interpreter():
         (host code, inside the launch) is done, so the kernel's names are judged as the body will use them."""
         if _watches and _launching and not _launching[-1][1]:
             _launching[-1][1] = True
-            changed = interpreter_changes()
-            if changed:
-                raise NotTriton(f"the code around this launch replaced what the interpreter computes with "
-                                f"({', '.join(changed[:4])}): a kernel's result must come from Triton's own "
-                                "operations")
+            _refuse_interpreter_changes()
             watch = _watches[-1]
             found = kernel_source.problems(_launching[-1][0])
             watch.not_triton += [p for p in found if p not in watch.not_triton]
@@ -878,10 +882,9 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
             if counts:
                 watch.launches.append(_kernel_name(self))
                 watch.launched.append(_launch_record(self, watch, args, kwargs))
+                found = kernel_source.subclass_problems(self, args, kwargs)
                 if _interpreted(self):
-                    found = kernel_source.problems(self) + kernel_source.argument_problems(self, args, kwargs)
-                else:
-                    found = kernel_source.subclass_problems(self, args, kwargs)
+                    found += kernel_source.problems(self) + kernel_source.argument_problems(self, args, kwargs)
                 watch.not_triton += [p for p in found if p not in watch.not_triton]
             in_tuner.append(isinstance(self, Autotuner))
             _launching.append([self, False])
@@ -960,7 +963,7 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
 
 def _graders_own(frame) -> bool:
     """Is this the batch grader's own code (its channel sending a gradient's bytes to a sandbox)?"""
-    return os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == os.path.dirname(os.path.abspath(__file__))
+    return os.path.dirname(os.path.abspath(frame.f_code.co_filename)) + os.sep == _HERE
 
 
 def _patch_serialization(watch: Watch, recorder: _RecordOps):
@@ -972,10 +975,12 @@ def _patch_serialization(watch: Watch, recorder: _RecordOps):
     # itself: there the methods are wrapped too.
     patched += [(torch.Tensor, name) for name in sorted(HOST_READS)]
     # and the module functions that hand a tensor's memory to NumPy (np.from_dlpack of their capsule)
-    patched += [(module, "to_dlpack") for module in (torch.utils.dlpack, torch) if hasattr(module, "to_dlpack")]
+    patched += [(module, "to_dlpack") for module in (torch.utils.dlpack, torch)
+                if hasattr(module, "to_dlpack")]
     patched += [(torch.UntypedStorage, "_write_file")]  # a storage's bytes written to a file, read back
     originals = [(cls, name, getattr(cls, name, None)) for cls, name in patched]
-    own = [(cls, name, cls.__dict__.get(name)) for cls, name in patched]  # None: inherited, put back by deleting
+    # None: inherited (put back by deleting)
+    own = [(cls, name, cls.__dict__.get(name)) for cls, name in patched]
 
     def wrap(orig, name):
         @functools.wraps(orig)  # its name too: a TorchFunctionMode is handed the method as it is now

@@ -616,14 +616,19 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
     return problems + _host_data_problems(watch)
 
 
+def _subclass_problems(watch, where: str = "") -> list[str]:
+    """A tensor subclass or a dispatch mode of the notebook's own: Python beneath the recorder."""
+    if not watch.subclasses:
+        return []
+    return [Problem(f"{where}ran Python of its own inside torch's ops ({', '.join(watch.subclasses[:3])}): a "
+                    "tensor subclass or a TorchDispatchMode computes where the checker cannot see; use plain "
+                    "tensors", "host")]
+
+
 def _host_data_problems(watch, where: str = "") -> list[str]:
     """Tensor data handed to Python or NumPy on the host, and values written into tensors part by part
     from the host: the way around a kernel whose arithmetic happens in Python. `where`: "the backward "."""
-    problems = []
-    if watch.subclasses:
-        problems.append(Problem(
-            f"{where}ran Python of its own inside torch's ops ({', '.join(watch.subclasses[:3])}): a tensor "
-            "subclass or a TorchDispatchMode computes where the checker cannot see; use plain tensors", "host"))
+    problems = _subclass_problems(watch, where)
     if watch.host_fills:
         problems.append(Problem(
             f"{where}wrote values into tensors from the host, part by part ({watch.host_fills} x Tensor.fill_ "
@@ -1084,8 +1089,8 @@ def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[An
     if not getattr(ex, "host_arithmetic", True):
         used += [f"host:{op}" for op in host_arithmetic(watch)]
         used += [f"data:{problem}" for problem in _host_data_problems(watch)]
-    elif watch.subclasses:  # what a subclass computes is unseen: no rule of the exercise can judge it
-        used += [f"data:{problem}" for problem in _host_data_problems(watch)[:1]]
+    else:  # what a subclass computes is unseen: no rule of the exercise can judge it
+        used += [f"data:{problem}" for problem in _subclass_problems(watch)]
     return result, used
 
 

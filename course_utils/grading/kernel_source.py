@@ -163,17 +163,15 @@ def argument_problems(kernel, args, kwargs) -> list[str]:
     for position, value in [*enumerate(args), *((k, v) for k, v in kwargs.items() if k not in launch)]:
         if _jit_function(value) is not None:  # a @triton.jit function passed in: its body follows the rule
             found += problems(value)
-        elif isinstance(value, torch.Tensor) and _python_tensor(type(value)):
-            found += subclass_problems(kernel, [value], {}, position)
         elif not (isinstance(value, (torch.Tensor, torch.dtype)) or _allowed(value)):  # a kernel sees a
-            # tensor as a pointer: no method of a tensor subclass runs inside it
+            # tensor as a pointer (tensor subclasses: subclass_problems)
             what = f"{type(value).__name__} {getattr(value, '__name__', '')}".strip()
             found.append(f"`{name}` was launched with {what} as argument {position!r}, which is not a tensor, "
                          "a number or a Triton object")
     return found
 
 
-def subclass_problems(kernel, args, kwargs, position=None) -> list[str]:
+def subclass_problems(kernel, args, kwargs) -> list[str]:
     """Tensor subclasses among a launch's arguments (both modes): Triton's launcher calls a tensor's methods
     (data_ptr on a GPU; new_empty, set_ in the interpreter) inside the launch, where the checker pauses."""
     import torch
@@ -181,8 +179,8 @@ def subclass_problems(kernel, args, kwargs, position=None) -> list[str]:
     jit = _jit_function(kernel)
     name = jit.fn.__name__ if jit is not None else "kernel"
     return [f"`{name}` was launched with a {type(value).__name__}, a tensor subclass whose Python methods run "
-            f"inside the launch, as argument {position if position is not None else where!r}: pass the plain "
-            "tensor" for where, value in [*enumerate(args), *kwargs.items()]
+            f"inside the launch, as argument {where!r}: pass the plain tensor"
+            for where, value in [*enumerate(args), *kwargs.items()]
             if isinstance(value, torch.Tensor) and _python_tensor(type(value))]
 
 
