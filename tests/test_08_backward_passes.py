@@ -17,6 +17,7 @@ from course_utils.llama import toy_config, toy_llama
 from helpers import failure, mutant, recorded_launches
 
 SEED = 1234
+DEVICE = current().device  # the tests draw on the CPU (same values in both modes), then move there
 
 
 # --- the solutions ----------------------------------------------------------------------------
@@ -32,12 +33,12 @@ def test_solution_passes(exercise, solution):
 def test_dw_is_deterministic():
     """Two-stage partial sums in a fixed order: the same dw, bit for bit, run after run."""
     gen = torch.Generator().manual_seed(0)
-    x, dy = torch.randn(50, 80, generator=gen), torch.randn(50, 80, generator=gen)
-    w = torch.rand(80, generator=gen) + 0.5
+    x, dy = torch.randn(50, 80, generator=gen).to(DEVICE), torch.randn(50, 80, generator=gen).to(DEVICE)
+    w = (torch.rand(80, generator=gen) + 0.5).to(DEVICE)
     rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
     runs = []
     for _ in range(2):
-        dx, dw = torch.empty_like(x), torch.empty(80)
+        dx, dw = torch.empty_like(x), torch.empty(80, device=DEVICE)
         l08.rmsnorm_backward(dy, x, w, rstd, dx, dw)
         runs.append(dw)
     assert torch.equal(runs[0], runs[1])
@@ -183,10 +184,11 @@ def test_cross_entropy_mistakes_are_named(bug, says):
 
 
 def test_all_ignored_targets_give_zero_loss_and_gradient():
-    logits = torch.randn(4, 300)
-    loss, dlogits = torch.full((4,), float("nan")), torch.full((4, 300), float("nan"))
-    l08.cross_entropy(logits, torch.full((4,), -100), loss, dlogits)
-    assert torch.equal(loss, torch.zeros(4)) and torch.equal(dlogits, torch.zeros(4, 300))
+    logits = torch.randn(4, 300, device=DEVICE)
+    loss = torch.full((4,), float("nan"), device=DEVICE)
+    dlogits = torch.full((4, 300), float("nan"), device=DEVICE)
+    l08.cross_entropy(logits, torch.full((4,), -100, device=DEVICE), loss, dlogits)
+    assert torch.equal(loss, torch.zeros_like(loss)) and torch.equal(dlogits, torch.zeros_like(dlogits))
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.5, 0.0])
@@ -194,8 +196,8 @@ def test_cross_entropy_function_scales_by_dloss(scale):
     """The loss's backward leaves the gradient as the forward wrote it when dL/dloss is 1, and scales it
     in place otherwise (read on the device, not skipped when it is not 1)."""
     gen = torch.Generator().manual_seed(0)
-    logits = torch.randn(6, 700, generator=gen) * 3
-    targets = torch.tensor([1, -100, 3, 699, 512, 0])
+    logits = (torch.randn(6, 700, generator=gen) * 3).to(DEVICE)
+    targets = torch.tensor([1, -100, 3, 699, 512, 0], device=DEVICE)
     ours = logits.clone().requires_grad_()
     loss = l08.CrossEntropyFunction.apply(ours, targets)
     (loss * scale).backward()
@@ -211,8 +213,9 @@ def test_linear_cross_entropy_function_matches_autograd(scale):
     """The output layer and the loss in one Function: loss, d hidden and d weight as autograd gives them,
     for any dL/dloss, ignored rows included."""
     gen = torch.Generator().manual_seed(0)
-    hidden0, weight0 = torch.randn(6, 40, generator=gen), torch.randn(700, 40, generator=gen) * 0.3
-    targets = torch.tensor([1, -100, 3, 699, 512, 0])
+    hidden0 = torch.randn(6, 40, generator=gen).to(DEVICE)
+    weight0 = (torch.randn(700, 40, generator=gen) * 0.3).to(DEVICE)
+    targets = torch.tensor([1, -100, 3, 699, 512, 0], device=DEVICE)
     hidden, weight = hidden0.clone().requires_grad_(), weight0.clone().requires_grad_()
     loss = l08.LinearCrossEntropyFunction.apply(hidden, weight, targets)
     (loss * scale).backward()
@@ -228,8 +231,8 @@ def test_training_loss_keeps_no_logits_for_the_backward():
     """The training step's loss saves gradients of the size of hidden and the output layer's weight, not
     the (tokens, vocab) logits or their gradient: the backward of the whole model runs without them."""
     config = toy_config(small=True)
-    ids = torch.randint(config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
-    model = l08.swap_in_training_kernels(toy_llama(small=True).train())
+    ids = torch.randint(config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    model = l08.swap_in_training_kernels(toy_llama(small=True, device=DEVICE).train())
     loss = l08.causal_lm_loss(model, ids, ids)
     saved = loss.grad_fn.saved_tensors
     assert saved, "the loss's backward keeps its gradients"
@@ -244,7 +247,7 @@ def test_silu_mul_function_writes_in_place_only_when_eager(monkeypatch, compilin
     writes new buffers, since the compiler copies a graph input before a kernel writes into it."""
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
     gen = torch.Generator().manual_seed(0)
-    g0, u0 = torch.randn(5, 300, generator=gen), torch.randn(5, 300, generator=gen)
+    g0, u0 = torch.randn(5, 300, generator=gen).to(DEVICE), torch.randn(5, 300, generator=gen).to(DEVICE)
     g, u = g0.clone().requires_grad_(), u0.clone().requires_grad_()
     h = l08.SiluMulFunction.apply(g, u)
     saved_g, saved_u = h.grad_fn.saved_tensors  # (5, 300) each: g and u as the forward saved them
@@ -329,11 +332,11 @@ def test_rmsnorm_train_mistakes_are_named():
 def test_training_step_matches_hugging_face():
     """The small toy Llama with our RMSNorm, SwiGLU and cross-entropy: HF's loss and every gradient."""
     vocab = toy_config(small=True).vocab_size
-    ids = torch.randint(vocab, (2, 12), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(vocab, (2, 12), generator=torch.Generator().manual_seed(0)).to(DEVICE)
     labels = ids.clone()
     labels[0, :3] = -100  # ignored positions count in neither loss nor gradient
-    reference = toy_llama(small=True).train()
-    ours = l08.swap_in_training_kernels(toy_llama(small=True).train())
+    reference = toy_llama(small=True, device=DEVICE).train()
+    ours = l08.swap_in_training_kernels(toy_llama(small=True, device=DEVICE).train())
     assert isinstance(ours.model.norm, l08.RMSNormTrain)
     loss_ref = reference(input_ids=ids, labels=labels, use_cache=False).loss
     loss_ref.backward()
@@ -366,10 +369,10 @@ def test_memory_target_counts_what_both_sides_hold():
 def test_rmsnorm_backward_launch_options_keep_the_values(programs, block_m, num_warps):
     """The bench sweeps the backward's launch (programs, rows per step, warps): every one computes the same."""
     gen = torch.Generator().manual_seed(3)
-    x, dy = torch.randn(23, 96, generator=gen), torch.randn(23, 96, generator=gen)
-    w = torch.rand(96, generator=gen) + 0.5
+    x, dy = torch.randn(23, 96, generator=gen).to(DEVICE), torch.randn(23, 96, generator=gen).to(DEVICE)
+    w = (torch.rand(96, generator=gen) + 0.5).to(DEVICE)
     rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
-    dx, dw = torch.empty_like(x), torch.empty(96)
+    dx, dw = torch.empty_like(x), torch.empty(96, device=DEVICE)
     l08.rmsnorm_backward(dy, x, w, rstd, dx, dw, programs=programs, block_m=block_m, num_warps=num_warps)
     dx_ref, dw_ref = l08.rmsnorm_backward_ref(dy, x, w, rstd)
     torch.testing.assert_close(dx, dx_ref, atol=1e-5, rtol=1e-5)
@@ -630,7 +633,11 @@ def test_rmsnorm_train_without_eps_fails():
 def test_silu_backward_with_exp_over_one_plus_exp_fails_where_exp_overflows():
     wrong = mutant("l08_backward_passes", "silu_mul_backward",
                    ("    s = tl.sigmoid(g)  # recomputed", "    s = tl.exp(g) / (1.0 + tl.exp(g))  # recomputed"))
-    failure("08.silu_mul_backward", wrong, "g spread to +-300", "NaN")
+    if current().interpret:
+        failure("08.silu_mul_backward", wrong, "g spread to +-300", "NaN")
+    else:  # a GPU's fast exp already puts the quotient a few units in the last place off at +-30
+        failure("08.silu_mul_backward", wrong, "g spread to +-30: sigmoid saturates", "differ beyond",
+                "use tl.sigmoid")
 
 
 def test_cross_entropy_with_the_first_blocks_max_as_the_rows_fails_on_a_late_outlier():

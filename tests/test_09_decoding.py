@@ -18,7 +18,7 @@ import triton.language as tl
 from course_utils.grading import CandidateError, CheckFailed, check
 from course_utils.lessons import l09_decoding as l09
 from course_utils.llama import toy_llama
-from course_utils.mode import current
+from course_utils.mode import current, size
 from helpers import interpreter_only
 
 
@@ -303,15 +303,18 @@ def test_decode_attention_without_the_rescale_fails():
 
 
 def test_w4a16_gemv_over_the_first_1024_weights_only_fails():
-    """The K loop stopped after 128 words (1024 weights), what one tile of 1024 without a loop computes: the
-    case of K = 1536 catches it."""
+    """The K loop stopped after 128 words (1024 weights), what one tile of 1024 without a loop computes: in
+    the interpreter the case of K = 1536 catches it; on a GPU the one-token case before it already has
+    K = 4096."""
     from helpers import mutant
 
     wrong = mutant("l09_decoding", "w4a16_gemv",
                    ("for kw0 in tl.range(0, K_WORDS, BLOCK_KW,",
                     "for kw0 in tl.range(0, tl.minimum(K_WORDS, 128), BLOCK_KW,"))
     message = failure("09.w4a16_gemv", wrong)
-    assert "K = 1536 (12 groups of 128)" in message, message
+    N, K = size((4099, 4096), (300, 512))  # the one-token case's sizes in course_utils/checks/l09_decoding.py
+    caught_by = f"one token: 1 x {K} @ ({N} x {K}).T" if K > 1024 else "K = 1536 (12 groups of 128)"
+    assert caught_by in message and "elements differ beyond" in message, message
 
 
 @interpreter_only

@@ -314,8 +314,9 @@ def test_the_fma_kernel_computes_its_reference():
     import torch
 
     from course_utils import roofline
+    from course_utils.mode import current
 
-    run, cost = roofline.fma_op(n=100, iters=16, device="cpu", block=64)
+    run, cost = roofline.fma_op(n=100, iters=16, device=current().device, block=64)
     torch.testing.assert_close(run(), roofline.fma_ref(run.x, 16), rtol=1e-4, atol=1e-4)
     assert cost.flops == 2 * 16 * 100 and cost.n_bytes == 800
 
