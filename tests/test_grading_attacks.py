@@ -844,7 +844,7 @@ def _sin2(src, dst, n, BLOCK: tl.constexpr):
     x = tl.load(src + offs, mask=offs < n).to(tl.float32)
     tl.store(dst + offs, tl.sin(tl.sin(x)).to(dst.dtype.element_ty), mask=offs < n)
 def sin4(x, out):  # two launches, the first one from inside the second one's grid callable
-    tmp = torch.empty(x.shape, dtype=torch.float32)
+    tmp = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     def grid(meta):
         _sin2[(triton.cdiv(x.numel(), 1024),)](x, tmp, x.numel(), BLOCK=1024)
         return (triton.cdiv(x.numel(), 1024),)
@@ -870,13 +870,15 @@ def _bias_relu(c, bias, out, N, som, son, BN: tl.constexpr):
         tl.store(out + m * som + n * son, tl.maximum(v, 0.0).to(out.dtype.element_ty), mask=n < N)
 def linear_relu(x, w, bias, out):  # unfused, the matmul's tensors flat and its temporary one element longer
     (M, K), N = x.shape, w.shape[0]
-    tmp = torch.empty(M * N + 1, dtype=torch.float32)
+    tmp = torch.empty(M * N + 1, dtype=torch.float32, device=x.device)
     flat_x, flat_w = x.as_strided((x.numel(),), (1,)), w.as_strided((w.numel(),), (1,))
     _matmul[(triton.cdiv(M, 16), triton.cdiv(N, 16))](flat_x, flat_w, tmp, M, N, K, *x.stride(), *w.stride(),
                                                      BM=16, BN=16, BK=16)
     _bias_relu[(M,)](tmp, bias, out, N, *out.stride(), BN=64)
 _fn = lesson.add_kernel.fn  # the course's kernel, copied under another module name
-_renamed = triton.jit(types.FunctionType(_fn.__code__, dict(_fn.__globals__, __name__="mine"), _fn.__name__))
+_same = types.FunctionType(_fn.__code__, dict(_fn.__globals__, __name__="mine"), _fn.__name__)
+_same.__annotations__ = dict(_fn.__annotations__)  # BLOCK: tl.constexpr, which a GPU's compiler reads
+_renamed = triton.jit(_same)
 def add(x, y, out):
     _renamed[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
 """
@@ -1006,7 +1008,8 @@ def _with_subclass_off(x, block):
 
 
 def _over_its_storage(x, block):
-    return _two_passes(torch.empty(0, dtype=x.dtype).set_(x.untyped_storage(), x.storage_offset(), x.shape))
+    plain = torch.empty(0, dtype=x.dtype, device=x.device)
+    return _two_passes(plain.set_(x.untyped_storage(), x.storage_offset(), x.shape))
 
 
 def _in_numpy(x, block):
@@ -1028,7 +1031,9 @@ def _from_its_bytes(x, block):
 
 @pytest.mark.parametrize("candidate", [
     _cleared, _rebound, lambda x, block: _two_passes(torch.Tensor.as_subclass(x, torch.Tensor)),
-    _with_subclass_off, _over_its_storage, _in_numpy, _from_its_bytes,
+    _with_subclass_off, _over_its_storage,
+    pytest.param(_in_numpy, marks=pytest.mark.skipif(not current().interpret, reason="NumPy cannot read CUDA memory")),
+    _from_its_bytes,
 ], ids=["cleared", "rebound", "as_subclass", "subclass_off", "set_", "numpy", "storage_bytes"])
 def test_online_stats_cannot_hide_a_whole_pass_from_the_read_log(candidate):
     """05.online_softmax_stats in two whole passes over x, the read log emptied, or x read through a plain
@@ -1070,6 +1075,12 @@ def test_finalizers_that_keep_running_fail():
 
     with pytest.raises(CheckFailed, match="kept running code after your function returned"):
         check("02.vector_add", add, seed=1, quiet=True)
+    # what is left of the chain would fail the next checks of this process: let it run out here
+    import gc
+
+    for _ in range(1100):
+        if not gc.collect():
+            break
 
 
 def test_an_output_written_after_the_last_look_is_not_judged(monkeypatch):
@@ -1316,15 +1327,17 @@ def _store_answer_kernel(out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(out_ptr + offs, mask=offs < n), mask=offs < n)
 
 
-def test_a_kernels_pre_run_hook_is_host_code_around_its_launch():
+def test_a_kernels_pre_run_hook_is_host_code_around_its_launch(monkeypatch):
     """Triton calls a kernel's pre-run hooks inside the launch, where recording is paused: one computed
     relu with torch into out, and the kernel only stored out back (a hook of an autotuner is refused alike)."""
     from course_utils.grading import CheckFailed, check
 
+    hooks = []  # the kernel's own list, put back after the test
+    monkeypatch.setattr(_store_answer_kernel, "pre_run_hooks", hooks)
+
     def relu(x, out):
-        kernel = copy.copy(_store_answer_kernel)
-        kernel.pre_run_hooks = [lambda out_ptr, n, **meta: out.view(-1).copy_(torch.relu(x.reshape(-1)))]
-        kernel[(1,)](out, out.numel(), BLOCK=triton.next_power_of_2(out.numel()))
+        hooks[:] = [lambda out_ptr, n, **meta: out.view(-1).copy_(torch.relu(x.reshape(-1)))]
+        _store_answer_kernel[(1,)](out, out.numel(), BLOCK=triton.next_power_of_2(out.numel()))
 
     with pytest.raises(CheckFailed, match="a pre_run_hook of `_store_answer_kernel`"):
         check("02.relu", relu, seed=1, quiet=True)
