@@ -622,6 +622,12 @@ for causal in (False, True):
 # of 64 queries, one warp group each, so that two programs share an SM and fill each other's pauses
 # (`results/explore/attention_scores_ahead.h100.json`,
 # `results/explore/attention_scores_ahead_small_tiles.h100.json`).
+# Triton's own FlashAttention tutorial is no faster: the developers of the Triton fork at
+# facebookexperimental/triton quoted about 460 TFLOP/s for it on an H100 (fp16, batch 4, 32 heads, 4096
+# tokens, D = 128), and 500 to 550 for their own kernels, written with their fork's explicit
+# warp-specialization instructions (TLX), which upstream Triton does not have (their pull requests 205
+# and 206, July 2025). What holds a Triton kernel back here is how the compiler overlaps the matrix
+# products with the exponentials, not the arithmetic the kernel asks for.
 
 # %%
 if can_time():
