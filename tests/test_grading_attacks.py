@@ -1057,11 +1057,13 @@ def _add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 class _Chain:
     """Cyclic garbage whose finalizer makes more of itself: code that keeps running after the call."""
 
+    growing = True  # set to False to let the chain end at its next link
+
     def __init__(self, left: int):
         self.left, self.me = left, self
 
     def __del__(self):
-        if self.left:
+        if self.left and _Chain.growing:
             _Chain(self.left - 1)
 
 
@@ -1073,14 +1075,16 @@ def test_finalizers_that_keep_running_fail():
         _add_kernel[(triton.cdiv(out.numel(), 256),)](x, y, out, out.numel(), BLOCK=256)
         return _Chain(1000)
 
-    with pytest.raises(CheckFailed, match="kept running code after your function returned"):
-        check("02.vector_add", add, seed=1, quiet=True)
-    # what is left of the chain would fail the next checks of this process: let it run out here
     import gc
 
-    for _ in range(1100):
-        if not gc.collect():
-            break
+    _Chain.growing = True
+    try:
+        with pytest.raises(CheckFailed, match="kept running code after your function returned"):
+            check("02.vector_add", add, seed=1, quiet=True)
+    finally:  # what is left of the chain would fail the next checks of this process: end it here
+        _Chain.growing = False
+        gc.collect()
+    assert not gc.collect(), "the chain ended"
 
 
 def test_an_output_written_after_the_last_look_is_not_judged(monkeypatch):
