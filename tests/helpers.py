@@ -8,9 +8,15 @@ import triton.language as tl
 from course_utils.grading import CheckFailed, check
 from course_utils.mode import current
 
+
+def interpreter_only_because(reason: str):
+    """A mark that skips a test on a GPU, saying why it belongs to the interpreter alone."""
+    return pytest.mark.skipif(current().gpu, reason=reason)
+
+
 # Tests whose wrong answers read or write out of bounds: the interpreter's guard catches them before
 # the access; on a GPU they could break the CUDA context for the rest of the session.
-interpreter_only = pytest.mark.skipif(current().gpu, reason="interpreter only: may break the CUDA context")
+interpreter_only = interpreter_only_because("interpreter only: may break the CUDA context")
 
 
 def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> CheckFailed:

@@ -16,7 +16,7 @@ from course_utils.lessons.l03_matmul import (SMALL_PROBLEM_FLOPS, dot_precision,
                                              linear_relu, matmul, matmul_configs, matmul_kernel, matmul_naive,
                                              matmul_naive_kernel, select_configs)
 from course_utils.mode import current
-from helpers import failure, interpreter_only, mutant, recorded_launches
+from helpers import failure, interpreter_only, interpreter_only_because, mutant, recorded_launches
 
 # On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
 # test with it: missing-mask answers are tested in the interpreter, which checks each address first.
@@ -518,7 +518,7 @@ def test_linear_relu_without_the_relu_is_named():
 
 # --- wrong answers made from the solution by one edit (helpers.mutant) ---------------------------
 
-@pytest.mark.skipif(not current().interpret, reason="an H100 with triton 3.6 reads 0 in masked-off lanes")
+@interpreter_only_because("an H100 with triton 3.6 reads 0 in masked-off lanes")
 def test_matmul_masked_load_without_other_is_caught():
     """A K-tail load masked but without other=: Triton leaves those lanes undefined, and the checker's
     interpreter fills them with NaN and says so. (A GPU happens to read 0 there: the product is right.)"""

@@ -19,7 +19,7 @@ from course_utils.grading import CandidateError, CheckFailed, check
 from course_utils.lessons import l09_decoding as l09
 from course_utils.llama import toy_llama
 from course_utils.mode import current, size
-from helpers import interpreter_only
+from helpers import interpreter_only, interpreter_only_because
 
 
 def failure(exercise: str, candidate) -> str:
@@ -344,7 +344,7 @@ def test_v_addressed_with_ks_strides_fails(exercise, name, edit):
     assert "stored (B, S, H, D)" in message and "own strides" in message, message
 
 
-@pytest.mark.skipif(current().gpu, reason="the case of large scores is the interpreter's only")
+@interpreter_only_because("the case of large scores is the interpreter's only")
 @pytest.mark.parametrize("merge_max", [
     "m_all = tl.max(m, axis=0) * 0.0",  # exp(m_i) alone: no common max
     "m_all = tl.sum(tl.where(offs_s == 0, m, 0.0), axis=0)",  # split 0's max, not the largest

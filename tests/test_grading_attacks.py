@@ -32,6 +32,7 @@ import triton.language as tl
 
 from course_utils.grading import batch, sandbox
 from course_utils.mode import current
+from helpers import interpreter_only_because
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 60
@@ -334,19 +335,24 @@ def relu(x, out):
 
 # ctypes over data_ptr() reads host memory in the interpreter only: on a GPU the address is the device's, and
 # reading it from the host crashes the notebook's own process (no side door there, no test either)
-HOST_MEMORY = pytest.mark.skipif(not current().interpret, reason="tensors in GPU memory: data_ptr() is no host address")
+HOST_MEMORY = interpreter_only_because("tensors in GPU memory: data_ptr() is no host address")
 # The byte tracker (which bytes a kernel stored) follows the interpreter's memory: on a GPU it cannot see a
 # tensor computed with the dispatch modes disabled and copied by a kernel (a gap the batch grader's flags
 # name, `torch._C internals`); torch inside @triton.jit does not compile on a GPU (no side door there).
-INTERPRETER_TRACKER = pytest.mark.skipif(not current().interpret, reason="the byte tracker is the interpreter's")
+INTERPRETER_TRACKER = interpreter_only_because("the byte tracker is the interpreter's")
 _DOOR_MARKS = {"ctypes_data_ptr": HOST_MEMORY,
-               "torch_in_jit": pytest.mark.skipif(not current().interpret, reason="a GPU compile refuses torch in a kernel")}
-_GPU_GAP = {"disable_modes": pytest.mark.xfail(not current().interpret, strict=True,
-                                               reason="on a GPU the interactive check misses it; the flags name it")}
-SIDE_DOOR_NAMES = [pytest.param(name, marks=_DOOR_MARKS[name]) if name in _DOOR_MARKS else name
-                   for name in sorted(SIDE_DOORS)]
-INTERACTIVE_DOOR_NAMES = [pytest.param(name, marks=({**_DOOR_MARKS, **_GPU_GAP})[name])
-                          if name in {**_DOOR_MARKS, **_GPU_GAP} else name for name in sorted(SIDE_DOORS)]
+               "torch_in_jit": interpreter_only_because("a GPU compile refuses torch in a kernel")}
+# ... and the interactive check on a GPU misses the disabled modes (a strict xfail: it fails once that closes)
+_INTERACTIVE_MARKS = {**_DOOR_MARKS, "disable_modes": pytest.mark.xfail(
+    current().gpu, strict=True, reason="on a GPU the interactive check misses it; the flags name it")}
+
+
+def _side_door_params(marks: dict) -> list:
+    return [pytest.param(name, marks=marks[name]) if name in marks else name for name in sorted(SIDE_DOORS)]
+
+
+SIDE_DOOR_NAMES = _side_door_params(_DOOR_MARKS)
+INTERACTIVE_DOOR_NAMES = _side_door_params(_INTERACTIVE_MARKS)
 
 # --- attacks on the run (added to the solution: they must not cost anybody anything) -------------
 
@@ -888,7 +894,7 @@ def add(x, y, out):
     ("02.copy_2d", "copy_2d", "Tensor.fill_(a tensor's element)"),
     ("02.relu", "relu", "read tensor data into Python/NumPy on the host (Tensor.item)"),
     pytest.param("02.relu", "relu_dlpack", "read tensor data into Python/NumPy on the host (Tensor.__dlpack__)",
-                 marks=pytest.mark.skipif(not current().interpret, reason="NumPy cannot import CUDA memory")),
+                 marks=interpreter_only_because("NumPy cannot import CUDA memory")),
     ("04.sin4", "sin4", "launched 2 kernels (_sin2, _sin2)"),
     ("03.linear_relu", "linear_relu", "launched 2 kernels on the activations (_matmul, _bias_relu)"),
     ("02.vector_add", "add", "your function launches `add_kernel`, the course's solution"),
@@ -1032,7 +1038,7 @@ def _from_its_bytes(x, block):
 @pytest.mark.parametrize("candidate", [
     _cleared, _rebound, lambda x, block: _two_passes(torch.Tensor.as_subclass(x, torch.Tensor)),
     _with_subclass_off, _over_its_storage,
-    pytest.param(_in_numpy, marks=pytest.mark.skipif(not current().interpret, reason="NumPy cannot read CUDA memory")),
+    pytest.param(_in_numpy, marks=interpreter_only_because("NumPy cannot read CUDA memory")),
     _from_its_bytes,
 ], ids=["cleared", "rebound", "as_subclass", "subclass_off", "set_", "numpy", "storage_bytes"])
 def test_online_stats_cannot_hide_a_whole_pass_from_the_read_log(candidate):

@@ -19,7 +19,7 @@ from course_utils.grading.inputs import f64, randn
 from course_utils.grading.progress import Progress, progress
 from course_utils.lessons.l02_first_kernels import add, copy_2d, relu
 from course_utils.mode import current
-from helpers import failure, flat_copy_kernel, launch_1d, scale_kernel, zeros_kernel
+from helpers import failure, flat_copy_kernel, interpreter_only_because, launch_1d, scale_kernel, zeros_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -402,7 +402,7 @@ def test_a_fused_exercise_refuses_an_intermediate_in_memory(scratch_exercises):
     assert err.reason.startswith("launched 2 kernels")
 
 
-@pytest.mark.skipif(not current().interpret, reason="the interpreter's NumPy warnings")
+@interpreter_only_because("the interpreter's NumPy warnings")
 def test_the_interpreters_numpy_warnings_are_silenced(scratch_exercises):
     @triton.jit
     def inf_minus_inf_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
@@ -582,7 +582,7 @@ def sum_without_other_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
              mask=offsets < n_elements)
 
 
-@pytest.mark.skipif(not current().interpret, reason="the interpreter's masked loads")
+@interpreter_only_because("the interpreter's masked loads")
 def test_masked_lanes_of_a_load_without_other_are_undefined_not_zero(scratch_exercises):
     """The interpreter reads 0 there; Triton promises nothing (a GPU reads what the register held): the
     checker reads NaN, so a sum, max or dot over such lanes shows."""
