@@ -76,6 +76,28 @@ def test_strides_as_numpy_integers_are_told_to_become_python_ints():
     fails("01.contiguous_strides", with_numpy, "return Python ints")
 
 
+def test_strides_read_off_a_numpy_array_fail_on_a_shape_no_memory_holds():
+    """np.empty(shape).strides answers every shape that fits in memory; (2^40, 2^30, 7) does not fit."""
+    def from_numpy(shape):
+        return tuple(s for s in np.empty(shape, dtype=np.int8).strides)
+
+    fails("01.contiguous_strides", from_numpy, "more than any memory holds", "array is too big")
+
+
+def test_strides_from_torchs_own_helper_are_refused():
+    def from_prims(shape):
+        from torch._prims_common import make_contiguous_strides_for as strides_for
+        return tuple(int(s) for s in strides_for(shape)) if shape else ()
+
+    fails("01.contiguous_strides", from_prims, "torch._prims_common.make_contiguous_strides_for",
+          "a library's helper")
+
+
+def _numpy_over(t):
+    """A NumPy int8 array with t's shape and element strides (no memory of t's: only its layout)."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype=np.int8), shape=t.shape, strides=t.stride())
+
+
 # --- 01.transpose_view ----------------------------------------------------------------------------
 
 def _swapped(t, dim0, dim1):
@@ -129,6 +151,14 @@ def test_transpose_strides_not_swapped():
     fails("01.transpose_view", shape_only, "has stride")
 
 
+def test_transpose_with_strides_from_numpy_is_refused():
+    def from_numpy(t, dim0, dim1):
+        v = np.swapaxes(_numpy_over(t), dim0, dim1)
+        return t.as_strided(v.shape, v.strides, t.storage_offset())
+
+    fails("01.transpose_view", from_numpy, "numpy.lib.stride_tricks.as_strided", "a library's helper")
+
+
 # --- 01.broadcast_view ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("candidate", [
@@ -152,6 +182,15 @@ def test_broadcast_needs_stride_zero():
         return t.as_strided(shape, [0] * new + list(t.stride()), t.storage_offset())
 
     fails("01.broadcast_view", kept_strides, "stride must be 0")
+
+
+def test_broadcast_with_strides_from_numpy_is_refused():
+    def from_numpy(t, shape):
+        v = np.broadcast_to(np.zeros(t.shape, dtype=np.int8), shape)  # stride 0 where it grows, bytes = 1
+        strides = [0 if s == 0 else t.stride()[d - v.ndim + t.dim()] for d, s in enumerate(v.strides)]
+        return t.as_strided(tuple(shape), strides, t.storage_offset())
+
+    fails("01.broadcast_view", from_numpy, "numpy.broadcast_to", "a library's helper")
 
 
 # --- 01.matmul_intensity and 01.attainable_flops --------------------------------------------------

@@ -522,17 +522,47 @@ def test_a_cached_result_fails_on_the_next_call(exercise_id):
 
 # --- more mistakes: a capped grid, the course's own solution, a block that is no power of 2 ---------
 
-def test_add_with_a_grid_capped_at_the_sm_count_misses_the_rest():
-    def capped(x, y, out, BLOCK=1024):
-        n = out.numel()
-        add_kernel[(min(triton.cdiv(n, BLOCK), 132),)](x, y, out, n, BLOCK=BLOCK)  # no loop over the rest
+@triton.jit
+def add_looping_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    """Programs pid, pid + num_programs, ... of a grid of any size: block by block over all n elements."""
+    for start in range(tl.program_id(0) * BLOCK, n_elements, tl.num_programs(0) * BLOCK):
+        offsets = start + tl.arange(0, BLOCK)
+        mask = offsets < n_elements
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+                 mask=mask)
 
-    if INTERPRET:  # the CPU's cases are small: only the last one is longer than 132 blocks of 1024
-        err = failure("02.vector_add", capped, "than a grid capped at the SM count covers",
-                      "elements were never written", "hint: the grid must cover all n elements")
-        assert "case 7/7" in str(err)
+
+@pytest.mark.parametrize("exercise_id, block, programs", [
+    ("02.vector_add", 1024, 132), ("02.vector_add", 2048, 132), ("02.vector_add", 1024, 2 * 132),
+    ("02.relu", 1024, 132), ("02.relu", 4096, 2 * 132)])
+def test_a_grid_capped_at_the_sm_count_misses_the_rest(exercise_id, block, programs):
+    """min(cdiv(n, BLOCK), programs) programs and no loop over the remaining blocks: right up to
+    programs * BLOCK elements (1 MiB at most here), which every other case of the interpreter stays below."""
+    def capped(*args):
+        x, out = args[0], args[-1]
+        n = out.numel()
+        grid = (min(triton.cdiv(n, block), programs),)  # no loop over the rest
+        if exercise_id == "02.vector_add":
+            add_kernel[grid](x, args[1], out, n, BLOCK=block)
+        else:
+            relu_kernel[grid](x, out, n, BLOCK=block)
+
+    if INTERPRET:  # the CPU's cases are small: only the last one is longer than the capped grids
+        cases = len(list(REGISTRY[exercise_id].cases(torch.Generator().manual_seed(1))))
+        err = failure(exercise_id, capped, "than a grid capped at twice the SM count (2 x 132 programs)",
+                      "elements were never written", "hint:")
+        assert f"case {cases}/{cases}" in str(err)
     else:
-        failure("02.vector_add", capped, "elements were never written", "hint: the grid must cover all n elements")
+        failure(exercise_id, capped, "elements were never written")
+
+
+def test_a_grid_of_the_sm_count_that_loops_over_the_rest_passes():
+    """The honest way to launch fewer programs than blocks: each program strides over the blocks."""
+    def looping(x, y, out):
+        n = out.numel()
+        add_looping_kernel[(min(triton.cdiv(n, 1024), 132),)](x, y, out, n, BLOCK=1024)
+
+    check("02.vector_add", looping, seed=1, quiet=True)
 
 
 def test_the_courses_own_solution_is_refused(refuse_course_solutions):

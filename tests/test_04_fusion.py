@@ -12,7 +12,9 @@ import triton.language as tl
 
 from course_utils.benches import l04_fusion as bench04
 from course_utils.grading import check
-from course_utils.lessons.l04_fusion import bytes_moved, silu_mul, silu_mul_ref, sin4, sin4_kernel, sin4_ref
+from course_utils.lessons.l04_fusion import (bytes_moved, silu_mul, silu_mul_kernel, silu_mul_ref, sin4,
+                                            sin4_kernel, sin4_ref)
+from course_utils.mode import current
 from helpers import failure, interpreter_only, mutant
 
 # On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
@@ -28,7 +30,7 @@ def test_solution_passes(exercise_id, solution, seed):
     check(exercise_id, solution, seed=seed, quiet=True)
 
 
-@pytest.mark.parametrize("block, warps", [(512, 4), (4096, 8)])
+@pytest.mark.parametrize("block, warps", [(1024, 4), (4096, 8)])  # the default: 2048
 def test_solutions_pass_with_other_block_sizes(block, warps):
     check("04.sin4", lambda x, out: sin4(x, out, BLOCK=block, num_warps=warps), seed=2, quiet=True)
     check("04.silu_mul", lambda g, u, out: silu_mul(g, u, out, BLOCK=block, num_warps=warps), seed=2,
@@ -366,3 +368,19 @@ def test_sin4_rounding_each_sin_to_fp16_fails():
                     "    for _ in tl.static_range(4):\n"
                     "        y = tl.sin(y.to(tl.float32)).to(x.dtype)"))
     failure("04.sin4", wrong, "float16 in and out (compute in fp32)", "differ beyond")
+
+
+@pytest.mark.parametrize("exercise_id, block, programs", [("04.sin4", 1024, 132), ("04.sin4", 4096, 2 * 132),
+                                                          ("04.silu_mul", 2048, 132)])
+def test_a_grid_capped_at_the_sm_count_misses_the_rest(exercise_id, block, programs):
+    """min(cdiv(n, BLOCK), programs) programs and no loop over the rest: right up to programs * BLOCK
+    elements, past every other case of the interpreter (its largest has 2^14 + 3)."""
+    def capped(*args):
+        out, n = args[-1], args[-1].numel()
+        grid = (min(triton.cdiv(n, block), programs),)  # no loop over the remaining blocks
+        kernel = sin4_kernel if exercise_id == "04.sin4" else silu_mul_kernel
+        kernel[grid](*args, n, BLOCK=block)
+
+    capped_case = "than a grid capped at twice the SM count (2 x 132 programs)"
+    expected = ["elements were never written"] + ([capped_case] if current().interpret else [])
+    failure(exercise_id, capped, *expected)

@@ -2,6 +2,7 @@
 fail with messages that point at them, and the maths (merging statistics, KV-cache bytes) holds."""
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 
@@ -31,7 +32,7 @@ from course_utils.lessons.l05_online_softmax import (
 )
 from course_utils.llama import toy_config, toy_llama
 from course_utils.mode import current, half_dtype, size
-from helpers import failure, interpreter_only, mutant, recorded_launches
+from helpers import failure, interpreter_only, interpreter_only_because, mutant, recorded_launches
 
 NEG_INF = float("-inf")
 # Where the kernels run: the tests make their tensors here (those drawn from a seeded CPU generator are drawn
@@ -96,6 +97,15 @@ def test_merge_without_max_subtraction_fails():
 
 def test_merge_with_the_wrong_max_fails():
     failure("05.merge_stats", lambda m1, d1, m2, d2: (min(m1, m2), d1 + d2), "expected max(m1, m2)")
+
+
+def test_merge_returning_strings_fails():
+    """float("-inf") converts a string too: a string is still no number."""
+    def as_text(m1, d1, m2, d2):
+        m, d = merge_stats(float(m1), float(d1), float(m2), float(d2))
+        return repr(m), repr(d)
+
+    failure("05.merge_stats", as_text, "m and d must be numbers")
 
 
 def test_merge_accepts_tensors_and_returns_a_pair():
@@ -301,8 +311,9 @@ def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, 
 def _online(bug):
     def softmax_online(x, out):
         n_rows, n_cols = x.shape
-        _softmax_online_buggy_kernel[(triton.cdiv(n_rows, ROWS),)](
-            x, out, n_rows, n_cols, *x.stride(), *out.stride(), BLOCK_N=8192, BUG=bug, R=ROWS)
+        rows = min(ROWS, triton.next_power_of_2(n_rows))  # one row of 2^20 + 3: not 15 copies of it besides
+        _softmax_online_buggy_kernel[(triton.cdiv(n_rows, rows),)](
+            x, out, n_rows, n_cols, *x.stride(), *out.stride(), BLOCK_N=8192, BUG=bug, R=rows)
     return softmax_online
 
 
@@ -359,7 +370,8 @@ def _attention_buggy_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, S, qk_scale,
                             CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
                             BLOCK_N: tl.constexpr, BUG: tl.constexpr):
     """One masked loop over all key tiles. BUG 1: causal j <= i + 1; 2: no key mask; 3: acc not rescaled;
-    4: k's last stride taken as 1; 5: batch and head flattened into one index (true of contiguous inputs)."""
+    4: k's last stride taken as 1; 5: batch and head flattened into one index (true of contiguous inputs);
+    6: the causal mask in positions within the tiles (right when one tile holds every query and key)."""
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
     if BUG == 4:
@@ -389,6 +401,8 @@ def _attention_buggy_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, S, qk_scale,
         if CAUSAL:
             if BUG == 1:
                 keep = keep & (keys[None, :] <= offs_m[:, None] + 1)
+            elif BUG == 6:
+                keep = keep & (offs_n[None, :] <= tl.arange(0, BLOCK_M)[:, None])
             else:
                 keep = keep & (keys[None, :] <= offs_m[:, None])
         s = tl.where(keep, s, float("-inf"))
@@ -406,13 +420,13 @@ def _attention_buggy_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, S, qk_scale,
              (acc / l_i[:, None]).to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < S)
 
 
-def _buggy_attention(bug, scale=None):
+def _buggy_attention(bug, scale=None, tiles=(32, 16)):
     def attention_buggy(q, k, v, out, causal):
         B, H, S, D = q.shape
         qk_scale = LOG2E / math.sqrt(D) if scale is None else scale
-        _attention_buggy_kernel[(triton.cdiv(S, 32), B * H)](
+        _attention_buggy_kernel[(triton.cdiv(S, tiles[0]), B * H)](
             q, k, v, out, H, S, qk_scale, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            CAUSAL=causal, D=D, BLOCK_M=32, BLOCK_N=16, BUG=bug)
+            CAUSAL=causal, D=D, BLOCK_M=tiles[0], BLOCK_N=tiles[1], BUG=bug)
     return attention_buggy
 
 
@@ -433,11 +447,30 @@ def test_attention_without_rescaling_acc_fails():
 
 
 def test_attention_with_k_strides_assumed_fails():
-    failure("05.attention", _buggy_attention(4), "k a (B, H, D, S) one", "use every stride")
+    failure("05.attention", _buggy_attention(4), "k a (B, H, D, S) tensor", "its own four strides")
 
 
 def test_attention_with_batch_and_head_flattened_fails():
-    failure("05.attention", _buggy_attention(5), "(B, S, H, D) tensors", "use every stride")
+    failure("05.attention", _buggy_attention(5), "packed (B, S, 3, H, D) qkv", "its own four strides")
+
+
+@pytest.mark.parametrize("edit", [
+    ("*v.stride(), *out.stride()", "*q.stride(), *out.stride()"),
+    ("*v.stride(), *out.stride()", "*v.stride(), H * S * D, S * D, D, 1"),
+], ids=["v read with q's strides", "out assumed contiguous"])
+def test_attention_with_another_tensors_strides_fails(edit):
+    """q and v had one layout in every case, and out was always contiguous: both slips passed."""
+    failure("05.attention", mutant("l05_online_softmax", "attention", edit), "v an (S, B, H, D) one",
+            "out a (B, S, H, D) one", "its own four strides")
+
+
+def test_attention_with_a_causal_mask_local_to_64_wide_tiles_fails():
+    """keys within the tile <= queries within the tile: right while S <= 64 (one tile of each), as every
+    causal case of the interpreter once was; wrong from the second tile of 64 on."""
+    # a GPU's first causal case has S = 1000, sixteen tiles of 64
+    expected = (("S = 300, large scores, causal=True", "absolute positions") if current().interpret
+                else ("causal",))
+    failure("05.attention", _buggy_attention(6, tiles=(64, 64)), *expected)
 
 
 def test_attention_without_the_scale_fails():
@@ -780,3 +813,128 @@ def test_online_stats_reading_everything_at_once_through_a_side_door_fails(reads
         return m, (float(torch.exp(y - m).sum()) if m > -math.inf else 0.0)
 
     failure("05.online_softmax_stats", stats, "elements of x at once")
+
+
+# --- fp16 arithmetic inside attention, and rows longer than Triton's largest block -------------------
+
+def test_attention_with_fp16_scores_fails():
+    """The scores rounded to q's dtype: exact in fp32 (all but the fp16 cases), 0.8% off at scores of 16."""
+    wrong = mutant("l05_online_softmax", "attention",
+                   ("s = tl.dot(q, k)  #", "s = tl.dot(q, k).to(q.dtype)  #"))
+    # on a GPU the bf16 cases come first, and bf16 scores (8 bits) fail there already
+    expected = (("fp16, q, k and v of std 4", "off by more than fp16's rounding") if current().interpret
+                else ())
+    failure("05.attention", wrong, *expected)
+
+
+def test_attention_with_an_fp16_accumulator_fails():
+    """acc in q's dtype: an fp16 acc overflows once sum of p * v passes 65504."""
+    wrong = mutant("l05_online_softmax", "attention",
+                   ("acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)",
+                    "acc = tl.zeros((BLOCK_M, HEAD_DIM), q.dtype)"),
+                   ("acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])",
+                    "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None]).to(q.dtype)"))
+    expected = (("v near 1000", "passes 65504, fp16's largest value", "keep acc") if current().interpret
+                else ())
+    failure("05.attention", wrong, *expected)
+
+
+@interpreter_only_because("a one-block kernel for rows of 100000 would compile for minutes on a GPU")
+def test_softmax_with_one_block_per_row_fails_past_triton_largest_block():
+    """BLOCK = next_power_of_2(n_cols) and no loop: the interpreter has no register limit, so only a row
+    longer than 2^20 elements, where Triton refuses the block, shows the mistake there."""
+    wrong = mutant("l05_online_softmax", "softmax", ("if block_n > ONE_PASS_MAX_COLS:", "if False:"))
+    err = failure("05.softmax", wrong, "rows of 2^20 + 3", "block of more than 2^20 elements",
+                  "loop over the data in blocks of a fixed size")
+    assert isinstance(err, CandidateError)
+
+
+# --- 05.online_softmax_stats: one pass over blocks, in any order; no reading x whole on the side --------
+
+def _stats_twice_per_block(x, block):
+    """Per block, its max in one Python loop, then its sum in another: the block is read twice while it is
+    the current one, which is still one pass over the blocks."""
+    m, d = NEG_INF, 0.0
+    for s in range(0, x.numel(), block):
+        chunk = x[s:s + block]
+        m_b = max(float(v) for v in chunk)
+        d_b = sum(math.exp(float(v) - m_b) for v in chunk) if m_b > NEG_INF else 0.0
+        m, d = merge_stats(m, d, m_b, d_b)
+    return m, d
+
+
+def _stats_last_block_first(x, block):
+    return _stats_over(x[s:s + block] for s in reversed(range(0, x.numel(), block)))
+
+
+@pytest.mark.parametrize("stats", [_stats_twice_per_block, _stats_last_block_first],
+                         ids=["each block read twice", "last block first"])
+def test_online_stats_in_one_pass_over_blocks_in_any_order_passes(stats):
+    check("05.online_softmax_stats", stats, seed=1, quiet=True)
+
+
+def test_online_stats_going_back_to_a_finished_block_is_named():
+    def peek_back(x, block):  # after each block, a look at the first one again
+        m, d = NEG_INF, 0.0
+        for b in _blocks(x, block):
+            float(x[0])
+            m, d = merge_stats(m, d, *_stats_over([b]))
+        return m, d
+
+    failure("05.online_softmax_stats", peek_back,
+            "of block 0 (x[0:64]) after the loop had moved on to x[64:128]", "second pass")
+
+
+def _pickled(x):
+    import pickle
+
+    return pickle.loads(pickle.dumps(x))
+
+
+def _saved(x):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(x, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def _deep_copied(x):
+    import copy
+
+    return copy.deepcopy(x)
+
+
+@pytest.mark.parametrize("whole", [
+    _pickled, _saved, _deep_copied,
+    pytest.param(lambda x: torch.tensor(x.numpy()), marks=interpreter_only_because("NumPy reads the host's")),
+    lambda x: torch.tensor(x.tolist()),
+], ids=["pickle", "torch.save", "copy.deepcopy", "numpy", "tolist"])
+@pytest.mark.parametrize("subclass_off", [False, True], ids=["", "subclass off"])
+def test_online_stats_copying_x_whole_after_a_faked_pass_fails(whole, subclass_off):
+    """Each block touched once (so the log shows one pass), then the answer computed in two passes over a
+    copy of x made by serializing it, which reads its storage through torch's own frames (no aten op):
+    counted as a read of all of x."""
+    def faked(x, block):
+        for b in _blocks(x, block):
+            b.max()
+        with torch._C.DisableTorchFunctionSubclass() if subclass_off else contextlib.nullcontext():
+            y = torch.Tensor.as_subclass(whole(x), torch.Tensor).to(torch.float64)
+        m = float(y.max())
+        return m, (float(torch.exp(y - m).sum()) if m > NEG_INF else 0.0)
+
+    err = failure("05.online_softmax_stats", faked, "elements of x at once")
+    assert not isinstance(err, CandidateError), str(err)
+
+
+def test_online_stats_error_shows_only_the_students_frames():
+    """x's read log wraps every torch call on x: its frames (course_utils/checks) are the checker's."""
+    def buggy(x, block):
+        for b in _blocks(x, block):
+            b.max(dim=1)  # a 1-D block has no dim 1
+        return NEG_INF, 0.0
+
+    err = failure("05.online_softmax_stats", buggy, "IndexError", "b.max(dim=1)", "in buggy")
+    assert isinstance(err, CandidateError)
+    assert "course_utils" not in str(err) and "__torch_function__" not in str(err), str(err)

@@ -556,6 +556,38 @@ def test_rmsnorm_train_keeping_a_copy_in_a_list_on_ctx_is_named():
             "keeps a (rows, hidden) tensor")
 
 
+class _Holder:
+    def __init__(self, kept):
+        self.kept = kept
+
+
+# Ways to keep a (rows, hidden) copy where a look at ctx's tensors, lists and dicts does not find it
+_HIDDEN_COPIES = {
+    "in halves": lambda copy: list(copy.view(-1).chunk(2)),  # two tensors of rows * hidden / 2 elements
+    "in an object": lambda copy: _Holder(copy),
+    "in a closure": lambda copy: (lambda: copy),
+    "as a storage": lambda copy: copy.untyped_storage(),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_HIDDEN_COPIES))
+def test_rmsnorm_train_keeping_a_hidden_copy_is_judged_by_the_memory_kept(how):
+    """The course's function, whose forward also keeps a (rows, hidden) copy, hidden: judged by the bytes the
+    autograd node keeps alive (13 x 781 fp32: 40664 bytes, 3128 a row), not by the tensors on ctx."""
+    class Keeps(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps):
+            y = l08.RMSNormFunction.forward(ctx, x, weight, eps)
+            ctx.hidden = _HIDDEN_COPIES[how](y.clone())
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            return l08.RMSNormFunction.backward(ctx, dy)
+
+    failure("08.rmsnorm_train", lambda x, w, eps: Keeps.apply(x, w, eps), "bytes a row, where rstd takes 4")
+
+
 def test_rmsnorm_train_ignoring_dys_strides_fails_on_the_transposed_gradient():
     wrong = mutant("l08_backward_passes", "rmsnorm_train",
                    ("dy_rows = dy.reshape(rows.shape).contiguous()", "dy_rows = dy.reshape(rows.shape)"))

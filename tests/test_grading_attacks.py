@@ -336,15 +336,13 @@ def relu(x, out):
 # ctypes over data_ptr() reads host memory in the interpreter only: on a GPU the address is the device's, and
 # reading it from the host crashes the notebook's own process (no side door there, no test either)
 HOST_MEMORY = interpreter_only_because("tensors in GPU memory: data_ptr() is no host address")
-# The byte tracker (which bytes a kernel stored) follows the interpreter's memory: on a GPU it cannot see a
-# tensor computed with the dispatch modes disabled and copied by a kernel (a gap the batch grader's flags
-# name, `torch._C internals`); torch inside @triton.jit does not compile on a GPU (no side door there).
+# The byte tracker (which bytes a kernel stored) follows the interpreter's memory; on a GPU a tensor computed
+# with the dispatch modes disabled is the op ledger's (guard.OpLedger), in both modes; torch inside
+# @triton.jit does not compile on a GPU (no side door there).
 INTERPRETER_TRACKER = interpreter_only_because("the byte tracker is the interpreter's")
 _DOOR_MARKS = {"ctypes_data_ptr": HOST_MEMORY,
                "torch_in_jit": interpreter_only_because("a GPU compile refuses torch in a kernel")}
-# ... and the interactive check on a GPU misses the disabled modes (a strict xfail: it fails once that closes)
-_INTERACTIVE_MARKS = {**_DOOR_MARKS, "disable_modes": pytest.mark.xfail(
-    current().gpu, strict=True, reason="on a GPU the interactive check misses it; the flags name it")}
+_INTERACTIVE_MARKS = _DOOR_MARKS
 
 
 def _side_door_params(marks: dict) -> list:
@@ -788,8 +786,9 @@ def test_side_doors_fail_the_interactive_check(name):
     for exercise, func in (("02.vector_add", "add"), ("02.relu", "relu")):
         with pytest.raises(CheckFailed) as failed:
             check(exercise, namespace[func], seed=1, quiet=True)
-        assert "holds bytes that no kernel stored" in str(failed.value) or "host code" in str(failed.value), \
-            str(failed.value)
+        found = str(failed.value)
+        assert any(text in found for text in ("holds bytes that no kernel stored", "host code",
+                                              "dispatch modes turned off")), found
 
 
 @INTERPRETER_TRACKER
@@ -805,12 +804,131 @@ def test_the_tracker_says_what_it_found():
         check("02.vector_add", thread["add"], seed=1, quiet=True)
     with pytest.raises(CheckFailed, match=r"`out` holds bytes that no kernel stored \(found after"):
         check("02.relu", thread["relu"], seed=1, quiet=True)
-    doors = _candidate(SIDE_DOORS["disable_modes"][1], "disable_modes")
-    with pytest.raises(CheckFailed, match=r"`_copy` was launched with `src`, a tensor made where the checker"):
-        check("02.vector_add", doors["add"], seed=1, quiet=True)
+    numpy_made = _candidate(_KERNELS + """
+def add(x, y, out):
+    _copied(torch.from_numpy(np.zeros(out.numel(), dtype=np.float32)), out)
+""", "numpy_made")
+    with pytest.raises(CheckFailed, match=r"`_copy` was launched with `src`, a tensor over memory torch did not"):
+        check("02.vector_add", numpy_made["add"], seed=1, quiet=True)
     hooks = _candidate(SIDE_DOORS["autotune_pre_hook"][1], "hooks")
     with pytest.raises(CheckFailed, match=r"runs host code around its launches \(a triton.Config pre_hook of `_noop`"):
         check("02.vector_add", hooks["add"], seed=1, quiet=True)
+
+
+# Torch with its dispatch modes switched off, every way torch offers: each op runs past the recorder, and
+# torch's profiler (guard.OpLedger) sees it all the same, in both modes and in function exercises too.
+_MODES_OFF = {
+    "disable_current_modes": "torch.utils._python_dispatch._disable_current_modes()",
+    "DisableTorchDispatch": "torch._C._DisableTorchDispatch()",
+    "ExcludeDispatchKeyGuard": "torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Python))",
+}
+
+
+@pytest.mark.parametrize("switch", sorted(_MODES_OFF))
+def test_torch_with_dispatch_modes_off_fails_every_check(switch):
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    setup(quiet=True)
+    doors = _candidate(_KERNELS + f"""
+def add(x, y, out):
+    with {_MODES_OFF[switch]}:
+        tmp = x + y
+    _copied(tmp, out)
+def contiguous_strides(shape):
+    with {_MODES_OFF[switch]}:
+        return tuple(torch.empty(shape, device="meta").stride())
+""", f"modes_off_{switch}")
+    with pytest.raises(CheckFailed, match=r"ran torch ops with torch's dispatch modes turned off or bypassed "
+                                          r"\(aten::add"):
+        check("02.vector_add", doors["add"], seed=1, quiet=True)
+    with pytest.raises(CheckFailed, match=r"dispatch modes turned off or bypassed \(aten::empty"):
+        check("01.contiguous_strides", doors["contiguous_strides"], seed=1, quiet=True)
+
+
+def test_a_tensor_torch_made_before_the_call_may_feed_a_kernel():
+    """A table built once, a scratch buffer kept between calls: honest on a GPU, honest here too (followed from
+    its launch on: a kernel that reads it gets its bytes as they were)."""
+    from course_utils import setup
+    from course_utils.grading import check
+
+    setup(quiet=True)
+    honest = _candidate(_KERNELS + """
+@triton.jit
+def _add(x, y, zero, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    z = tl.load(zero)  # a table of one entry, built once
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n) + tl.load(y + offs, mask=offs < n) + z, mask=offs < n)
+from course_utils.mode import current
+ZERO = torch.zeros(1, device=current().device)
+def add(x, y, out):
+    _add[(triton.cdiv(out.numel(), 1024),)](x, y, ZERO, out, out.numel(), BLOCK=1024)
+""", "table")
+    check("02.vector_add", honest["add"], seed=1, quiet=True)
+
+
+def test_a_profiler_around_the_check_is_named():
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    setup(quiet=True)
+    with torch.profiler.profile(), pytest.raises(CheckFailed, match=r"a torch profiler was running around the "
+                                                                     r"check"):
+        check("01.contiguous_strides", lambda shape: (1,) * len(shape), seed=1, quiet=True)
+
+
+_DW = """
+import torch, triton, triton.language as tl
+@triton.jit
+def _bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, part_ptr, ticket_ptr, n_rows, n_cols, sdy, sx, sdx,
+         TICKET: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    ok = cols < n_cols
+    x = tl.load(x_ptr + row * sx + cols, mask=ok, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row * sdy + cols, mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    r = tl.load(rstd_ptr + row)
+    xhat, wdy = x * r, dy * w
+    dx = (wdy - xhat * tl.sum(wdy * xhat, axis=0) / n_cols) * r
+    tl.store(dx_ptr + row * sdx + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+    if TICKET:  # each row's share in a buffer of its own; the last program to arrive adds them up
+        tl.store(part_ptr + row * n_cols + cols, dy * xhat, mask=ok)
+        if tl.atomic_add(ticket_ptr, 1, sem="acq_rel") == n_rows - 1:
+            total = tl.zeros((BLOCK_N,), tl.float32)
+            for r0 in range(0, n_rows):
+                total += tl.load(part_ptr + r0 * n_cols + cols, mask=ok, other=0.0)
+            tl.store(dw_ptr + cols, total, mask=ok)
+    else:  # the sum carried from program to program: a plain load, add and store
+        tl.store(dw_ptr + cols, tl.load(dw_ptr + cols, mask=ok) + dy * xhat, mask=ok)
+def rmsnorm_backward(dy, x, weight, rstd, dx, dw, ticket=False):
+    n_rows, n_cols = x.shape
+    dw.zero_()
+    part = torch.empty((n_rows, n_cols), dtype=torch.float32, device=x.device)
+    counter = torch.zeros(1, dtype=torch.int32, device=x.device)
+    _bwd[(n_rows,)](dy, x, weight, rstd, dx, dw, part, counter, n_rows, n_cols, dy.stride(0), x.stride(0),
+                    dx.stride(0), TICKET=ticket, BLOCK_N=triton.next_power_of_2(n_cols))
+def with_ticket(dy, x, weight, rstd, dx, dw):
+    rmsnorm_backward(dy, x, weight, rstd, dx, dw, ticket=True)
+"""
+
+
+@INTERPRETER_TRACKER
+def test_a_sum_carried_between_the_programs_of_a_launch_is_a_race():
+    """Right in the interpreter, which runs programs one after another; on a GPU, by chance."""
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    setup(quiet=True)
+    code = _candidate(_DW, "dw_race")
+    with pytest.raises(CheckFailed, match=r"program \(1, 0, 0\) of `_bwd` loaded bytes of `dw` that program "
+                                          r"\(0, 0, 0\) of the same launch had stored(.|\n)*hint: the programs "
+                                          r"of one launch run at the same time"):
+        check("08.rmsnorm_backward", code["rmsnorm_backward"], seed=1, quiet=True)
+    check("08.rmsnorm_backward", code["with_ticket"], seed=1, quiet=True)  # the last to arrive merges: fine
 
 
 @pytest.mark.parametrize("name", sorted(HONEST_VARIANTS))

@@ -118,10 +118,12 @@ def test_the_table_of_a_folder_of_submissions(graded):
          "fail: raised NotImplementedError: copy_2d: not written yet", "1/3", "-"],
         ["dan_broken.ipynb", "-", "-", "-", "-", "-",
          "invalid notebook: not JSON (Unterminated string starting at: line 5 column 14)"],
-        ["eve_crash.ipynb", "pass", "kernel died", "kernel died", "1/3", "-",
+        ["eve_crash.ipynb", "pass", "kernel died", "kernel died", "1/3",
+         f"imports os (code this scan cannot read) (cell {cells['crash']})",
          f"kernel died in cell {cells['crash']} (`import os; os._exit(1)`): exit code 1"],
         ["fay_missing_import.ipynb", "error: NameError: name 'check' is not defined",
-         "error: NameError: name 'check' is not defined", "missing", "0/3", "-",
+         "error: NameError: name 'check' is not defined", "missing", "0/3",
+         f"imports a_module_nobody_has (code this scan cannot read) (cell {cells['import']})",
          f"cell {cells['import']} raised ModuleNotFoundError: No module named 'a_module_nobody_has'"],
         ["gus_no_checks.ipynb", "-", "-", "-", "-", "-", "no check cells: nothing to grade"],
     ]
@@ -446,3 +448,186 @@ def test_the_folder_the_grader_started_in_is_not_in_the_sandbox(monkeypatch):
     for path in mounted:
         assert not str(sandbox.ROOT).startswith(path + os.sep), path
         assert path != os.path.realpath(above), path
+
+
+# --- the code scan (flags.py): the grader's channel reached past the flags -------------------------
+
+@pytest.mark.parametrize("source, flag", [
+    # a constant name given to getattr is the attribute itself: the channel in check's closure
+    ('chan = [getattr(c, "cell_contents") for c in getattr(check, "__closure__")][0]', "frames"),
+    ('hasattr(check, "__globals__")', "object internals"),
+    ('setattr(triton.runtime.jit, "inspect", None)', "inspect (frames)"),
+    ('from operator import attrgetter\nchan = attrgetter("__closure__")(check)', "frames"),
+    # IPython's door to code from strings, however it is reached
+    ("import IPython\nIPython.get_ipython().run_cell(text)", "IPython internals"),
+    ("from IPython.core.interactiveshell import InteractiveShell\nInteractiveShell.instance().run_cell(t)",
+     "IPython internals"),
+    ("exit._ip.run_cell(text)", "IPython internals"),
+    # code hidden in bytes: any module an honest notebook never imports, however it is reached
+    ("import pickle, base64\npickle.loads(base64.b64decode(blob))", "imports pickle (code this scan cannot read)"),
+    ("import marshal", "imports marshal"),
+    ("from runpy import run_path", "imports runpy"),
+    ("import code\ncode.InteractiveInterpreter().runsource(text)", "imports code"),
+    ("import types", "imports types"),
+    ("import io", "imports io"),
+    ("torch.serialization.pickle.loads(blob)", "imports pickle"),
+    ("random._os.system('true')", "imports os"),
+    ("state = torch.load(path, weights_only=False)", "unpickling"),
+    ("np.load(path, allow_pickle=True)", "unpickling"),
+    ("len.__self__.exec(text)", "exec/eval"),
+    ('pickle = __import__("pic" + "kle")', "exec/eval"),
+    ("import typing\ntyping.get_type_hints(f)", "exec/eval"),  # f's annotations are strings: evaluated
+    ("from functools import reduce\nchan = reduce(getattr, names, check)", "computed attribute names"),
+    ('import string\nstring.Formatter().get_field("0.__closure__", (check,), {})', "computed attribute names"),
+])
+def test_the_grader_reached_past_the_old_flags_is_flagged(source, flag):
+    """The red team's 3/3 on the unsolved notebook with no flag: getattr with constant names reached
+    check's closure (only attribute syntax was judged); IPython.get_ipython().run_cell and pickle.loads ran
+    code the scan never saw. Imports outside what an honest notebook needs are flagged for a human."""
+    from course_utils.grading import flags
+
+    found = flags.scan([source])
+    assert any(f.startswith(flag) for f in found), found
+
+
+def test_the_courses_own_notebooks_raise_no_flag():
+    """The allowlist of imports is built from what the solutions and exercises import: none is flagged."""
+    from course_utils.grading import flags
+
+    for path in sorted([*(ROOT / "solutions").glob("*.ipynb"), *(ROOT / "exercises").glob("*.ipynb")]):
+        nb = batch.read_notebook(path)
+        lessons = sorted({key.split(".", 1)[0] for ids in batch.check_cells(nb).values() for key in ids})
+        sources = [c.source if c.cell_type == "code" else "" for c in nb.cells]
+        assert flags.scan(sources, batch.course_cells(lessons or ["[0-9][0-9]"])) == [], path.name
+
+
+@pytest.mark.parametrize("source", [
+    'course_utils.grading.guard.HOST_OPS.update({"add", "clamp_min"})',
+    'g = course_utils\ng.grading.harness.COPY_OPS',
+    'getattr(course_utils, "grading")',
+    'course_utils.__path__.append("/tmp")',
+    "from course_utils import checks",
+    "import course_utils.checks.l02_first_kernels",
+])
+def test_the_watchers_state_reached_from_a_course_name_is_flagged(source):
+    from course_utils.grading import flags
+
+    assert "the grader's modules (cell 1)" in flags.scan(["import course_utils\n" + source])
+
+
+def test_the_watchers_rules_cannot_be_changed_in_place():
+    """One `guard.HOST_OPS.update({"add", "clamp_min"})` before the answers had host arithmetic pass unflagged:
+    the sandbox's Integrity compared the module's attributes by identity only. The rule tables are frozen;
+    the mutable state Integrity guards is compared by contents too, and put back."""
+    import course_utils
+    from course_utils.grading import guard, harness, remote
+
+    with pytest.raises(AttributeError):
+        guard.HOST_OPS.update({"add"})
+    with pytest.raises(AttributeError):
+        harness.COPY_OPS.add("add")
+    with pytest.raises(TypeError):
+        harness.DEFAULT_HINTS["host"] = ""
+    integrity = remote.Integrity()
+    assert integrity.restore() == []
+    path, names = list(course_utils.__path__), dict(guard.TORCH_NAMES)
+    course_utils.__path__.append("/tmp")
+    guard.TORCH_NAMES["add"] = "nothing"
+    guard._watches.append(None)
+    changed = integrity.restore()
+    assert "course_utils.__path__ (its contents)" in changed, changed
+    assert "course_utils.grading.guard._watches (its contents)" in changed, changed
+    assert any(name.endswith("TORCH_NAMES (its contents)") for name in changed), changed
+    assert (course_utils.__path__, guard.TORCH_NAMES, guard._watches) == (path, names, [])
+
+
+def test_the_rewrite_scan_is_bounded_for_every_escape_and_holds_no_lock(monkeypatch):
+    """IPython rewrites `/f x`, `,f a b` and `;f a` lines one at a time, each rewrite reading the whole cell:
+    3000 of them kept the grader's own process busy for a minute, holding the scan's lock (every other
+    notebook's scan waited). Every escape counts toward flags.MAX_REWRITE_WORK, and the rewrite runs outside
+    the lock."""
+    from course_utils.grading import flags
+
+    for line in ("/abs 1", ",f a b", ";f a", "?abs"):
+        start = time.monotonic()
+        found = flags.scan([f"{line}\n" * 3000 + "import gc"])
+        assert time.monotonic() - start < 1.5, line
+        assert found[0].startswith("a cell too big to scan") and "gc (cell 1)" in found, found
+    held, rewrite = [], flags._python
+    monkeypatch.setattr(flags, "_python", lambda text: held.append(flags._PARSING.locked()) or rewrite(text))
+    flags.scan(["%time import gc"])
+    assert held and not any(held), held
+
+
+def test_check_calls_are_found_however_they_are_written():
+    """`check ("02.vector_add", add)` (a space) and keywords were valid calls the regex missed: the notebook
+    was "not graded". Calls are read with ast from the cell as IPython runs it; comments do not count."""
+    source = ('check ("02.vector_add", add)\ncheck(exercise_id="02.relu", candidate=relu)\n'
+              '# check("02.copy_2d", copy_2d)\nfor f in (a, b):\n    course_utils.check("02.copy_2d", f)\n'
+              '%time check("02.relu", relu)')
+    assert batch.check_ids(source) == ["02.vector_add", "02.relu", "02.copy_2d", "02.relu"]
+    assert batch.check_ids('check ("03.matmul", mm\n') == ["03.matmul"], "a cell that does not parse"
+
+
+# --- one sandbox at a time where sandboxes share a uid; shared memory ------------------------------
+
+def test_a_grader_that_is_not_root_grades_one_notebook_at_a_time(tmp_path, monkeypatch, capsys):
+    """Sandboxes of a grader that is not root all run as its uid, and RLIMIT_NPROC counts every process and
+    thread of a uid: a notebook's threads starved the notebooks graded beside it (two honest solutions got
+    0/3). Such a grader grades one sandbox at a time, and says why."""
+    from course_utils.grading import sandbox
+
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.ipynb").write_text(BROKEN)
+    used, grade_all = [], batch._grade_all
+    monkeypatch.setattr(batch, "_grade_all", lambda grader, found, jobs, log: used.append(jobs)
+                        or grade_all(grader, found, jobs, log))
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    assert batch.main([str(tmp_path)], timeout=5, report=None, jobs=2) == 0
+    assert used == [1]
+    assert "WARNING: grading one notebook at a time (--jobs 2 asked)" in capsys.readouterr().err
+    assert not sandbox.own_uids(True) and not sandbox.own_uids(False)
+    monkeypatch.undo()
+    if sandbox.probe() == "" and os.geteuid() == 0:  # a root grader: a uid per sandbox, in parallel
+        assert sandbox.own_uids(True)
+        monkeypatch.setattr(batch, "_grade_all", lambda grader, found, jobs, log: used.append(jobs)
+                            or grade_all(grader, found, jobs, log))
+        assert batch.main([str(tmp_path)], timeout=5, report=None, jobs=2) == 0
+        assert used == [1, 2] and "one notebook at a time" not in capsys.readouterr().err
+
+
+SHARED_MEMORY = """
+import mmap
+try:
+    shared = mmap.mmap(-1, {size})  # shared memory: no process's data, so RLIMIT_DATA does not count it
+    print("MAPPED")
+except OSError as exc:
+    raise MemoryError(f"shared memory refused: {{exc}}") from None
+"""
+
+
+@pytest.mark.skipif(not current().interpret, reason="RLIMIT_AS is set in CPU mode only (the CUDA driver "
+                    "reserves far more address space than it uses)")
+def test_checks_written_freely_are_graded_and_shared_memory_is_bounded(tmp_path):
+    """Two sandboxes: the solution with its checks written `check ("02.vector_add", add)` and with keywords
+    (once "no check cells: nothing to grade") gets 3/3; and shared memory of the whole address-space limit
+    (mmap.mmap(-1, n): no limit counted it; only mapped, never touched) is refused in its sandbox."""
+    from course_utils.grading import sandbox
+
+    solution = _load("solutions")
+    spaced = copy.deepcopy(solution)
+    for old, new in (('check("02.vector_add", add)', 'check ("02.vector_add", add)'),
+                     ('check("02.relu", relu)', 'check(exercise_id="02.relu", candidate=relu)')):
+        at = _index(spaced, old)
+        spaced["cells"][at]["source"] = "".join(spaced["cells"][at]["source"]).replace(old, new)
+    (tmp_path / "spaced_checks.ipynb").write_text(json.dumps(spaced))
+    limit = sandbox.cpu_address_space(sandbox.Limits().memory)
+    hog, cell = _after_first_check(solution, SHARED_MEMORY.format(size=limit))
+    (tmp_path / "shared_memory.ipynb").write_text(json.dumps(hog))
+    found = {sub.name: sub for sub in batch.grade([tmp_path], timeout=TIMEOUT, jobs=2)}
+    spaced_sub = found["spaced_checks.ipynb"]
+    assert (spaced_sub.status, spaced_sub.score) == (batch.GRADED, "3/3"), spaced_sub
+    hog_sub = found["shared_memory.ipynb"]
+    assert hog_sub.score == "3/3", hog_sub
+    assert f"cell {cell} raised MemoryError: shared memory refused" in hog_sub.notes, hog_sub
+    assert "imports mmap" in " ".join(hog_sub.flags)

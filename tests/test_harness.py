@@ -597,3 +597,56 @@ def test_a_mistyped_exercise_id_is_answered_with_the_closest_one():
     with pytest.raises(KeyError) as info:
         check("zz", add, seed=0, quiet=True)
     assert "did you mean" not in str(info.value) and "02.vector_add" in str(info.value)
+
+
+# --- nothing a candidate does crashes the check ---------------------------------------------------
+
+class _UnprintableError(Exception):
+    def __str__(self):
+        raise ValueError("no message")
+
+
+def _adds_then(then):
+    def candidate(x, y, out):
+        add(x, y, out)
+        return then()
+
+    return candidate
+
+
+def _raises(exc):
+    def candidate(x, y, out):
+        raise exc
+
+    return candidate
+
+
+@pytest.mark.parametrize("candidate, expected", [
+    (_adds_then(lambda: torch.zeros(3).to_sparse()), ["cannot examine", "returns None",
+                                                      "Cannot access storage of SparseTensorImpl"]),
+    (_raises(_UnprintableError()), ["your function raised an exception", "_UnprintableError"]),
+    (_raises(SystemExit(3)), ["called sys.exit(3)", "SystemExit: 3", "raise exc"]),
+], ids=["returns a sparse tensor", "an exception whose __str__ raises", "sys.exit"])
+def test_a_candidate_that_would_crash_the_check_fails_it(candidate, expected):
+    from course_utils.grading import CandidateError
+
+    err = failure("02.vector_add", candidate, *expected)
+    assert isinstance(err, CandidateError)
+
+
+@pytest.mark.parametrize("exercise_id, candidate, expected", [
+    ("07.pack_int4", lambda lo, hi: torch.empty(lo.shape, dtype=torch.uint8, device="meta"),
+     "returned a (1,) uint8 tensor on the meta device, which the checker cannot examine"),
+    ("01.broadcast_view", lambda t, shape: torch.zeros(shape).to_sparse(), "returned a sparse_coo"),
+], ids=["meta", "sparse"])
+def test_a_returned_value_the_checker_cannot_read_is_named(exercise_id, candidate, expected):
+    failure(exercise_id, candidate, expected)
+
+
+def test_an_output_re_pointed_with_set_is_named():
+    def re_pointed(x, y, out):
+        add(x, y, out)
+        out.set_()
+
+    failure("02.vector_add", re_pointed, "`out` is no longer the buffer the checker passed in",
+            "swapped or resized")

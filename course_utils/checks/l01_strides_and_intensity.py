@@ -19,6 +19,15 @@ from ..mode import current, size
 # run aten.expand): the exercises ask for as_strided.
 TRANSPOSE_OPS = ("transpose", "t", "permute", "movedim", "swapaxes", "swapdims", "numpy_T", "mT", "adjoint")
 EXPAND_OPS = ("expand", "expand_as", "broadcast_to", "broadcast_tensors")
+# NumPy's and PyTorch's own helpers that compute strides or build these views ("module:name", refused when
+# called under any name): the same answers from a library as the aten ops above.
+STRIDE_HELPERS = ("torch._prims_common:make_contiguous_strides_for", "numpy.lib.stride_tricks:as_strided")
+TRANSPOSE_HELPERS = ("numpy:swapaxes", "numpy:transpose", "numpy:moveaxis", "numpy:rollaxis",
+                     "numpy.lib.stride_tricks:as_strided")
+EXPAND_HELPERS = ("numpy:broadcast_to", "numpy:broadcast_arrays", "numpy.lib.stride_tricks:as_strided")
+HELPER_MESSAGE = ("that is a library's helper (NumPy's or PyTorch's, not the course's) doing the exercise for "
+                  "you; compute the strides yourself from t.shape and t.stride() (the shape for "
+                  "contiguous_strides) and build the view with t.as_strided")
 # Making a tensor of the shape and asking for its strides answers 01.contiguous_strides without thinking.
 CREATION_OPS = ("empty", "empty_strided", "empty_permuted", "zeros", "ones", "full", "rand", "randn",
                 "randint", "arange", "new_empty", "new_zeros", "new_ones", "new_full", "empty_like",
@@ -71,6 +80,12 @@ def _strides_cases(gen):
              ((3, 4, 1), "a trailing size-1 dimension"), ((1, 1, 1, 1), "all ones")]
     for shape, label in fixed:
         yield Case(label, (shape,), _row_major(shape), verify=_verify_strides)
+    # 7 x 2^70 elements: no memory holds a tensor or an array of this shape (NumPy refuses it as "too big",
+    # torch's storage size overflows), so only strides computed from the sizes answer it
+    huge = (2 ** 40, 2 ** 30, 7)
+    yield Case(f"{huge}: 7 x 2^70 elements, more than any memory holds: compute the strides from the sizes "
+               "alone, never by making a tensor or array of the shape", (huge,), (2 ** 30 * 7, 7, 1),
+               verify=_verify_strides)
     for _ in range(4):
         ndim = int(torch.randint(2, 6, (1,), generator=gen))
         shape = tuple(int(s) for s in torch.randint(1, 9, (ndim,), generator=gen))
@@ -254,14 +269,15 @@ def _attainable_cases(gen):
 
 register(Exercise(
     "01.contiguous_strides", "row-major strides", "contiguous_strides(shape)", _strides_cases, kernel=False,
-    forbidden_ops=CREATION_OPS,
+    forbidden_ops=CREATION_OPS, forbidden_calls=STRIDE_HELPERS, call_message=HELPER_MESSAGE,
     hint={"wrong": "walk the shape from the last dimension to the first: the last stride is 1, and each "
                    "earlier stride is the later stride times the later size",
           "host": "making a tensor of that shape and reading its .stride() asks PyTorch for the answer: compute "
                   "the strides from the shape alone, with a loop over its sizes"}))
 register(Exercise(
     "01.transpose_view", "a transpose built with as_strided", "transpose_view(t, dim0, dim1)",
-    _transpose_cases, kernel=False, forbidden_ops=TRANSPOSE_OPS,
+    _transpose_cases, kernel=False, forbidden_ops=TRANSPOSE_OPS, forbidden_calls=TRANSPOSE_HELPERS,
+    call_message=HELPER_MESSAGE,
     hint={"wrong": "take list(t.shape) and list(t.stride()), swap entries dim0 and dim1 in both (after turning "
                    "negative dims into positive ones: dim % t.dim()), and return t.as_strided(size, stride, "
                    "t.storage_offset())",
@@ -271,7 +287,7 @@ register(Exercise(
                    "in place (no t.as_strided_, no resize_)"}))
 register(Exercise(
     "01.broadcast_view", "a broadcast built with as_strided", "broadcast_view(t, shape)", _broadcast_cases,
-    kernel=False, forbidden_ops=EXPAND_OPS,
+    kernel=False, forbidden_ops=EXPAND_OPS, forbidden_calls=EXPAND_HELPERS, call_message=HELPER_MESSAGE,
     hint={"wrong": "line t's dimensions up with the LAST len(t.shape) entries of shape; new leading dimensions "
                    "and size-1 dimensions that grow get stride 0, the others keep t's stride; keep "
                    "t.storage_offset()",

@@ -10,9 +10,11 @@ from ..mode import current, size
 from ..roofline import add_cost, elementwise_cost, relu_cost
 
 # A grid capped at the SM count (132 on an H100) without a loop over the remaining blocks stops short
-# of this length: on a GPU even with blocks of 4096 and two programs per SM; in the interpreter (which
-# runs ~100 programs a second) with the stub's blocks of 1024.
-CAPPED_GRID_LENGTH = size(132 * 4096 * 2, 132 * 1024) + 1021
+# of this length (1082365 elements, 4.1 MiB of fp32) even with blocks of 4096 and two programs per SM. In
+# both modes: the interpreter runs the stub's blocks of 1024 in about 1.4 s (a thousand programs).
+CAPPED_GRID_LENGTH = 132 * 4096 * 2 + 1021
+CAPPED_GRID_LABEL = (f"{CAPPED_GRID_LENGTH} elements: more blocks of 4096 than a grid capped at twice the SM "
+                     "count (2 x 132 programs) covers; launch cdiv(n, BLOCK) programs, or loop over the rest")
 SPEED_N = 1 << 26  # 256 MiB of fp32 per tensor: far beyond any cache
 
 
@@ -27,8 +29,8 @@ def _add_cases(gen):
                        *tolerance(dtype))
     n = CAPPED_GRID_LENGTH
     x, y = randn(n, gen=gen), randn(n, gen=gen)
-    yield Case(f"length {n}: more blocks of {size(4096, 1024)} than a grid capped at the SM count covers",
-               (x, y, Out("out", (n,), torch.float32)), {"out": f64(x) + f64(y)}, *tolerance(torch.float32))
+    yield Case(CAPPED_GRID_LABEL, (x, y, Out("out", (n,), torch.float32)), {"out": f64(x) + f64(y)},
+               *tolerance(torch.float32))
 
 
 def _relu_cases(gen):
@@ -40,6 +42,9 @@ def _relu_cases(gen):
             x = randn(shape, dtype, gen)
             yield Case(f"{label}, {str(dtype)[6:]}", (x, Out("out", shape, dtype)),
                        {"out": f64(x).clamp_min(0)}, *tolerance(dtype))
+    x = randn(CAPPED_GRID_LENGTH, gen=gen)
+    yield Case(CAPPED_GRID_LABEL, (x, Out("out", (CAPPED_GRID_LENGTH,), torch.float32)),
+               {"out": f64(x).clamp_min(0)}, *tolerance(torch.float32))
 
 
 def _copy_cases(gen):

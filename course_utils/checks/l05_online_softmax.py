@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
+import os
 import sys
 import weakref
 
@@ -12,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.harness import Speed
+from ..grading.harness import Speed, _as_int, _poison_value
 from ..grading.inputs import EPS, f64, randn
 from ..mode import current, size
 from ..roofline import Cost, softmax_cost
@@ -35,6 +37,12 @@ def _merged(m1: float, d1: float, m2: float, d2: float) -> tuple[float, float]:
 
 
 def _as_float(value) -> float | None:
+    """A real number (int, float, NumPy scalar, one-element tensor) as a float; None for anything else: a
+    string such as "-inf" converts with float() too, but is no number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | torch.Tensor):
+        return None
+    if isinstance(value, torch.Tensor) and (value.numel() != 1 or value.is_complex()):
+        return None
     try:
         return float(value)
     except (TypeError, ValueError, RuntimeError):
@@ -148,6 +156,12 @@ _NO_READ = {
 # Tensor methods that hand the data to Python or NumPy without an aten op.
 _HOST_READS = {"numpy", "tolist", "__array__", "__dlpack__"}
 _MEMORY = {"untyped_storage", "storage", "_typed_storage", "data_ptr"}  # a tensor's memory, as such
+# Copying or serializing a tensor (pickle, torch.save, copy.deepcopy) reads its whole storage, a view's too:
+# torch's own Python asks for the storage, and no aten op runs.
+_SERIALIZE = {"__reduce_ex__", "__reduce__", "__deepcopy__", "__getstate__"}
+# Where the checker's own code lives: its requests for x's memory (to tell tensors apart) are not reads.
+_CHECKER_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
+                      for d in ("checks", "grading"))
 # The reads of each watched x, by the address of its memory: kept here, out of reach of the code watched
 # (x._reads is a copy: clearing it, or what it was, changes nothing; the grader's copy of the sandbox's
 # log is set with _ReadLog.set_reads).
@@ -168,6 +182,16 @@ def _read(log: list, name: str, tensors: list) -> None:
     with torch._C.DisableTorchFunctionSubclass():
         first = min(a.storage_offset() for a in tensors)
         log.append((name, first, sum(a.numel() for a in tensors)))
+
+
+def _read_storage(log: list, name: str, t: torch.Tensor) -> None:
+    """An operation that reads the whole storage under t (of x: 4 bytes an element in fp32), not t's view."""
+    with torch._C.DisableTorchFunctionSubclass():
+        log.append((name, 0, torch.Tensor.untyped_storage(t).nbytes() // t.element_size()))
+
+
+def _checker_frame(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_CHECKER_DIRS)
 
 
 class _ReadLog(torch.Tensor):
@@ -209,6 +233,19 @@ class _ReadLog(torch.Tensor):
         does not route as_subclass through __torch_function__)."""
         _read(_LOGS.setdefault(_address(self), []), "as_subclass", [self])
         return torch.Tensor.as_subclass(self, cls)
+
+    def __deepcopy__(self, memo):
+        """copy.deepcopy(x): a plain tensor with a storage of its own, which copying x's storage read whole
+        (torch's own __deepcopy__ cannot make another _ReadLog: it needs new_empty to return one)."""
+        _read_storage(_LOGS.setdefault(_address(self), []), "__deepcopy__", self)
+        plain = torch.Tensor.as_subclass(self, torch.Tensor)
+        with torch._C.DisableTorchFunctionSubclass():
+            return plain.__deepcopy__(memo)
+
+    def __reduce_ex__(self, protocol):
+        """pickle and torch.save: they write x's whole storage (a view's too), read without an aten op."""
+        _read_storage(_LOGS.setdefault(_address(self), []), "__reduce_ex__", self)
+        return torch.Tensor.as_subclass(self, torch.Tensor).__reduce_ex__(protocol)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -258,29 +295,48 @@ class _DispatchReads(TorchDispatchMode):
 
 
 class _HostReads(TorchFunctionMode):
-    """A plain tensor over the memory at `address` handed to NumPy or Python (numpy, tolist): a read of it.
-    (The watched tensor itself logs these in its own __torch_function__.) And the memory itself asked for by
-    the candidate's code (untyped_storage, data_ptr: its bytes are then Python's, storage.tolist()): a read of
-    all of x. The checker's own code asks for it too, to tell tensors apart: not counted."""
+    """A tensor over the memory at `address` handed to NumPy or Python (numpy, tolist): a read of it (x itself
+    too, with its __torch_function__ switched off). And the memory itself asked for, by the candidate's code
+    or by torch's on its behalf (untyped_storage, data_ptr: its bytes are then Python's, storage.tolist(),
+    pickle, torch.save, copy.deepcopy): a read of all of x's storage. The checker's own code asks for it
+    too, to tell tensors apart: not counted."""
 
     def __init__(self, address: int, log: list):
         super().__init__()
         self.address, self.log = address, log
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        from ..grading.guard import _library_frame
-
         name = getattr(func, "__name__", "")
         t = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if t is None or _address(t) != self.address:
             pass
         elif name in _MEMORY:
-            caller = sys._getframe(1).f_code.co_filename
-            if caller != __file__ and not _library_frame(caller):
-                _read(self.log, name, [t])
-        elif name in _HOST_READS and type(t) is torch.Tensor:
+            if not _checker_frame(sys._getframe(1).f_code.co_filename):
+                _read_storage(self.log, name, t)
+        elif name in _SERIALIZE:
+            _read_storage(self.log, name, t)
+        elif name in _HOST_READS:
             _read(self.log, name, [t])
         return func(*args, **(kwargs or {}))
+
+
+def _second_pass(reads: list, block: int) -> str:
+    """What reads a block again after the loop left it for another one ("" if nothing does). Blocks are
+    x[s:s + block] for s in range(0, n, block); a read of elements [start, start + count) belongs to the
+    blocks it touches. The block being read may be read again (its max, then its sum); once another block is
+    read, the earlier one is finished. Any order of blocks is one pass (merging is commutative)."""
+    finished, current = set(), set()
+    for op, start, count in reads:
+        touched = set(range(start // block, (start + max(count, 1) - 1) // block + 1))
+        back = sorted(touched & finished)
+        if back:
+            left, first = (min(current) if current else 0) * block, back[0] * block
+            return (f"`{op}` read x[{start}:{start + count}] of block {back[0]} (x[{first}:{first + block}]) "
+                    f"after the loop had moved on to x[{left}:{left + block}]: going back to a finished "
+                    "block is a second pass; update a running (m, d) with each block as you read it")
+        finished |= current - touched
+        current = touched
+    return ""
 
 
 def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
@@ -314,16 +370,18 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
             first = int((~seen).nonzero()[0])
             return [(f"your loop read {int(seen.sum())} of x's {n} elements (none from x[{first}] on, "
                      f"block = {block}): visit every block, the partial last one too: range(0, n, block)")]
-        for op, start, count in x._reads:
+        reads = x._reads
+        for op, start, count in reads:
             if count > block:
-                return [(f"`{op}` read {count} elements of x at once (block = {block}): compute the "
+                copy = (" (a copy of x, pickled, saved or deep-copied, is a read of all of it)"
+                        if op in _SERIALIZE else
+                        " (x's memory handed out as such is a read of all of it)" if op in _MEMORY else "")
+                return [(f"`{op}` read {count} elements of x at once (block = {block}){copy}: compute the "
                          f"statistics block by block and merge them, never over the whole tensor "
                          f"(torch.max(x) first is a pass of its own)")]
-        starts = [start for _, start, _ in x._reads]
-        for i in range(1, len(starts)):
-            if starts[i] < starts[i - 1]:
-                return [(f"read x[{starts[i]}:] after x[{starts[i - 1]}:]: going back to an earlier block "
-                         f"is a second pass; update a running (m, d) with each block as you read it")]
+        second = _second_pass(reads, block)
+        if second:
+            return [second]
         return _pair_problems(result, want_m, want_d, rtol, "max = {m:g}, expected {want:g}", "sum", explain)
 
     return verify
@@ -436,9 +494,6 @@ def _softmax_cases(gen):
     x[:, : long_cols // 2] = NEG_INF
     x[:, -1] = 50.0
     yield _softmax_case("long rows: the first half -inf, values near -100, then one 50", x)
-    if current().gpu:
-        yield _softmax_case("rows of 2^20 + 3: longer than Triton's largest block",
-                            randn((3, (1 << 20) + 3), gen=gen, scale=2))
     # The strided cases above have short rows: a kernel for long rows (an online loop beside a one-pass
     # kernel) must address x and out with their strides too.
     yield _softmax_case(f"rows of {long_cols}, every other column of a wider tensor: the long-row loop uses "
@@ -456,6 +511,13 @@ def _softmax_cases(gen):
     x[::2] += 200.0  # rows 0, 2, ... near +100: every tile of 2 or more rows holds both kinds
     yield _softmax_case("rows near +100 and near -100 in turn: each row subtracts its own max (with several "
                         "rows per tile, tl.max(x, axis=1), not tl.max(x) of the whole tile)", x)
+    # Last, the longest to run (a wrong answer that fails earlier never gets here). Triton refuses blocks of
+    # more than 2^20 elements (TRITON_MAX_TENSOR_NUMEL) in the interpreter too, which has no register limit:
+    # this row is where a kernel with one block per row (no loop) fails there. One row of 4 MiB of fp32 in
+    # the interpreter (the solution: about half a second).
+    yield _softmax_case("rows of 2^20 + 3: longer than Triton's largest block (2^20 elements, "
+                        "triton.language.TRITON_MAX_TENSOR_NUMEL), so no block holds a row: loop over it",
+                        randn((size(3, 1), (1 << 20) + 3), gen=gen, scale=2))
 
 
 # --- 05.attention -----------------------------------------------------------------------------
@@ -555,6 +617,35 @@ def _attention_explain(outs: dict, case: Case) -> str:
     return ""
 
 
+def _half_explain(outs: dict, case: Case) -> str:
+    """The fp16 cases: what fp16 scores, statistics or accumulator give, besides the usual mistakes."""
+    got, want = f64(outs["out"]), case.expected["out"]
+    v = f64(case.args[2])
+    if not bool(torch.isfinite(got).all()) and float(v.abs().max()) * v.shape[-2] > 65504:
+        return (f"inf or NaN where values up to {float(want.abs().max()):.4g} were expected: acc = sum of "
+                f"p * v over up to {v.shape[-2]} keys passes 65504, fp16's largest value: keep acc (and l "
+                "and m) in fp32, tl.zeros(..., tl.float32), not q.dtype; round only p, for the p @ v dot, "
+                "and out, at the store")
+    why = _attention_explain(outs, case)
+    if why or not bool(torch.isfinite(got).all()):
+        return why
+    if float((got - want).abs().max()) <= 0.1 * float(want.abs().max()):
+        return ("close, but off by more than fp16's rounding: the scores, m, l or acc went through fp16 "
+                "(tl.zeros(..., q.dtype), s.to(tl.float16)); keep them in fp32 and round only p, for the "
+                "p @ v dot, and out, at the store")
+    return ""
+
+
+def _strided_out(name: str, dtype: torch.dtype, stored: tuple[int, ...], order: tuple[int, ...]) -> Out:
+    """An output stored as a tensor of shape `stored`, viewed with its dims permuted by `order` (stored (B, S,
+    H, D), order (0, 2, 1, 3): a (B, H, S, D) view with strides (SHD, D, HD, 1)). Poisoned like any output:
+    the buffer starts as a copy of `init`, with init's strides."""
+    init = torch.empty(stored, dtype=dtype, device=current().device)
+    _as_int(init).fill_(_poison_value(dtype))
+    init = init.permute(order)
+    return Out(name, tuple(init.shape), dtype, init=init)
+
+
 def _attention_tolerance(dtype, scale: float = 1.0) -> tuple[float, float]:
     """scale: the inputs' standard deviation. A score's rounding error grows with its size (scale^2) and
     an output's with |v| (scale), whatever the precision of the dots: on a GPU fp32 dots run in TF32
@@ -589,8 +680,8 @@ def _attention_cases(gen):
                    {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(dtype),
                    explain=_attention_explain)
     q, k, v = qkv((1, 1, 300, 16), torch.float32, scale=3.0)
-    yield Case("S = 300, large scores: more than two tiles of 128 queries and of keys (a grid over every "
-               "query tile, a loop over every key tile, the rescale when the max grows)",
+    yield Case("S = 300, large scores, causal=False: more than two tiles of 128 queries and of keys (a grid "
+               "over every query tile, a loop over every key tile, the rescale when the max grows)",
                (q, k, v, Out("out", (1, 1, 300, 16), torch.float32), False),
                {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32, 3.0),
                explain=_attention_explain)
@@ -602,11 +693,15 @@ def _attention_cases(gen):
                    (q, k, v, Out("out", (B, H, S, D), torch.float32), causal),
                    {"out": _attention_expected(q, k, v, causal)}, *_attention_tolerance(torch.float32, 3.0),
                    explain=_attention_explain)
-    q, v = (randn((B, S, H, D), gen=gen).transpose(1, 2) for _ in range(2))  # (B, H, S, D) views
+    # Four layouts, one per tensor, all viewed as (B, H, S, D): a kernel that addresses one tensor with
+    # another's strides, or assumes one contiguous, reads or writes the wrong elements.
+    q = randn((B, S, 3, H, D), gen=gen)[:, :, 0].transpose(1, 2)  # of a packed qkv: strides (3SHD, D, 3HD, 1)
     k = randn((B, H, D, S), gen=gen).transpose(2, 3)  # K stored transposed: stride 1 along S, not D
-    yield Case("q, v are (B, S, H, D) tensors and k a (B, H, D, S) one, all viewed as (B, H, S, D): use "
-               "every stride",
-               (q, k, v, Out("out", (B, H, S, D), torch.float32), True),
+    v = randn((S, B, H, D), gen=gen).permute(1, 2, 0, 3)  # sequence first: strides (HD, D, BHD, 1)
+    yield Case("q is a slice of a packed (B, S, 3, H, D) qkv, k a (B, H, D, S) tensor, v an (S, B, H, D) one "
+               "and out a (B, S, H, D) one, all viewed as (B, H, S, D): address each with its own four "
+               "strides",
+               (q, k, v, _strided_out("out", torch.float32, (B, S, H, D), (0, 2, 1, 3)), True),
                {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32),
                explain=_attention_explain)
     if not current().gpu:
@@ -630,6 +725,34 @@ def _attention_cases(gen):
                    (q, k, v, Out("out", (1, 2, S_big, D_big), torch.float32), False),
                    {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32, 3.0),
                    explain=_attention_explain)
+    # Causal with S > 128: with S <= 64 one tile of 64 holds every query and key, and a mask in positions
+    # within the tile (tl.arange(0, BLOCK_N) <= tl.arange(0, BLOCK_M)) or a key loop that stops early passes.
+    q, k, v = qkv((1, 1, 300, 16), torch.float32, scale=3.0)
+    yield Case("S = 300, large scores, causal=True: query tile t sees key tiles 0..t, more than two tiles of "
+               "128 (the causal mask compares absolute positions, key start_n + j with query start_m + i)",
+               (q, k, v, Out("out", (1, 1, 300, 16), torch.float32), True),
+               {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32, 3.0),
+               explain=_attention_explain)
+    # fp16 inputs whose answer needs fp32 arithmetic inside: scores, m, l and acc kept in fp16 (tl.zeros(...,
+    # q.dtype), s.to(tl.float16)) pass the fp16 cases above by far. Scores of std 16: rounded to fp16 (steps
+    # of 2^-6 at 16) each p is up to 0.8% off, several times the tolerance (the solution: 0.2 of it).
+    shape = size((1, 2, 1023, 64), (1, 1, 128, 16))
+    q, k, v = qkv(shape, torch.float16, scale=4.0)
+    yield Case("fp16, q, k and v of std 4 (scores of std 16): rounded to fp16 a score is up to 0.008 off and "
+               "its p up to 0.8%: keep the scores in fp32",
+               (q, k, v, Out("out", shape, torch.float16), False),
+               {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float16),
+               explain=_half_explain)
+    # Nearly equal scores and v near 1000: acc = sum of p * v passes 65504, fp16's largest value, after about
+    # 70 keys, so an fp16 acc overflows. (l alone in fp16 only drifts, a rounding of 2^-11 per key tile whose
+    # sign flips with each power of 2 l passes: no case of the interpreter's sizes catches it reliably.)
+    shape = size((1, 1, 4096, 64), (1, 1, 200, 16))
+    q, k = randn(shape, torch.float16, gen, 0.1), randn(shape, torch.float16, gen)
+    v = randn(shape, torch.float16, gen, offset=1000.0)
+    yield Case("fp16, causal, nearly equal scores and v near 1000: acc = sum of p * v grows past 65504, "
+               "fp16's largest value: keep m, l and acc in fp32",
+               (q, k, v, Out("out", shape, torch.float16), True), {"out": _attention_expected(q, k, v, True)},
+               *_attention_tolerance(torch.float16), explain=_half_explain)
 
 
 register(Exercise(

@@ -326,6 +326,15 @@ def _mlp_temporary(case: Case) -> tuple[int, str] | None:
         if rows * hidden >= 64 else None
 
 
+def _mlp_own_temporaries(case: Case) -> tuple[int, ...]:
+    """Element counts of what the fused block allocates itself, whatever their size against rows x hidden:
+    h (rows, intermediate), and the packed weights w_gu (hidden, 2 x intermediate) and w_down.T or a
+    norm-folded w_gate / w_up (intermediate, hidden)."""
+    rows, hidden = case.args[-1].shape
+    inter = case.args[2].shape[0]
+    return rows * inter, 2 * hidden * inter, hidden * inter
+
+
 register(Exercise(
     "06.rmsnorm_mlp", "RMSNorm + MLP, the norm fused into the gate/up matmul",
     "rmsnorm_mlp(x, norm_weight, w_gate, w_up, w_down, eps, out)", _mlp_cases,
@@ -334,7 +343,7 @@ register(Exercise(
                   "itself or from a pre-pass that reads x and writes one value per row, so rmsnorm(x) never "
                   "goes to memory; then one more launch, the down projection (weight packing on weights is not "
                   "counted)",
-                  _mlp_temporary, kernels=2, pre_pass=True),
+                  _mlp_temporary, kernels=2, pre_pass=True, own_temporaries=_mlp_own_temporaries),
     speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), randn((HIDDEN,), _half()),
                          _weights_speed(INTER, HIDDEN), _weights_speed(INTER, HIDDEN),
                          _weights_speed(HIDDEN, INTER), 1e-6, Out("out", (ROWS, HIDDEN), _half())),
@@ -346,7 +355,9 @@ register(Exercise(
                    "sum(x.to(fp32)**2) over all K (a second pass over the tile's rows, or row_rstd's pre-pass); "
                    "in the epilogue g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2))), scale both by "
                    "rsqrt(sum / K + eps) BEFORE silu(g) * u; store h, then matmul(h, packed.w_down_t, out) "
-                   "(lesson 03)",
+                   "(lesson 03). On a Hopper GPU, triton 3.6 computes an fp32 K loop wrong, by chance, when "
+                   "its stages are pipelined and x's tile feeds both the tf32 dot and the sum of squares "
+                   "(results/explore/README.md): sum the squares in the second pass",
           "nan": "a zero row has sum(x**2) = 0: rsqrt(0 / K + eps) is finite, keep eps inside; fp16 x * x "
                  "overflows above 256: square in fp32; give masked K-tail loads other=0.0",
           "unwritten": "the down projection writes every (row, hidden) element of out: run lesson 03's matmul "

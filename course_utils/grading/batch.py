@@ -10,8 +10,12 @@ folder is reported as an invalid notebook, not followed). Each notebook:
   sandbox, takes back the bytes the call left and judges them with the harness's own rules and
   messages (remote.py). Expected values and verdicts never exist in the sandbox; a failing check
   does not stop the notebook, and neither do cells that raise. `progress(...)` is skipped.
-The exercises of a notebook are the ids of its check cells, plus those of the course's own exercise
-notebook of the same lesson (exercises/NN_*.ipynb) whose check cell was deleted ("missing").
+The exercises of a notebook are the ids of its check cells (its check(...) calls, read with ast: spaces and
+keywords as Python allows them), plus those of the course's own exercise notebook of the same lesson
+(exercises/NN_*.ipynb) whose check cell was deleted ("missing").
+`--jobs N` grades N notebooks at a time only where each sandbox has a uid of its own (a root grader with
+bubblewrap); otherwise the sandboxes would share one limit on processes and threads, and one notebook
+could starve the others: they run one at a time, with a warning that says so.
 A notebook that is no valid JSON, has no check cells, imports something missing, loops forever
 ("timed out"), prints too much ("too much output") or kills its process ("kernel died") is reported
 as such, and grading goes on with the next one. Each submission's code is also scanned for
@@ -24,6 +28,7 @@ that does not exist, no notebooks); 130 when interrupted (Ctrl-C, SIGTERM: no re
 """
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import contextlib
 import csv
@@ -57,8 +62,11 @@ NOTEBOOK_MAX = 64 << 20
 CELL_WIDTH = 60  # table cells (a failure's reason) are cut to this many characters
 NOTES_WIDTH = 90
 
-# `check("02.vector_add", add)`: the ids a notebook is graded on (also matches course_utils.check(...)).
-CHECK_CALL = re.compile(r"""\bcheck\(\s*(['"])(\d+\.\w+)\1""")
+# `check("02.vector_add", add)`: the ids a notebook is graded on (also matches course_utils.check(...),
+# `check ("02.relu", relu)` and `check(exercise_id="02.relu", ...)`). Cells are read with ast (check_ids);
+# this is for a cell that does not parse, which IPython will not run either, but whose id still counts.
+CHECK_CALL = re.compile(r"""\bcheck\s*\(\s*(?:exercise_id\s*=\s*)?(['"])(\d+\.\w+)\1""")
+EXERCISE_ID = re.compile(r"\d+\.\w+")
 
 
 class UsageError(Exception):
@@ -168,12 +176,41 @@ def read_notebook(path: Path):
     return nb
 
 
+def check_ids(source: str) -> list[str]:
+    """The exercise ids of a cell's check(...) calls, in order, read from the cell as IPython runs it:
+    `check("02.relu", f)`, `check ("02.relu", f)`, `course_utils.check(exercise_id="02.relu", candidate=f)`,
+    a check inside a loop. A cell that does not parse falls back to CHECK_CALL."""
+    if "check" not in source:
+        return []
+    try:
+        tree = flags.parse(flags._python(source))
+    except (SyntaxError, ValueError):  # ValueError: a null byte in the source
+        return [m.group(2) for m in CHECK_CALL.finditer(source)]
+    calls = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("run_line_magic", "run_cell_magic"):
+            # `%time check("02.relu", relu)`: the code a magic runs is in its arguments, as text
+            texts = [a.value for a in node.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            calls += [(node.lineno, node.col_offset, key) for text in texts for key in check_ids(text)]
+            continue
+        if not (isinstance(node.func, ast.Name) and node.func.id == "check"
+                or isinstance(node.func, ast.Attribute) and node.func.attr == "check"):
+            continue
+        keyword = next((k.value for k in node.keywords if k.arg == "exercise_id"), None)
+        given = node.args[0] if node.args else keyword
+        if isinstance(given, ast.Constant) and isinstance(given.value, str) and EXERCISE_ID.fullmatch(given.value):
+            calls.append((node.lineno, node.col_offset, given.value))
+    return [key for _, _, key in sorted(calls)]
+
+
 def check_cells(nb) -> dict[int, list[str]]:
     """{cell index: exercise ids its check(...) calls name}, for the code cells that have any."""
     found = {}
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
-            ids = [m.group(2) for m in CHECK_CALL.finditer(cell.source)]
+            ids = check_ids(cell.source)
             if ids:
                 found[index] = ids
     return found
@@ -279,13 +316,19 @@ class Grader:
         self.timeout, self.seed = timeout, seed
         self.gpu = current().gpu
         self.limits = limits or (sandbox.Limits(memory=sandbox.GPU_MEMORY) if self.gpu else sandbox.Limits())
+        if self.limits.address_space is None and not self.gpu:
+            self.limits = replace(self.limits, address_space=sandbox.cpu_address_space(self.limits.memory))
         self.device = current().device
         self.why_not = sandbox.probe()
+        self.jobs, self.serial_warning = max(1, jobs), ""
+        if self.jobs > 1 and not sandbox.own_uids(self.sandboxed):
+            why = "the grader is not root" if self.sandboxed else "no sandbox"
+            self.jobs, self.serial_warning = 1, sandbox.SHARED_UID_WARNING.format(jobs=jobs, why=why)
         self.work = sandbox.temp_dir()
         self.live: set = set()
         self.lock = threading.Lock()
         self.stopped = threading.Event()
-        self.slots = list(range(max(1, jobs)))
+        self.slots = list(range(self.jobs))
         self.draw = random.SystemRandom()  # independent of anything a notebook seeds
 
     @property
@@ -621,8 +664,11 @@ def grade(paths: Iterable[str | Path], timeout: float = 600, *, jobs: int = 1, s
     """Grade every notebook under `paths` (files or folders), `jobs` sandboxes at a time; in input order."""
     found = find_notebooks(paths)
     grader = Grader(timeout, seed, jobs, limits)
+    log = log or (lambda line: None)
     try:
-        return _grade_all(grader, found, jobs, log or (lambda line: None))
+        if grader.serial_warning:
+            log(grader.serial_warning)
+        return _grade_all(grader, found, grader.jobs, log)
     finally:
         grader.close()
 
@@ -710,9 +756,11 @@ def main(paths: Sequence[str], timeout: float = 600, report: str | None = "grade
         try:
             if not grader.sandboxed:
                 print(sandbox.NO_SANDBOX_WARNING.format(why=grader.why_not), file=sys.stderr)
+            if grader.serial_warning:
+                print(grader.serial_warning, file=sys.stderr)
             print(f"grading {len(found)} notebook(s), at most {timeout:g} s each, sandbox: {grader.describe()}",
                   file=sys.stderr)
-            subs = _grade_all(grader, found, jobs, lambda line: print(line, file=sys.stderr))
+            subs = _grade_all(grader, found, grader.jobs, lambda line: print(line, file=sys.stderr))
         finally:
             grader.close()
     except (KeyboardInterrupt, _Stopped):

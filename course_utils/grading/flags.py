@@ -22,7 +22,14 @@ that somebody tried to reach the grader, the expected answers or the host past t
   %load;
 - the same reached without naming it: object internals (a function's __globals__, __dict__, vars(),
   __subclasses__ and the class graph, __code__), sys.modules, getattr/setattr (or operator.attrgetter)
-  with a computed name.
+  with a computed name; with a constant name, getattr(check, "__closure__") is judged as check.__closure__;
+- the grader's own objects reached from a course name (course_utils.grading.guard.HOST_OPS.update(...),
+  course_utils.__path__): a notebook needs only the public names (check, setup, progress, ...);
+- any import of a module outside what an honest course notebook imports (ALLOWED_IMPORTS), and such a
+  module reached as another's attribute (torch.serialization.pickle): pickle, marshal, base64, runpy,
+  code, types, importlib, IPython, sys, os, io and the like run code from bytes or strings, or reach
+  what this scan judges by another way. A blocklist cannot name every door: what is not known harmless
+  is shown to a human.
 """
 from __future__ import annotations
 
@@ -34,8 +41,47 @@ MODULES = {
     "ctypes": "ctypes", "gc": "gc", "inspect": "inspect (frames)", "threading": "threads",
     "_thread": "threads", "concurrent": "threads", "signal": "signals", "subprocess": "process spawning",
     "multiprocessing": "process spawning", "pty": "process spawning", "socket": "network",
-    "builtins": "builtins", "importlib": "importlib",
+    "builtins": "builtins", "importlib": "importlib", "IPython": "IPython internals (get_ipython)",
 }
+IPYTHON = MODULES["IPython"]
+# What the course's own notebooks import (solutions/ and exercises/, their bootstrap cell aside, which the
+# scan skips when unchanged), and standard modules as harmless: none runs code from bytes or strings, or
+# hands over frames, memory or processes. Any other import is flagged: imports(name).
+ALLOWED_IMPORTS = frozenset({
+    "__future__", "torch", "triton", "numpy", "matplotlib", "course_utils",
+    "math", "cmath", "functools", "itertools", "typing", "dataclasses", "collections", "time", "random",
+    "statistics", "numbers", "fractions", "decimal", "operator", "heapq", "bisect", "json", "re", "string",
+    "textwrap", "copy", "enum", "abc", "contextlib", "warnings", "struct", "pprint",
+})
+# Modules that run code from bytes, strings or files, or reach the interpreter's own machinery, when
+# another module hands them over as an attribute (torch.serialization.pickle, typing.sys, random._os).
+OPENER_ATTRS = frozenset({"pickle", "_pickle", "marshal", "runpy", "codeop", "importlib", "_imp", "pkgutil",
+                          "shelve", "copyreg", "zipimport", "IPython", "os", "_os", "posix", "sys", "_sys",
+                          "builtins", "_io", "io", "_posixsubprocess"})
+OPAQUE = "code this scan cannot read"
+UNPICKLING = f"unpickling ({OPAQUE})"
+
+
+def imports(name: str) -> str:
+    return f"imports {name} ({OPAQUE})"
+
+
+# The course's modules a notebook has no use for: the grader's (the checker, its watcher, the sandbox's
+# channel), reached as attributes of a course name.
+GRADER_ATTRS = frozenset({"grading", "checks", "guard", "harness", "remote", "provenance", "kernel_source",
+                          "sandbox", "batch", "flags"})
+GRADER = "the grader's modules"
+# Attribute names that open IPython's door to code from strings (the shell: get_ipython(), exit._ip).
+IPYTHON_ATTRS = frozenset({"get_ipython", "run_cell", "run_cell_async", "run_code", "run_ast_nodes",
+                           "safe_execfile", "safe_run_module", "_ip", "InteractiveShell"})
+# Attributes that lead to code from strings or to the builtins (len.__self__ is the builtins module), also
+# inside allowed modules: typing evaluates string annotations (get_type_hints, ForwardRef, and
+# functools.singledispatch's register through it), dataclasses._create_fn runs the source it is given.
+EXEC_ATTRS = frozenset({"exec", "__import__", "__builtins__", "exec_module", "run_path", "run_module",
+                        "runsource", "runcode", "load_inline", "cpp_extension", "get_type_hints", "_eval_type",
+                        "_evaluate", "ForwardRef", "singledispatch", "singledispatchmethod", "_create_fn"})
+# getattr by other names: string.Formatter().get_field("0.__closure__", (check,), {}) returns the object.
+BY_NAME = frozenset({"getattr", "setattr", "delattr"})
 RAW_FDS = "raw file descriptors"
 OS_CALLS = {
     "kill": "os.kill", "killpg": "os.kill", "fork": "process spawning", "forkpty": "process spawning",
@@ -67,8 +113,9 @@ MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes",
 # Attributes that lead from an object to others it was not given: a function's module globals (the
 # grader's channel class is one `check.__globals__["Channel"]` away), every class alive (`__subclasses__`),
 # code objects.
-OBJECT_INTERNALS = {"__globals__", "__subclasses__", "__base__", "__bases__", "__mro__", "__dict__",
-                    "__getattribute__", "__code__"}
+OBJECT_INTERNALS = frozenset({"__globals__", "__subclasses__", "__base__", "__bases__", "__mro__", "__dict__",
+                              "__getattribute__", "__code__", "__self__", "__objclass__", "__loader__",
+                              "__spec__", "__reduce__", "__reduce_ex__"})
 TORCH_INTERNALS = {"_disable_current_modes": "torch._C internals", "_DisableTorchDispatch": "torch._C internals",
                    "DisableTorchFunction": "torch._C internals",
                    "DisableTorchFunctionSubclass": "torch._C internals",
@@ -107,9 +154,16 @@ def _is_jit(decorator: ast.AST) -> bool:
 MAX_REWRITE_WORK = 200_000
 
 
+# A line that starts with one of these may be rewritten: a magic, a shell escape, help (`?name`), and the
+# autocall escapes (`/f x` is f(x), `,f a b` is f("a", "b"), `;f a` is f("a")).
+ESCAPES = ("%", "!", "/", ",", ";", "?")
+
+
 def _ipython_lines(source: str) -> int:
-    """How many lines IPython may rewrite: magics, shell escapes (`!ls`, `x = !ls`), help (`name?`)."""
-    return sum(1 for line in source.splitlines() if "%" in line or "!" in line or line.rstrip().endswith("?"))
+    """How many lines IPython may rewrite: magics and shell escapes anywhere (`x = !ls`, `_ = %who_ls`),
+    lines that start with an escape, help (`name?`)."""
+    return sum(1 for line in source.splitlines() if "%" in line or "!" in line
+               or line.lstrip().startswith(ESCAPES) or line.rstrip().endswith("?"))
 
 
 def _too_big_to_rewrite(source: str) -> bool:
@@ -132,7 +186,10 @@ def _python(source: str) -> str:
 
 
 def _without_ipython_lines(source: str) -> str:
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    """The cell with its escaped lines blank: magics, shell escapes and help anywhere, the autocall escapes
+    (`/`, `,`, `;`) at the start of an unindented line (indented, they may continue an expression)."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!", "?")) or line.startswith(ESCAPES) else line
+                     for line in source.splitlines())
 
 
 # What IPython's transformer turns magics and shell lines into: get_ipython().<one of these>(...).
@@ -145,6 +202,7 @@ OPAQUE_MAGICS = {"run", "load", "loadpy", "rerun", "recall", "macro", "writefile
 class _Scan(ast.NodeVisitor):
     def __init__(self):
         self.found: list[str] = []
+        self.called: set[int] = set()  # ids of the Name nodes that are called: getattr(...), not getattr
         self.course_names: set[str] = set()  # names bound to course_utils modules or their contents
         self.uses_ctypes_or_numpy = False
         self.data_ptr = False
@@ -154,31 +212,39 @@ class _Scan(ast.NodeVisitor):
         if what not in self.found:
             self.found.append(what)
 
+    def _module(self, name: str) -> None:
+        """An imported module (`name` in full: torch.nn.functional): its own flag, or imports(...) when an
+        honest notebook has no use for it."""
+        top = name.split(".")[0]
+        if top in MODULES:
+            self.add(MODULES[top])
+        elif top not in ALLOWED_IMPORTS:
+            self.add(imports(top))
+        if top in ("ctypes", "numpy"):
+            self.uses_ctypes_or_numpy = True
+        if top == "course_utils" and name.split(".")[1:2] and name.split(".")[1] in GRADER_ATTRS:
+            self.add(GRADER)
+
     def visit_Import(self, node):
         for alias in node.names:
-            top = alias.name.split(".")[0]
-            if top in MODULES:
-                self.add(MODULES[top])
-            if top in ("ctypes", "numpy"):
-                self.uses_ctypes_or_numpy = True
+            self._module(alias.name)
             if alias.name == "os":
                 self.os_names.add(alias.asname or "os")
-            if top == "course_utils":
-                self.course_names.add(alias.asname or top)
-            if alias.name.startswith("course_utils.grading"):
-                self.add("the grader's modules")
+            if alias.name.split(".")[0] == "course_utils":
+                self.course_names.add(alias.asname or "course_utils")
         self.generic_visit(node)
 
     def visit_ImportFrom(self, node):
-        top = (node.module or "").split(".")[0]
-        if top in MODULES:
-            self.add(MODULES[top])
-        if top in ("ctypes", "numpy"):
-            self.uses_ctypes_or_numpy = True
+        module = node.module or ""
+        top = module.split(".")[0]
+        if node.level:  # a relative import: no package of the notebook's own to be relative to
+            self.add(imports("." * node.level + module))
+        else:
+            self._module(module)
         for alias in node.names:  # from triton.runtime.jit import inspect; from sys import _getframe; ...
-            table = next((t for t in (MODULE_ATTRS, MODULES, FRAME_ATTRS, TORCH_INTERNALS) if alias.name in t), {})
-            if table:
-                self.add(table[alias.name])
+            self._attribute(alias.name, None)
+            if top == "course_utils" and "." not in module and alias.name in GRADER_ATTRS:
+                self.add(GRADER)  # from course_utils import grading
         if top == "os":
             for alias in node.names:
                 if alias.name in OS_CALLS:
@@ -187,42 +253,60 @@ class _Scan(ast.NodeVisitor):
             self.add("sys.modules")
         if top == "course_utils":
             self.course_names.update(alias.asname or alias.name for alias in node.names)
-        if (node.module or "").startswith("course_utils.grading") or any(
-                top == "course_utils" and alias.name == "grading" for alias in node.names):
-            self.add("the grader's modules")
         self.generic_visit(node)
 
-    def visit_Attribute(self, node):
-        root = _root(node)
-        if root in self.os_names and node.attr in OS_CALLS:
-            self.add(OS_CALLS[node.attr])
-        if node.attr in FRAME_ATTRS:
-            self.add(FRAME_ATTRS[node.attr])
-        if node.attr in MODULE_ATTRS:
-            self.add(MODULE_ATTRS[node.attr])
-        if node.attr in OBJECT_INTERNALS:
+    def _attribute(self, attr: str, value: ast.AST | None) -> None:
+        """`value.attr`, written as an attribute, or by getattr/setattr/delattr/hasattr (or attrgetter)
+        with a constant name, or imported by name (value None): judged the same way."""
+        root = _root(value) if value is not None else None
+        if root in self.os_names and attr in OS_CALLS:
+            self.add(OS_CALLS[attr])
+        if attr in FRAME_ATTRS:
+            self.add(FRAME_ATTRS[attr])
+        if attr in MODULE_ATTRS:
+            self.add(MODULE_ATTRS[attr])
+        if attr in MODULES:  # triton.runtime.jit.inspect, some_module.threading
+            self.add(MODULES[attr])
+        if attr in OBJECT_INTERNALS:
             self.add("object internals")
-        if node.attr == "modules" and _dotted(node.value) == "sys":
+        if attr == "modules" and value is not None and _dotted(value) == "sys":
             self.add("sys.modules")
-        if node.attr in TORCH_INTERNALS:
-            self.add(TORCH_INTERNALS[node.attr])
-        if node.attr == "set_":
+        if attr in TORCH_INTERNALS:
+            self.add(TORCH_INTERNALS[attr])
+        if attr in IPYTHON_ATTRS:
+            self.add(IPYTHON)
+        if attr in EXEC_ATTRS:
+            self.add("exec/eval")
+        if attr in OPENER_ATTRS:
+            self.add(imports(attr.lstrip("_")))
+        # course_utils.grading.guard.HOST_OPS.update(...), course_utils.__path__.append(...), check._x: the
+        # grader's objects, and a course module's internals, changed in place or read
+        if root in self.course_names and (attr in GRADER_ATTRS or attr.startswith("_")):
+            self.add(GRADER)
+        if attr == "set_":
             self.add("Tensor.set_")
-        if node.attr in ("pre_hook", "post_hook"):
+        if attr in ("pre_hook", "post_hook"):
             self.add("autotune hook")
-        if node.attr == "data_ptr":
+        if attr == "data_ptr":
             self.data_ptr = True
-        if node.attr in ("ctypeslib", "ctypes", "from_address"):
+        if attr in ("ctypeslib", "ctypes", "from_address"):
             self.uses_ctypes_or_numpy = True
+        if attr == "get_field":
+            self.add("computed attribute names")
+
+    def visit_Attribute(self, node):
+        self._attribute(node.attr, node.value)
         self.generic_visit(node)
 
     def visit_Name(self, node):
         if node.id in ("exec", "eval", "compile", "__import__", "__builtins__"):
             self.add("exec/eval")
-        if node.id == "get_ipython":  # what magics do not give: run_cell of a string, the namespace
-            self.add("IPython internals (get_ipython)")
+        if node.id in ("get_ipython", "IPython"):  # what magics do not give: run_cell of a string
+            self.add(IPYTHON)
         if node.id in FRAME_ATTRS and node.id.startswith("_"):
             self.add(FRAME_ATTRS[node.id])
+        if node.id in BY_NAME and id(node) not in self.called:  # functools.reduce(getattr, names, check)
+            self.add("computed attribute names")
         self.generic_visit(node)
 
     def _magic(self, node) -> bool:
@@ -239,8 +323,7 @@ class _Scan(ast.NodeVisitor):
             self.add("exec/eval")
         for text in texts[1:]:
             try:
-                with _PARSING:
-                    inner = ast.parse(_python(text))
+                inner = parse(_python(text))
             except SyntaxError:
                 continue
             self.visit(inner)
@@ -249,16 +332,25 @@ class _Scan(ast.NodeVisitor):
     def visit_Call(self, node):
         if self._magic(node):
             return
+        self.called.add(id(node.func))
         if _dotted(node.func).split(".")[-1] in ("attrgetter", "methodcaller"):  # getattr by another name
             names = node.args[:1] if _dotted(node.func).endswith("methodcaller") else node.args
             if any(not (isinstance(a, ast.Constant) and isinstance(a.value, str)) for a in names):
                 self.add("computed attribute names")
-            if any(isinstance(a, ast.Constant) and str(a.value).split(".")[-1] in OBJECT_INTERNALS
-                   for a in names):
-                self.add("object internals")
+            for a in names:  # attrgetter("__closure__"), attrgetter("grading.guard"): each name of the path
+                if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                    for part in a.value.split("."):
+                        self._attribute(part, node)
         for kw in node.keywords:
             if kw.arg in ("pre_hook", "post_hook"):
                 self.add("autotune hook")
+            # torch.load(f, weights_only=False), np.load(f, allow_pickle=True): a pickle's REDUCE calls
+            # whatever it names (builtins.exec of a string)
+            constant = isinstance(kw.value, ast.Constant)
+            if (kw.arg == "weights_only" and not (constant and kw.value.value is True)
+                    or kw.arg == "allow_pickle" and not (constant and not kw.value.value)
+                    or kw.arg == "pickle_module"):
+                self.add(UNPICKLING)
         name = _dotted(node.func)
         fd_number = node.args and isinstance(node.args[0], ast.Constant) and type(node.args[0].value) is int
         if name.split(".")[-1] == "FileIO" or name in ("open", "io.open") and fd_number:
@@ -270,8 +362,8 @@ class _Scan(ast.NodeVisitor):
         attr = node.args[1] if by_name else None
         if attr is not None and not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)):
             self.add("computed attribute names")
-        if attr is not None and isinstance(attr, ast.Constant) and attr.value in OBJECT_INTERNALS:
-            self.add("object internals")
+        if attr is not None and isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+            self._attribute(attr.value, node.args[0])  # getattr(check, "__closure__") is check.__closure__
         if name == "vars" and node.args:
             self.add("object internals")
         self.generic_visit(node)
@@ -288,6 +380,9 @@ class _Scan(ast.NodeVisitor):
 
     def visit_Assign(self, node):
         self._targets(node.targets)
+        if isinstance(node.value, ast.Name | ast.Attribute) and _root(node.value) in self.course_names:
+            # g = course_utils: g.grading is the grader's too
+            self.course_names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         self.generic_visit(node)
 
     def visit_AugAssign(self, node):
@@ -320,8 +415,15 @@ class _Scan(ast.NodeVisitor):
 
 # The batch grader scans notebooks from several threads at once (grade(jobs=...)), and CPython 3.11's
 # ast.parse is not thread-safe: two at a time can fail with "SystemError: AST constructor recursion depth
-# mismatch" (python/cpython#106905). One parse at a time.
+# mismatch" (python/cpython#106905). One parse at a time; IPython's rewrite (_python: tokenize, no ast),
+# the slow part, runs before the lock is taken, so that one notebook's scan never keeps the others waiting.
 _PARSING = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """ast.parse, one thread at a time (SyntaxError as ast.parse raises it)."""
+    with _PARSING:
+        return ast.parse(source)
 
 
 def scan(sources: Iterable[str], course_cells: set[str] = frozenset()) -> list[str]:
@@ -338,8 +440,7 @@ def scan(sources: Iterable[str], course_cells: set[str] = frozenset()) -> list[s
         if _too_big_to_rewrite(source):
             where.setdefault("a cell too big to scan as IPython runs it (read it yourself)", []).append(number)
         try:
-            with _PARSING:
-                tree = ast.parse(_python(source))
+            tree = parse(_python(source))
         except SyntaxError:
             continue
         visitor = _Scan()

@@ -21,6 +21,7 @@ import functools
 import inspect
 import linecache
 import os
+import secrets
 import sys
 import sysconfig
 import threading
@@ -30,6 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
+
+try:  # torch >= 2.2: a profiler range without an op of its own
+    from torch._C._profiler import _RecordFunctionFast
+except ImportError:  # pragma: no cover - older torch
+    from torch.autograd.profiler import record_function as _RecordFunctionFast
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -37,14 +43,14 @@ from ..mode import current, interpreter_too_old
 from . import kernel_source
 
 # Host-side torch ops a kernel exercise may use: allocation, views and metadata, no arithmetic.
-HOST_OPS = {
+HOST_OPS = frozenset({
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
     "zero_", "fill_", "full", "full_like", "ones", "new_zeros", "view", "_unsafe_view", "reshape",
     "_reshape_alias", "as_strided", "t", "transpose", "permute", "expand", "slice", "select",
     "unsqueeze", "squeeze", "detach", "alias", "lift_fresh", "resolve_conj", "resolve_neg",
     "_local_scalar_dense", "split", "chunk", "narrow", "unbind", "view_as", "expand_as",
     "is_nonzero", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "set_",
-}
+})
 
 
 # How a student wrote the aten ops that show up in kernel exercises, for messages that name the
@@ -97,11 +103,16 @@ def torch_name(op: str) -> str:
 # answer without torch ops or a kernel. Formatting a tensor (print, str, repr, f-strings) is not counted:
 # it gives the shape and dtype only (`_hidden`), so that a debugging print costs nothing and hands over
 # no values.
-HOST_READS = {"numpy", "tolist", "__array__", "__dlpack__"}
-_FORMATTING = {"__repr__", "__str__", "__format__"}
+HOST_READS = frozenset({"numpy", "tolist", "__array__", "__dlpack__"})
+_FORMATTING = frozenset({"__repr__", "__str__", "__format__"})
 # The same one element at a time: x[i].item(), float(x[i]), int(x[i]) and `if x[i]:` run this aten op.
 # The value is then Python's to compute with, and Tensor.fill_ can hand the result back to a kernel.
 _SCALAR_READ = "_local_scalar_dense"
+
+
+class CannotWatch(RuntimeError):
+    """This machine's torch or Triton cannot be watched (an interpreter too old to count launches): the
+    check cannot judge anybody's function here, which is no fault of the function's."""
 
 
 class Refused(RuntimeError):
@@ -133,6 +144,9 @@ class Launch:
     # Per tensor argument: the address of its storage. A launch that reads a buffer an earlier launch on the
     # rows wrote is on the rows too, whatever shape the buffer was given (harness._launch_problems).
     storages: tuple[int, ...] = ()
+    # Per tensor argument: the bytes of its whole storage, all of which the kernel can reach (a 1-element
+    # view of a (rows, hidden) buffer still reaches rows x hidden elements): harness._statistics_pass.
+    storage_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,6 +202,10 @@ class Watch:
     # In the interpreter: what a launched kernel's body calls that a GPU's compiler would refuse (torch,
     # NumPy, a plain Python helper), from kernel_source.problems.
     not_triton: list[str] = field(default_factory=list)
+    # Torch ops this thread ran that never reached the recorder (OpLedger): computed with torch's dispatch
+    # modes disabled or bypassed; and what kept the ledger from keeping its account, if anything.
+    unseen_ops: list[str] = field(default_factory=list)
+    ledger_problem: str = ""
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
@@ -265,6 +283,8 @@ class _RecordOps(TorchDispatchMode):
         self.paused = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _ledgers_on[0]:
+            OpLedger.mark()
         for cls in types:
             seen = f"the subclass {cls.__name__}"
             if kernel_source._python_tensor(cls) and seen not in self.watch.subclasses:
@@ -314,6 +334,124 @@ class _RecordOps(TorchDispatchMode):
                     _trackers[-1].add(t, f"the tensor made by aten.{name}" + (f" at {site}" if site else ""))
 
 
+_ledgers_on = [0]  # > 0 while a ledger keeps its account (the recorder marks each op it sees)
+
+
+class OpLedger:
+    """Every torch op the watched thread runs, as torch's own profiler records it, against those the
+    recorder saw.
+
+    The recorder is a TorchDispatchMode: torch calls it for each op, unless the code turns dispatch
+    modes off (`_disable_current_modes()`, `torch._C._DisableTorchDispatch()`, a guard that excludes
+    the Python dispatch key, ... torch has a dozen such switches), and then an op computes unseen. The
+    profiler's RecordFunction hooks sit at the dispatcher's entry, before any dispatch key: no switch of
+    that kind hides an op from them. So the ledger runs torch's CPU profiler (the legacy one: no Kineto,
+    no device activity, about a microsecond an op, this thread only) while the candidate runs, and the
+    recorder marks every op it is handed with a profiler range of a name secret to this process. An op
+    whose record holds no mark, at the outermost level (the ops it runs inside are its own business), is
+    an op the recorder never saw.
+    """
+
+    MARK = f"course_utils.seen.{secrets.token_hex(8)}"  # a range the submission cannot open by its name
+    TORCHS_OWN = f"course_utils.torch.{secrets.token_hex(8)}"  # around _torchs_own_work: not looked into
+
+    def __init__(self):
+        self.on = False
+        self.problem = ""
+
+    @staticmethod
+    def mark() -> None:
+        with _RecordFunctionFast(OpLedger.MARK):
+            pass
+
+    def start(self) -> None:
+        from torch._C import _profiler as P
+
+        config = P.ProfilerConfig(P.ProfilerState.CPU, False, False, False, False, False, P._ExperimentalConfig())
+        try:
+            torch.autograd._enable_profiler_legacy(config)
+        except RuntimeError:  # a profiler is on already: the notebook's own, around the check
+            self.problem = ("a torch profiler was running around the check (`torch.profiler.profile()`?): "
+                            "the checker needs torch's profiler itself to watch your function; run the check "
+                            "outside the profiler")
+            return
+        self.on = True
+        _ledgers_on[0] += 1
+
+    def stop(self) -> list[str]:
+        """The outermost ops the recorder never saw ("aten::add"), in the order they ran."""
+        if not self.on:
+            return []
+        self.on = False
+        _ledgers_on[0] -= 1
+        try:
+            threads = torch.autograd._disable_profiler_legacy()
+        except RuntimeError:
+            self.problem = ("your code stopped torch's profiler while the checker watched it (the checker's "
+                            "account of your torch ops): leave torch's profiler alone inside the function")
+            return []
+        unseen: list[str] = []
+        for events in threads:
+            root = _Range("")
+            stack = [root]
+            for event in events:
+                if event.kind() == "push":
+                    stack.append(_Range(event.name()))
+                    stack[-2].inside.append(stack[-1])
+                elif event.kind() == "pop" and len(stack) > 1:
+                    stack.pop()
+            self._look(root, unseen)
+        return unseen
+
+    def _look(self, node: _Range, unseen: list[str]) -> None:
+        """The ops under `node` that reach a kernel (not a composite that only calls others, like aten::to
+        or aten::matmul: those the recorder never sees, it sees what they call) and hold no mark."""
+        for child in node.inside:
+            if child.name == self.TORCHS_OWN:
+                continue
+            if child.name.startswith("aten::") and not _composite(child.name):
+                if not child.marked(self.MARK) and child.name[6:] not in _NO_DATA and child.name not in unseen:
+                    unseen.append(child.name)
+            else:
+                self._look(child, unseen)
+
+
+# The same tensor under another name, which torch makes itself with the Python dispatch key excluded
+# (Tensor.as_subclass runs aten::alias): unseen, it hides nothing. (Other views and allocations do: a
+# transposed view, or an allocation's strides, is lesson 01's answer.)
+_NO_DATA = frozenset({"alias", "detach", "detach_", "lift_fresh", "resolve_conj", "resolve_neg"})
+
+
+@dataclass
+class _Range:
+    name: str
+    inside: list = field(default_factory=list)
+
+    def marked(self, mark: str) -> bool:
+        return self.name == mark or any(child.marked(mark) for child in self.inside)
+
+
+@functools.lru_cache(maxsize=1024)
+def _composite(name: str) -> bool:
+    """Is every overload of this op (e.g. "aten::to") a CompositeImplicitAutograd one: a function of other
+    ops, which dispatch modes never see themselves (they see the ops it calls, if any: `x.to(x.dtype)` calls
+    none)?"""
+    namespace, op = name.split("::", 1)
+    try:
+        packet = getattr(getattr(torch.ops, namespace), op)
+        overloads = packet.overloads()
+    except (AttributeError, RuntimeError):
+        return False
+    found = []
+    for overload in overloads:
+        try:
+            found.append(torch._C._dispatch_has_kernel_for_dispatch_key(
+                name + ("" if overload == "default" else f".{overload}"), "CompositeImplicitAutograd"))
+        except RuntimeError:  # a TorchScript-only overload (aten::to.prim_Device): not the dispatcher's
+            pass
+    return bool(found) and all(found)
+
+
 def _poison_storage(t: torch.Tensor) -> None:
     """Every byte of a fresh empty tensor set to 0xFF (NaN in every float type, -1 in the integers): what
     the allocator left there (bytes the notebook wrote into memory it then freed) is not taken for data."""
@@ -336,7 +474,26 @@ class _RecordHostCalls(TorchFunctionMode):
             return _hidden(args[0])  # print(x) while debugging: no values, no torch ops
         if name in HOST_READS and not self.recorder.paused:
             self.watch.host_reads.append(name)
+        if _ledgers_on[0] and _torchs_own_work(name, args):
+            with _RecordFunctionFast(OpLedger.TORCHS_OWN):
+                return func(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
+
+
+# Torch functions whose C++ runs ops of its own with the Python dispatch key excluded (no dispatch mode sees
+# them): building a tensor from Python data, handing a tensor's values to NumPy or Python, copying it whole,
+# viewing it as another class. What they run inside is theirs (guard.OpLedger), unless a tensor is the data
+# being built from: a copy or a conversion of a tensor's values is work of the submission's.
+_READ_OUT = frozenset({"numpy", "tolist", "__array__", "__deepcopy__", "__reduce_ex__", "__dlpack__",
+                       "as_subclass"})
+_BUILD = frozenset({"tensor", "as_tensor", "asarray", "new_tensor"})
+
+
+def _torchs_own_work(name: str, args: tuple) -> bool:
+    if name in _READ_OUT:
+        return True
+    data = args[1] if name == "new_tensor" and len(args) > 1 else (args[0] if args else None)
+    return name in _BUILD and not isinstance(data, torch.Tensor)
 
 
 def _hidden(t: torch.Tensor) -> str:
@@ -387,20 +544,51 @@ class Tracker:
     - every byte a kernel loads must equal its shadow: whatever wrote it behind the checker's back
       (a thread, NumPy or ctypes over `data_ptr()`, torch inside the @triton.jit body or in an
       autotune hook, torch with the checker's dispatch modes popped) is caught where it is read;
-    - every tensor a kernel is launched with must be one of those buffers: a tensor made where the
-      checker could not see it (in a thread, with the modes popped, from NumPy) cannot feed a kernel;
+    - every tensor a kernel is launched with is one of those buffers, or torch made it before the call (a
+      table built once, a scratch buffer kept between calls: followed from its launch on); memory torch did
+      not allocate (NumPy's) cannot feed a kernel. Torch ops run where the recorder could not see them
+      (the modes popped) are the OpLedger's, and threads the thread watch's;
     - after the call each buffer must equal its shadow: an output written by host code after (or
       between, or during) the launches is caught even when no kernel reads it back.
 
     So host code can only hand a kernel what the inputs held, or data computed by watched torch ops,
     which the host rules refuse in a kernel exercise. What this cannot see: values the host reads by
     such a side door and passes to a kernel as scalar arguments (flagged by the grader's code scan).
+
+    It also sees races between the programs of one launch. The interpreter runs them one after another,
+    so a program that loads what an earlier program of the same launch stored (a sum carried from
+    program to program with a plain load, add and store) gets the right answer here; a GPU runs them at
+    the same time, and the load sees the store or not, by chance. Such a load is refused, unless the
+    program did an atomic operation first in that launch (a ticket or a flag: the last program to finish
+    merges what the others stored, which a GPU orders by the atomic's acquire/release semantics).
     """
 
     def __init__(self):
         self.buffers: dict[int, tuple[int, int, np.ndarray, np.ndarray, str, object]] = {}
         self.problems: dict[str, str] = {}  # buffer name -> what was found (the first time only)
         self.written: dict[int, np.ndarray] = {}  # buffer start -> which of its bytes a kernel stored to
+        # The launch in progress: its kernel, the program running (its index in programs: (x, y, z) ids),
+        # which program stored each byte (buffer start -> program index per byte, -1 none, -2 an atomic)
+        # and the programs that did an atomic operation.
+        self.kernel, self.programs = "", []
+        self.stored_by: dict[int, np.ndarray] = {}
+        self.synced: set[int] = set()
+
+    def new_launch(self, kernel: str) -> None:
+        self.kernel, self.programs = kernel, []
+        self.stored_by.clear()
+        self.synced.clear()
+
+    def new_program(self, pid: tuple) -> None:
+        self.programs.append(pid)
+
+    def _race(self, name: str, reader: int, writer: int) -> None:
+        self.problems.setdefault(f"race:{name}", (
+            f"program {self.programs[reader]} of `{self.kernel}` loaded bytes of `{name}` that program "
+            f"{self.programs[writer]} of the same launch had stored: the interpreter runs programs one after "
+            "another, a GPU runs them at the same time in no set order, so that load gets the store or not, "
+            "by chance. Combine the programs' partial results with tl.atomic_add, or in a second kernel "
+            "launched after this one"))
 
     def add(self, t: torch.Tensor, name: str) -> None:
         import ctypes
@@ -439,11 +627,22 @@ class Tracker:
             "hook, torch or NumPy inside the @triton.jit body, writes through data_ptr()); the result must "
             "come from your kernel's loads and stores"))
 
-    def unseen(self, kernel: str, name: str) -> None:
+    def launched_with(self, t: torch.Tensor, kernel: str, name: str) -> None:
+        """A kernel was launched with `t`, a tensor none of the buffers holds. Torch made it before the call
+        (a lookup table built once, a scratch buffer kept between calls): followed from here on, its bytes as
+        they are now. Memory torch did not allocate (NumPy's, through from_numpy, DLPack or a buffer) holds
+        whatever host code put there: refused."""
+        try:
+            by_torch = t.untyped_storage().resizable()  # False over memory torch was lent
+        except (RuntimeError, NotImplementedError):
+            by_torch = False
+        if by_torch:
+            self.add(t, f"`{name}` (a tensor made before the call)")
+            return
         self.problems.setdefault(name, (
-            f"`{kernel}` was launched with `{name}`, a tensor made where the checker could not see it (in a "
-            "thread, with torch's dispatch modes disabled, from NumPy): a kernel reads only the inputs, the "
-            "outputs and tensors your host code allocates"))
+            f"`{kernel}` was launched with `{name}`, a tensor over memory torch did not allocate (from NumPy, "
+            "DLPack or a buffer): host code filled it where the checker could not see; a kernel reads the "
+            "inputs, the outputs and tensors torch allocates"))
 
     def verify(self, t: torch.Tensor, when: str) -> None:
         entry = self.buffers.get(_storage_ptr(t))
@@ -470,23 +669,33 @@ class Tracker:
                 yield entry, offs[offs < end - start]
 
     def before_read(self, addrs: np.ndarray, itemsize: int, what: str) -> None:
-        for (_, _, real, shadow, name, _), offs in self._bytes(addrs, itemsize):
+        reader = len(self.programs) - 1
+        for (start, _, real, shadow, name, _), offs in self._bytes(addrs, itemsize):
             if not np.array_equal(real[offs], shadow[offs]):
                 self._found(name, f"read back by a {what} in your kernel")
+            stored_by = self.stored_by.get(start)
+            if stored_by is not None and what == "tl.load" and reader not in self.synced:
+                others = stored_by[offs]
+                others = others[(others >= 0) & (others != reader)]
+                if others.size:
+                    self._race(name, reader, int(others[0]))
 
-    def after_write(self, addrs: np.ndarray, itemsize: int) -> None:
-        for (start, _, real, shadow, _, _), offs in self._bytes(addrs, itemsize):
+    def after_write(self, addrs: np.ndarray, itemsize: int, atomic: bool = False) -> None:
+        program = len(self.programs) - 1
+        if atomic:
+            self.synced.add(program)
+        for (start, end, real, shadow, _, _), offs in self._bytes(addrs, itemsize):
             shadow[offs] = real[offs]
             self.written[start][offs] = True
-
-    def messages(self) -> list[str]:
-        return list(self.problems.values())
+            if start not in self.stored_by:
+                self.stored_by[start] = np.full(end - start, -1, dtype=np.int32)
+            self.stored_by[start][offs] = -2 if atomic else program
 
 
 _trackers: list[Tracker] = []  # the active tracker (at most one: the call being checked)
 _watches: list[Watch] = []  # the active watches, innermost last
 _launching: list[list] = []  # [kernel, judged] of each launch in progress, innermost last
-_FILLS = {"fill_", "zero_"}  # writes that carry no data from anywhere
+_FILLS = frozenset({"fill_", "zero_"})  # writes that carry no data from anywhere
 
 
 def _mine(watch: Watch) -> bool:
@@ -498,11 +707,13 @@ def _mine(watch: Watch) -> bool:
 
 def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = (),
                     threads: list[str] = (), reads: list[str] = (), fills: int = 0,
-                    thread: int | None = None, subclasses: list[str] = ()) -> None:
+                    thread: int | None = None, subclasses: list[str] = (), unseen: list[str] = (),
+                    ledger: str = "") -> None:
     """Kernels launched elsewhere on this code's behalf (a sandbox running a student's backward for
     the batch grader's stand-in node): every active watch counts them as its own launches, each
     (name, module) as a launch with no shapes, and the torch ops, threads, host reads and part-by-part
-    fills that code made as its own. thread: the thread whose watches they are (default: this one)."""
+    fills that code made as its own, and the ops its ledger found unseen (unseen, ledger: Watch.unseen_ops,
+    Watch.ledger_problem). thread: the thread whose watches they are (default: this one)."""
     for watch in _watches:
         if watch.thread != (threading.get_ident() if thread is None else thread):
             continue
@@ -510,6 +721,8 @@ def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops:
         watch.host_reads += [r for r in dict.fromkeys(reads) if r not in watch.host_reads]
         watch.host_fills += fills
         watch.subclasses += [c for c in subclasses if c not in watch.subclasses]
+        watch.unseen_ops += [op for op in unseen if op not in watch.unseen_ops]
+        watch.ledger_problem = watch.ledger_problem or ledger
         watch.launches += names
         watch.launched += [Launch(name, module, ()) for name, module in launched]
         watch.torch_ops += [op for op in dict.fromkeys(ops) if op not in watch.torch_ops]
@@ -575,8 +788,8 @@ def _undefined(dtype: np.dtype):
 # and NumPy's functions (tl.exp runs np.exp). Host code that swaps one of them for its own, even only while
 # it launches, has its Python compute what a legal kernel line appears to compute: each launch looks for
 # the notebook's code there.
-_OWN_PATCHES = {"create_masked_store", "create_masked_load", "create_atomic_rmw", "create_atomic_cas",
-                "create_print", "_patch_lang_tensor"}
+_OWN_PATCHES = frozenset({"create_masked_store", "create_masked_load", "create_atomic_rmw",
+                          "create_atomic_cas", "create_print", "_patch_lang_tensor"})
 
 
 def _interpreter_namespaces() -> dict[str, dict]:
@@ -664,7 +877,7 @@ def _patch_interpreter():
                 _trackers[-1].before_read(addrs, itemsize, what)
             done = orig(self, *args, **kwargs)
             if addrs is not None:
-                _trackers[-1].after_write(addrs, itemsize)
+                _trackers[-1].after_write(addrs, itemsize, atomic=True)
             return done
 
         return run
@@ -693,7 +906,9 @@ def _patch_interpreter():
                 name = names[i] if i < len(names) else "tensor"
                 ranges.append((*_storage_range(tensor), name))
                 if _trackers and not _trackers[-1].tracks(tensor):
-                    _trackers[-1].unseen(_kernel_name(self.fn), name)
+                    _trackers[-1].launched_with(tensor, _kernel_name(self.fn), name)
+        if _trackers:
+            _trackers[-1].new_launch(_kernel_name(self.fn))
         _active_ranges.append(ranges)
         try:
             return orig_call(self, *args, **kwargs)
@@ -724,6 +939,8 @@ def _patch_interpreter():
             watch = _watches[-1]
             found = kernel_source.problems(_launching[-1][0])
             watch.not_triton += [p for p in found if p not in watch.not_triton]
+        if _trackers:
+            _trackers[-1].new_program(tuple(int(i) for i in args[:3]))
         return orig_grid_idx(self, *args, **kwargs)
 
     builder_cls.create_masked_store, builder_cls.create_masked_load = store, load
@@ -790,7 +1007,7 @@ def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
     return Launch(_kernel_name(kernel), _kernel_module(kernel), tuple(tuple(t.shape) for t in tensors),
                   tuple(_storage(t) in watch.input_storages for t in tensors),
                   tuple(watch.call_shapes.get(_storage(t), ()) for t in tensors),
-                  tuple(_storage(t) for t in tensors))
+                  tuple(_storage(t) for t in tensors), tuple(t.untyped_storage().nbytes() for t in tensors))
 
 
 def _modes_beneath() -> list[str]:
@@ -836,7 +1053,7 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
         if hasattr(InterpretedFunction, "run"):  # triton >= 3.6; before, its launches bypassed a run method
             counted.append(InterpretedFunction)
         elif current().interpret:
-            raise RuntimeError(interpreter_too_old() or "this triton's interpreter launches kernels in a way "
+            raise CannotWatch(interpreter_too_old() or "this triton's interpreter launches kernels in a way "
                                "the checker cannot count: pip install triton==3.9.0")
     # The autotuner's own timing loop allocates and clears buffers: pause recording there too.
     originals = {cls: cls.run for cls in (*counted, Autotuner)}
@@ -947,10 +1164,19 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
     undo_pickle = _patch_serialization(watch, recorder)
     if tracker is not None:
         _trackers.append(tracker)
+    # The outermost watch of this thread keeps the ledger; a watch inside it shares that account.
+    ledger = None if any(w.thread == watch.thread for w in _watches) else OpLedger()
     _watches.append(watch)
     try:
         with _RecordHostCalls(watch, recorder), recorder:
-            yield watch
+            if ledger is not None:
+                ledger.start()
+            try:
+                yield watch
+            finally:
+                if ledger is not None:
+                    watch.unseen_ops += ledger.stop()
+                    watch.ledger_problem = ledger.problem
     finally:
         _watches.remove(watch)
         if tracker is not None:

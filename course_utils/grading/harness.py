@@ -30,7 +30,7 @@ import torch
 
 from ..mode import current
 from . import kernel_source
-from .guard import HOST_OPS, TORCH_NAMES, Refused, Tracker, watching
+from .guard import HOST_OPS, TORCH_NAMES, CannotWatch, Refused, Tracker, watching
 from .provenance import course_solution, course_solutions_allowed
 
 GUARD_ELEMENTS = 1 << 16  # guard region on each side of an output: larger than any block a kernel uses
@@ -39,10 +39,10 @@ PAD = 5  # elements of padding after each row of an output laid out "padded"
 
 # What kind of failure a problem is: the hint shown is chosen by the first problem's kind.
 KINDS = ("unwritten", "out_of_bounds", "wrong", "nan", "host", "copy", "launches", "fusion", "input",
-         "solution")
+         "solution", "race")
 
 # Hints for any exercise; an exercise's own hints (Exercise.hint) replace them kind by kind.
-DEFAULT_HINTS = {
+DEFAULT_HINTS = types.MappingProxyType({
     "unwritten": "part of the output was never written: does the grid cover every element "
                  "(triton.cdiv(n, BLOCK) programs), and does each store's mask keep every valid element?",
     "out_of_bounds": "mask every tl.load and tl.store (offsets < n: not <=, and not against the block "
@@ -57,7 +57,10 @@ DEFAULT_HINTS = {
     "launches": "fuse the steps into one @triton.jit function: what one step produces stays in registers "
                 "for the next",
     "input": "inputs are read-only: store only into the output buffer(s) the checker passed in",
-}
+    "race": "the programs of one launch run at the same time on a GPU: a program reads what it stored itself "
+            "or what an earlier launch stored; what many programs add up meets through tl.atomic_add, or "
+            "through partial results that a second kernel combines",
+})
 
 
 class Problem(str):
@@ -175,6 +178,10 @@ class Fusion:
     # True: a launch whose other tensors are the call's inputs or hold at most two values per row (a
     # statistics pre-pass: it reads the activations and cannot write them) is not counted.
     pre_pass: bool = False
+    # Set: an allocation of AT LEAST the intermediate's element count is taken for it (a padded or longer
+    # buffer holds it just as well), except allocations of the counts this returns: the temporaries the
+    # fused answer itself makes (06.rmsnorm_mlp: h and the packed weights). None: only the exact count.
+    own_temporaries: Callable[["Case"], tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -288,9 +295,9 @@ def describe_case(ex: Exercise, case: Case) -> str:
 
 # Poison: a NaN with a payload no arithmetic produces, so "never written" is told apart from a
 # computed NaN; all bits set for integers and fp8 (0xFF is NaN in float8_e4m3fn and float8_e5m2).
-_POISON_BITS = {torch.float64: 0x7FF8A5A5A5A5A5A5, torch.float32: 0x7FC5A5A5, torch.float16: 0x7E5A,
-                torch.bfloat16: 0x7FE5}
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_POISON_BITS = types.MappingProxyType({torch.float64: 0x7FF8A5A5A5A5A5A5, torch.float32: 0x7FC5A5A5,
+                                       torch.float16: 0x7E5A, torch.bfloat16: 0x7FE5})
+_INT_OF_SIZE = types.MappingProxyType({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64})
 
 
 def _as_int(t: torch.Tensor) -> torch.Tensor:
@@ -430,7 +437,7 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
     return problems
 
 
-_TL_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
+_TL_NAMES = types.MappingProxyType({"fp16": "float16", "bf16": "bfloat16"})
 
 
 def _rounded_to_half(dtype: torch.dtype, g: torch.Tensor, e: torch.Tensor, wrong: torch.Tensor) -> str:
@@ -450,8 +457,14 @@ def _rounded_to_half(dtype: torch.dtype, g: torch.Tensor, e: torch.Tensor, wrong
 
 def _guard_problems(name: str, buf: torch.Tensor, view: torch.Tensor) -> list[str]:
     """Writes outside the output's elements: before it, past its end, or between its rows (padding)."""
-    problems = []
     span = _span(view.shape, view.stride())
+    if view.storage_offset() != GUARD_ELEMENTS or span + 2 * GUARD_ELEMENTS != buf.numel():
+        # the tensor passed in no longer covers its place in the buffer: re-pointed (set_) or resized
+        now = f"now {tuple(view.shape)} at offset {view.storage_offset()}"
+        return [Problem(f"`{name}` is no longer the buffer the checker passed in: its storage was swapped or "
+                        f"resized ({now}: set_, resize_ or as_strided_ on it?); write into `{name}` as given, "
+                        "never re-point or resize it", "out_of_bounds")]
+    problems = []
     pre = _is_poison(buf[:GUARD_ELEMENTS])
     post = _is_poison(buf[GUARD_ELEMENTS + span:])
     if not bool(pre.all()):
@@ -480,6 +493,13 @@ def _guard_problems(name: str, buf: torch.Tensor, view: torch.Tensor) -> list[st
 # --- running a candidate ----------------------------------------------------------------------
 
 _COURSE_INIT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__init__.py")
+# The checks' own code, which runs inside the candidate's calls too (05.online_softmax_stats's read log wraps
+# every torch call on x): never the student's frames.
+_CHECKS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checks") + os.sep
+
+
+def _checker_frame(filename: str) -> bool:
+    return filename == _COURSE_INIT or os.path.abspath(filename).startswith(_CHECKS_DIR)
 
 
 def _root_exception(exc: BaseException) -> BaseException:
@@ -499,7 +519,7 @@ def _student_frames(exc: BaseException) -> list[traceback.FrameSummary]:
     for _ in range(4):
         for f in traceback.extract_tb(cause.__traceback__):
             key = (f.filename, f.lineno, f.name)
-            if key not in seen and not _library_frame(f.filename) and f.filename != _COURSE_INIT:
+            if key not in seen and not _library_frame(f.filename) and not _checker_frame(f.filename):
                 seen.add(key)
                 frames.append(f)
         if cause.__cause__ is None:
@@ -522,12 +542,20 @@ def _exception_line(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(cause).__name__
 
 
+def _safe_str(exc: BaseException) -> str:
+    """str(exc), or what it is when its __str__ raises (the candidate's exception class is its own code)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__} whose message could not be shown: its __str__ raised>"
+
+
 def _chain_text(exc: BaseException) -> str:
     parts, cause = [], exc
     for _ in range(6):
         if cause is None:
             break
-        parts.append(str(cause))
+        parts.append(_safe_str(cause))
         cause = cause.__cause__ or cause.__context__
     return "\n".join(parts)
 
@@ -537,6 +565,10 @@ _KNOWN_MISTAKES = (
     ("arange's range must be a power of 2", "failed to build",
      "tl.arange(0, N) needs N to be a power of 2 (1000 is not, 1024 is): round the block up with "
      "BLOCK_N = triton.next_power_of_2(n_cols) and mask the columns >= n_cols"),
+    ("exceeds triton maximum tensor numel", "asked for a block of more than 2^20 elements",
+     "Triton's largest block (tl.arange, tl.zeros) holds 2^20 elements (triton.language."
+     "TRITON_MAX_TENSOR_NUMEL), so a block of triton.next_power_of_2(n) fails for n past 2^20: loop over the "
+     "data in blocks of a fixed size (4096, say), as the lesson's online loop does"),
     ("Block pointers have been removed", "uses a block pointer",
      "the Triton this check runs on has removed tl.make_block_ptr and tl.advance in favour of tensor "
      "descriptors: compute the pointers with tl.arange and masks, as the lessons do, or use "
@@ -559,6 +591,20 @@ def _known_mistake(exc: BaseException) -> tuple[str, str] | None:
 
 
 def _candidate_error(exc: BaseException) -> CandidateError:
+    """The failure for an exception the candidate raised: its frames only, and advice for a known mistake.
+    Whatever the exception does when looked at (a __str__ that raises), this returns a failure."""
+    try:
+        if isinstance(exc, SystemExit):
+            return CandidateError(f"your function called sys.exit({_safe_str(exc)}) (raised SystemExit): a "
+                                  "check calls it like any function; return, or raise an exception, instead\n"
+                                  f"{_student_traceback(exc)}", raised=_exception_line(exc))
+        return _candidate_error_of(exc)
+    except Exception:
+        name = type(exc).__name__
+        return CandidateError(f"your function raised {name}, whose traceback could not be shown", raised=name)
+
+
+def _candidate_error_of(exc: BaseException) -> CandidateError:
     known = _known_mistake(exc)
     if known is not None:
         frames = _student_frames(exc)
@@ -584,7 +630,7 @@ GC_ROUNDS = 8  # garbage collections after a call, each finding more garbage, be
 
 # Host ops that only copy data (Tensor.contiguous and .clone, .to / .float, out.copy_, torch.cat / stack):
 # arithmetic-free, so a failure names them as a copy, with a hint about strides rather than about computing.
-COPY_OPS = {"clone", "copy_", "_to_copy", "cat", "stack"}
+COPY_OPS = frozenset({"clone", "copy_", "_to_copy", "cat", "stack"})
 
 
 def _host_problems(ex: Exercise, watch) -> list[str]:
@@ -617,12 +663,21 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
 
 
 def _subclass_problems(watch, where: str = "") -> list[str]:
-    """A tensor subclass or a dispatch mode of the notebook's own: Python beneath the recorder."""
-    if not watch.subclasses:
-        return []
-    return [Problem(f"{where}ran Python of its own inside torch's ops ({', '.join(watch.subclasses[:3])}): a "
-                    "tensor subclass or a TorchDispatchMode computes where the checker cannot see; use plain "
-                    "tensors", "host")]
+    """A tensor subclass or a dispatch mode of the notebook's own: Python beneath the recorder; torch ops
+    that went past it (guard.OpLedger)."""
+    problems = []
+    if watch.subclasses:
+        problems.append(Problem(
+            f"{where}ran Python of its own inside torch's ops ({', '.join(watch.subclasses[:3])}): a tensor "
+            "subclass or a TorchDispatchMode computes where the checker cannot see; use plain tensors", "host"))
+    if watch.unseen_ops:
+        problems.append(Problem(
+            f"{where}ran torch ops with torch's dispatch modes turned off or bypassed "
+            f"({', '.join(watch.unseen_ops[:4])}): the checker watches your torch ops through them, and what "
+            "runs past them is computation it cannot judge; call torch the ordinary way", "host"))
+    if watch.ledger_problem:
+        problems.append(Problem(where + watch.ledger_problem, "host"))
+    return problems
 
 
 def _host_data_problems(watch, where: str = "") -> list[str]:
@@ -665,11 +720,43 @@ def _input_flags(launch) -> tuple[bool, ...]:
     return (False,) * len(launch.shapes)
 
 
-def _statistics_pass(launch, rows: int) -> bool:
+STATISTICS_BYTES = 16  # what a statistics pre-pass may keep per row: two 8-byte values (mean, rstd)
+
+
+def _per_argument(values: tuple, launch, empty) -> tuple:
+    """One of a launch's per-argument records, or `empty` for each argument when it was not recorded (the
+    launch facts a batch grader's sandbox sends carry no storage_bytes: remote.facts_out)."""
+    return values if len(values) == len(launch.shapes) else (empty,) * len(launch.shapes)
+
+
+def _statistics_pass(launch, rows: int, kept: dict[int, int], written: set) -> bool:
     """Does a launch only read the call's inputs and write at most two values per row (statistics)?
-    Every tensor it gets is an input or holds at most 2 * rows elements, so it cannot store activations."""
-    return all(is_input or math.prod(shape) <= 2 * rows
-               for shape, is_input in zip(launch.shapes, _input_flags(launch)))
+
+    Judged by whole storages, which is what a kernel reaches: a 1-element view of a (rows, hidden) buffer
+    still lets it store rows x hidden values. Each tensor it gets is an input, or a temporary that no
+    launch on the rows wrote; none is the call's output; and the temporaries of all the call's pre-passes
+    together (`kept`: storage -> bytes, updated when the launch is one) hold at most STATISTICS_BYTES a
+    row (rows = 4096: 64 KiB). Without recorded storage sizes, each view holds at most 2 * rows elements."""
+    sizes = _per_argument(launch.storage_bytes, launch, None)
+    mine = {}
+    for shape, is_input, base, storage, nbytes in zip(launch.shapes, _input_flags(launch),
+                                                      _per_argument(launch.bases, launch, ()),
+                                                      _per_argument(launch.storages, launch, None), sizes):
+        if is_input:
+            continue
+        if base and math.prod(base) > 2 * rows:  # the call's output, one row per output row
+            return False
+        if storage in written:
+            return False
+        if nbytes is None:
+            if math.prod(shape) > 2 * rows:
+                return False
+            continue
+        mine[storage] = nbytes
+    if sum({**kept, **mine}.values()) > STATISTICS_BYTES * rows:
+        return False
+    kept.update(mine)
+    return True
 
 
 def _launches_on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[str]:
@@ -677,10 +764,10 @@ def _launches_on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[st
     call's x or out, or a view of them), or a buffer that an earlier such launch wrote (by its storage:
     a temporary stored transposed, padded or flat is still the rows' data). A statistics pre-pass
     (fusion.pre_pass) is not counted and taints nothing: it holds at most two values per row."""
-    counted, written = [], set()
+    counted, written, kept = [], set(), {}
     for launch in launched:
         on_rows = any(len(shape) >= 2 and shape[0] == rows for shape in (*launch.shapes, *launch.bases))
-        if fusion.pre_pass and _statistics_pass(launch, rows):
+        if fusion.pre_pass and _statistics_pass(launch, rows, kept, written):
             continue
         if on_rows or any(storage in written for storage in launch.storages):
             counted.append(launch.name)
@@ -707,12 +794,15 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
     temporary = ex.fusion.temporary(case) if ex.fusion is not None else None
     if temporary is not None:
         numel, description = temporary
+        own = ex.fusion.own_temporaries
+        allowed = own(case) if own is not None else ()
         for alloc in allocations:
-            if alloc.numel == numel:
+            if alloc.numel == numel or (own is not None and alloc.numel > numel and alloc.numel not in allowed):
                 at = f" at {alloc.site}" if alloc.site else ""
+                size = "the size of" if alloc.numel == numel else f"{alloc.numel} elements, room for"
                 problems.append(Problem(
-                    f"allocated a {alloc.shape} {str(alloc.dtype).replace('torch.', '')} temporary{at}: the size "
-                    f"of {description}. Fused means that intermediate never goes to memory: "
+                    f"allocated a {alloc.shape} {str(alloc.dtype).replace('torch.', '')} temporary{at}: {size} "
+                    f"{description}. Fused means that intermediate never goes to memory: "
                     f"{ex.fusion.meaning}", "fusion"))
                 break
     return problems
@@ -865,7 +955,8 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
             "host"))
     if tracker is not None:
         tracker.verify_all("found after your function returned")
-        facts.host += [Problem(text, "host") for text in tracker.messages()]
+        facts.host += [Problem(text, "race" if key.startswith("race:") else "host")
+                       for key, text in tracker.problems.items()]
         facts.host += _stores_outside(tracker, buffers, writable)
     torch_wrote_later = any(op.endswith("_") or op in ex.allowed_ops or op not in HOST_OPS
                             for op in watch.torch_ops[ops_at_last_launch[0]:])
@@ -960,14 +1051,51 @@ def _expect_refusal(case: Case, candidate: Callable, call_args: list) -> list[st
             f"({case.label}); your function returned normally"]
 
 
+@contextlib.contextmanager
+def _examining(unexaminable: Callable[[], str]):
+    """Around a call of the candidate and the looks at what it did. A CheckFailed passes; an exception that
+    is no Exception (SystemExit) came from the candidate: its error. Any other exception escaped the checker's
+    looks at what the candidate returned or left (a sparse or meta tensor, which has no memory to read): a
+    failure that says so (`unexaminable()`: what it was), never a crash of the check."""
+    try:
+        yield
+    except (CheckFailed, KeyboardInterrupt, CannotWatch):
+        raise
+    except Exception as exc:
+        line = _exception_line(exc)
+        try:
+            what = unexaminable()
+        except Exception:
+            what = "your function returned or left something the checker cannot examine"
+        raise CandidateError(f"{what} ({line})", problems=[Problem(f"{what} ({line})", "wrong")],
+                             raised=line) from None
+    except BaseException as exc:
+        raise _candidate_error(exc) from None
+
+
+def _returned(result: Any) -> str:
+    """What a function candidate returned, in a few words: "a sparse_coo (3,) float32 tensor", "a str"."""
+    if isinstance(result, torch.Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            layout = "" if result.layout == torch.strided else f"{str(result.layout)[6:]} "
+            device = "" if result.device.type in ("cpu", "cuda") else f" on the {result.device.type} device"
+            return f"a {layout}{tuple(result.shape)} {str(result.dtype)[6:]} tensor{device}"
+    if isinstance(result, tuple | list):
+        return f"a {type(result).__name__} of " + ", ".join(_returned(r) for r in result[:4])
+    return f"a {type(result).__name__}"
+
+
 def _run_kernel_case(ex: Exercise, candidate: Callable, case: Case, device: str) -> list[str]:
     prepared = prepare_kernel_case(ex, case, device)
-    if case.raises is not None:
-        return _expect_refusal(case, candidate, prepared.call_args)
-    facts = call_kernel_candidate(ex, candidate, prepared.call_args, prepared.buffers, device,
-                                  writable_of(case))
-    prepared.buffers.update(as_last_seen(prepared.buffers, facts.final))
-    return judge_kernel_case(ex, case, prepared, facts)
+    with _examining(lambda: "your function returned or left something the checker cannot examine: a "
+                            "destination-passing function writes into the output buffers it is given (never "
+                            "re-pointing them with set_ or resize_) and returns None"):
+        if case.raises is not None:
+            return _expect_refusal(case, candidate, prepared.call_args)
+        facts = call_kernel_candidate(ex, candidate, prepared.call_args, prepared.buffers, device,
+                                      writable_of(case))
+        prepared.buffers.update(as_last_seen(prepared.buffers, facts.final))
+        return judge_kernel_case(ex, case, prepared, facts)
 
 
 def writable_of(case: Case) -> dict[str, tuple[torch.Tensor, str]]:
@@ -1165,9 +1293,12 @@ def _run_function_case(ex: Exercise, candidate: Callable, case: Case) -> list[st
     """The candidate gets copies of the case's plain tensors: what it does to them cannot change the case.
     The judge sees those copies (a view must share the storage the candidate was given)."""
     args = _function_args(case.args)
-    result, used = call_function_candidate(ex, candidate, args)
-    return modified_inputs(ex, case, args) or judge_function_case(ex, dataclasses.replace(case, args=args),
-                                                                  result, used)
+    with _examining(lambda: "your function returned or left something the checker cannot examine"):
+        result, used = call_function_candidate(ex, candidate, args)
+    with _examining(lambda: f"your function returned {_returned(result)}, which the checker cannot examine: "
+                            f"return what {ex.signature} asks for, plain Python numbers or strided tensors"):
+        judged = dataclasses.replace(case, args=args)
+        return modified_inputs(ex, case, args) or judge_function_case(ex, judged, result, used)
 
 
 def modified_inputs(ex: Exercise, case: Case, args) -> list[str]:
@@ -1297,7 +1428,7 @@ MEASURED: dict[str, Any] = {}  # exercise id -> roofline.Point of the student's 
 SOLUTION_MEASURED: dict[str, Any] = {}  # exercise id -> roofline.Point of the course's solution, same size
 # Roofs a GPU may lack, and the roof that stands in: bf16 work runs as fp16 before Ampere (the check's
 # inputs are fp16 there), TF32 as fp32; fp8 tensor cores (Ada, Hopper) run at twice the bf16 rate.
-ROOF_STAND_INS = {"bf16": ("fp16", 1.0), "tf32": ("fp32", 1.0), "fp8": ("bf16", 2.0)}
+ROOF_STAND_INS = types.MappingProxyType({"bf16": ("fp16", 1.0), "tf32": ("fp32", 1.0), "fp8": ("bf16", 2.0)})
 
 
 def _materialize(args: tuple, device: str) -> tuple:

@@ -381,7 +381,7 @@ def facts_out(facts) -> dict:
             "host": problems_out(facts.host), "changed_later": list(facts.changed_later),
             "launched": [{"name": x.name, "module": x.module, "shapes": [list(s) for s in x.shapes],
                           "inputs": list(x.inputs), "bases": [list(s) for s in x.bases],
-                          "storages": list(x.storages)}
+                          "storages": list(x.storages), "storage_bytes": list(x.storage_bytes)}
                          for x in facts.launched],
             "allocations": [{"op": a.op, "shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""),
                              "site": a.site} for a in facts.allocations]}
@@ -420,7 +420,7 @@ def facts_in(data) -> Any:
         changed_later=[text(n) for n in _list(data.get("changed_later", []))],
         launched=[Launch(text(x.get("name")), text(x.get("module")), tuple(ints(s) for s in _list(x.get("shapes"))),
                          flags(x.get("inputs", [])), tuple(ints(s) for s in _list(x.get("bases", []))),
-                         ints(x.get("storages", [])))
+                         ints(x.get("storages", [])), ints(x.get("storage_bytes", [])))
                   for x in _list(data.get("launched", [])) if isinstance(x, dict)],
         allocations=[Allocation(text(a.get("op")), ints(a.get("shape")), _dtype(a.get("dtype")), text(a.get("site")))
                      for a in _list(data.get("allocations", [])) if isinstance(a, dict)],
@@ -436,7 +436,20 @@ class Integrity:
     these modules and classes are compared with the snapshot; any change is put back and reported, and
     the grader gives no credit for that call. (Code that reaches the snapshot itself, through gc,
     frames or ctypes, is beyond this: those constructs are flagged by the grader's scan.)
+
+    An attribute compared by identity alone misses a change made inside it: the watcher's rule tables
+    (`guard.HOST_OPS.update({"add"})` had host arithmetic pass unseen), its stacks of active watches,
+    `course_utils.__path__`. The rule tables are frozen (frozenset, MappingProxyType); every list, dict,
+    set and bytearray the snapshot holds is also copied, compared item by item (by identity: no code of
+    the notebook's runs while comparing) and put back, except the state that changes honestly (LIVE).
     """
+
+    # Changed by honest use between the snapshot and a check: exercises registered when a notebook imports
+    # an earlier lesson's module, the timings progress() shows, the builtins IPython adds while a cell
+    # runs, warnings already shown, the Triton interpreter's cache of rewritten kernels.
+    LIVE = frozenset({"REGISTRY", "MEASURED", "SOLUTION_MEASURED", "__builtins__", "__warningregistry__",
+                      "rewritten_fn", "__dict__", "__weakref__"})
+    CONTAINERS = (list, dict, set, bytearray)
 
     # Modules whose every attribute (and the classes they define) is kept; then single attributes
     # and classes of the libraries the watcher calls (whole library modules rebind names lazily:
@@ -472,6 +485,9 @@ class Integrity:
             with contextlib.suppress(ImportError, AttributeError):
                 value = getattr(importlib.import_module(module), cls)
                 self.saved.append((value, f"{module}.{cls}", dict(vars(value))))
+        self.contents = [(value, f"{name}.{key}", _contents(value))
+                         for _, name, saved in self.saved for key, value in saved.items()
+                         if key not in self.LIVE and isinstance(value, self.CONTAINERS)]
 
     def restore(self) -> list[str]:
         """Put back what changed since the snapshot; returns what that was ("harness._host_problems")."""
@@ -491,10 +507,58 @@ class Integrity:
                         setattr(obj, key, value)
                     except (AttributeError, TypeError):
                         pass
+        for value, name, copy in self.contents:
+            if not _same_contents(value, copy):
+                changed.append(f"{name} (its contents)")
+                _put_back(value, copy)
         return changed
 
 
 _MISSING = object()
+
+
+def _contents(value):
+    """A copy of a container's items, to compare with and to put back (Integrity)."""
+    if isinstance(value, dict):
+        return list(dict.items(value))
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return list(set.copy(value)) if isinstance(value, set) else list.copy(value)
+
+
+def _same_contents(value, copy) -> bool:
+    """Has the container the same items as its copy, the same objects? Only the builtin types' own methods
+    run, never a method the notebook could define (a subclass's, an item's __eq__)."""
+    if isinstance(value, bytearray):
+        return bytes(value) == copy
+    now = _contents(value)
+    if len(now) != len(copy):
+        return False
+    if isinstance(value, set):
+        ids = {id(item) for item in copy}
+        return all(id(item) in ids for item in now)
+    if isinstance(value, dict):
+        return all(_same(a[0], b[0]) and _same(a[1], b[1]) for a, b in zip(now, copy))
+    return all(_same(a, b) for a, b in zip(now, copy))
+
+
+def _same(a, b) -> bool:
+    """The same object, or equal numbers or strings of the builtin types (a counter back at 300 is another
+    int object): their == is the interpreter's own."""
+    return a is b or type(a) is type(b) and type(a) in (int, float, str, bytes, bool) and a == b
+
+
+def _put_back(value, copy) -> None:
+    for kind in (dict, set, list, bytearray):  # the builtin type's methods, whatever a subclass defines
+        if isinstance(value, kind):
+            kind.clear(value)
+            if kind is dict:
+                dict.update(value, copy)
+            elif kind is set:
+                set.update(value, copy)
+            else:
+                kind.extend(value, copy)
+            return
 
 
 def _tampered(changed: list[str]) -> dict:
@@ -603,7 +667,9 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
                             [str(r)[:40] for r in _list(msg.get("reads", []))[:OPS_MAX]],
                             min(int(msg.get("fills", 0)) if isinstance(msg.get("fills", 0), int) else 1, 1 << 30),
                             thread=owner,
-                            subclasses=[str(c)[:80] for c in _list(msg.get("subclasses", []))[:8]])
+                            subclasses=[str(c)[:80] for c in _list(msg.get("subclasses", []))[:8]],
+                            unseen=[str(op)[:80] for op in _list(msg.get("unseen", []))[:8]],
+                            ledger=str(msg.get("ledger", ""))[:300])
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
@@ -652,7 +718,8 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                          "launched": [[la.name, la.module] for la in watch.launched[:LAUNCHES_MAX]],
                          "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX], "threads": watch.threads[:1],
                          "reads": list(dict.fromkeys(watch.host_reads))[:OPS_MAX], "fills": watch.host_fills,
-                         "subclasses": watch.subclasses[:8]}
+                         "subclasses": watch.subclasses[:8], "unseen": watch.unseen_ops[:8],
+                         "ledger": watch.ledger_problem}
                 chan.send(_tampered(changed) if changed else reply, grads_enc.blobs())
                 continue
             if op == "signature":

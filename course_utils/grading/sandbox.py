@@ -12,8 +12,14 @@ Inside a sandbox (`bwrap`, Debian package `bubblewrap`):
 - writable: a private /tmp and /submission (where the notebook's copy lies), both size-limited tmpfs
   that vanish with the sandbox, and a smaller /dev/shm; the root and /dev are read-only. Nothing
   the grader later reads is on them;
-- limits: address data (RLIMIT_DATA), processes and threads (RLIMIT_NPROC), core files off; the
-  grader adds the wall time and the output size (the output pipe is drained and cut).
+- limits: address data (RLIMIT_DATA), processes and threads (RLIMIT_NPROC), core files off; in CPU mode
+  also the address space (RLIMIT_AS): shared memory (mmap.mmap(-1, n), memfd_create) is no process's data
+  and no tmpfs of the sandbox's, so only the address space bounds it. The grader adds the wall time and
+  the output size (the output pipe is drained and cut).
+- RLIMIT_NPROC counts the processes and threads of a real uid, machine-wide: sandboxes of a root grader
+  each have a uid of their own; a grader that is not root maps every sandbox to its own uid, so that one
+  notebook's threads would starve the sandboxes beside it. Such a grader runs one sandbox at a time
+  (own_uids).
 On a GPU the /dev/nvidia* devices are bound and Triton gets a private cache in /tmp.
 """
 from __future__ import annotations
@@ -35,6 +41,12 @@ COURSE = "/course"  # the course package inside a sandbox (on sys.path first)
 SANDBOX_UID = 65534
 ROOT_UIDS = 60001  # first real uid a root grader gives its sandboxes
 GPU_MEMORY = 16 << 30  # the default data limit on a GPU machine (the CUDA runtime maps a lot)
+# The address space a CPU-mode sandbox may map beyond its data limit. A lesson 02 or 03 solution peaked at
+# 1.1 GiB of address space with 0.33 GiB of data (2 cores, 4 threads): the rest is torch's and Triton's
+# libraries and reservations. Each thread adds its stack and, up to 8 per core, a malloc arena reserved
+# whole (8 + 64 MiB), and torch starts one thread per core: AS_PER_CPU for each.
+AS_HEADROOM = 2 << 30
+AS_PER_CPU = 128 << 20
 
 
 @dataclass
@@ -44,6 +56,28 @@ class Limits:
     output: int = 16 << 20  # bytes a notebook may print in all; more ends it
     tmpfs: int = 1 << 30  # bytes of /tmp and of /submission each
     shm: int = 64 << 20  # bytes of /dev/shm (POSIX shared memory and semaphores)
+    # bytes of address space (RLIMIT_AS), the backstop for shared memory; None: cpu_address_space(memory)
+    # in CPU mode, no limit on a GPU, where the CUDA driver reserves terabytes of address space it never uses
+    address_space: int | None = None
+
+
+def cpu_address_space(memory: int) -> int:
+    """The default address space of a CPU-mode sandbox whose data limit is `memory`."""
+    return memory + AS_HEADROOM + AS_PER_CPU * (os.cpu_count() or 1)
+
+
+def own_uids(sandboxed: bool) -> bool:
+    """Does each concurrent sandbox run as a real uid of its own (a root grader with bubblewrap)? Otherwise
+    they share the grader's, and with it one RLIMIT_NPROC budget: one notebook that starts threads until
+    the limit leaves the others unable to start any (their checks die), so one sandbox runs at a time."""
+    return sandboxed and os.geteuid() == 0
+
+
+SHARED_UID_WARNING = """WARNING: grading one notebook at a time (--jobs {jobs} asked): the sandboxes cannot get user ids of their
+  own ({why}), and the limit on processes and threads (RLIMIT_NPROC) counts all the processes of one user
+  id: a notebook that starts threads until that limit would leave the notebooks graded beside it unable
+  to start any. Run the grader as root (each sandbox then switches to a user id of its own) to grade
+  several at a time."""
 
 
 def bwrap() -> str | None:
@@ -208,6 +242,8 @@ def _set_limits(limits: Limits) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_DATA, (limits.memory, limits.memory))
+    if limits.address_space:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.address_space, limits.address_space))
     resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
