@@ -205,8 +205,8 @@ class Exercise:
     # dtypes the host code may not touch, and why (07.decode_e4m3: torch's own float8 decoder)
     forbidden_dtypes: tuple[torch.dtype, ...] = ()
     dtype_message: str = ""
-    # Function exercises: course functions ("module:name") the candidate may not call, under whatever name
-    # it imported them (07.decode_e4m3: the course's own fp8 decoder), and why.
+    # Function exercises: functions ("module:name") the candidate may not call, under whatever name it
+    # imported them (07.decode_e4m3: the course's own fp8 decoder; lesson 01: NumPy's stride tricks), and why.
     forbidden_calls: tuple[str, ...] = ()
     call_message: str = ""
     # A function exercise built on the student's kernels (08.rmsnorm_train): its call must launch one, of
@@ -1275,7 +1275,8 @@ def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) 
     if calls:
         name = calls[0].replace(":", ".")
         why = ex.call_message or "write it yourself"
-        return [Problem(f"calls the course's own `{name}`: {why}", "host")]
+        whose = "the course's own" if name.startswith("course_utils.") else "the library function"
+        return [Problem(f"calls {whose} `{name}`: {why}", "host")]
     dtypes = [u for u in used if u.startswith("dtype:")]
     if dtypes:
         return [Problem(ex.dtype_message or f"uses {dtypes[0][6:]}, which this exercise asks you to do "
