@@ -270,6 +270,9 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
                             "dy_rows = dy.reshape(rows.shape)"),
                            ("copy_in_a_list", "        return y.view(x.shape)",
                             "        ctx.cache = {'rows': [y.clone()]}\n        return y.view(x.shape)"),
+                           ("copy_in_halves", "        return y.view(x.shape)",
+                            "        ctx.halves = (lambda c: lambda: c)(list(y.clone().view(-1).chunk(2)))\n"
+                            "        return y.view(x.shape)"),
                            ("numpy_in_backward", "        return dx.view(x.shape), dw.to(weight.dtype), None",
                             "        dy.detach().cpu().numpy()\n"
                             "        return dx.view(x.shape), dw.to(weight.dtype), None")):
@@ -294,6 +297,9 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
     assert "transposed" in found["strides_ignored.ipynb"].detail
     assert found["copy_in_a_list.ipynb"].status == batch.FAIL, found["copy_in_a_list.ipynb"]
     assert "keeps a (rows, hidden)" in found["copy_in_a_list.ipynb"].reason
+    # in halves inside a closure: no tensor on ctx, but the bytes the sandbox's node keeps alive
+    assert found["copy_in_halves.ipynb"].status == batch.FAIL, found["copy_in_halves.ipynb"]
+    assert "bytes a row, where rstd takes 4" in found["copy_in_halves.ipynb"].reason
     # and the host reads of its backward (autograd runs a backward outside the TorchFunctionMode)
     assert found["numpy_in_backward.ipynb"].status == batch.FAIL, found["numpy_in_backward.ipynb"]
     assert "the backward read tensor data into Python/NumPy" in found["numpy_in_backward.ipynb"].reason

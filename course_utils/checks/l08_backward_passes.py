@@ -14,19 +14,15 @@ dlogits are all 0 (PyTorch's mean reduction would give 0/0 = NaN; a batch of pad
 """
 from __future__ import annotations
 
-import gc
 import math
-import sys
-import types
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from ..grading import Case, Exercise, Out, register
 from ..grading.guard import watching
 from ..grading.harness import backward_problems, compare
-from ..grading.remote import ctx_tensors
+from ..grading.remote import ctx_tensors, kept_alive
 from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
 from ..mode import current, size
 
@@ -426,60 +422,12 @@ def _train_verify(x, weight, eps, dy):
 # (16: room for a mean as well, or rstd in fp64), and a few scalars (eps or a shape as tensors). An x-hat
 # copy is 2 to 4 bytes per element: 1562 to 3124 bytes a row at hidden 781.
 KEPT_PER_ROW, KEPT_SLACK = 16, 256
-KEPT_OBJECTS = 20000  # objects the search for what an autograd node keeps looks at, at most
-
-
-def _kept(fn, skip: set[int]) -> dict[int, tuple[int, str]]:
-    """{address: (bytes, what)} of the memory an autograd node keeps alive, however the forward stored it:
-    its saved tensors, and every tensor, storage or NumPy array reachable from ctx's attributes and from
-    its Function class's data attributes (inside containers, objects, closures, generators, attributes put
-    on tensors),
-    each storage counted once, whole (a 1-element view keeps all of it). Module globals, classes and
-    frames are not followed. skip: storage addresses not counted (x, weight, the output)."""
-    module_dicts = {id(vars(m)) for m in list(sys.modules.values()) if hasattr(m, "__dict__")}
-    try:
-        stack = list(fn.saved_tensors)
-    except RuntimeError:
-        stack = []
-    stack.append(getattr(fn, "__dict__", {}))
-    forward_cls = getattr(fn, "_forward_cls", None)
-    if isinstance(forward_cls, type):  # its attributes (F.cache = [...]), not its methods' closures: a batch
-        # grader's stand-in class (remote.autograd_in) closes over the grader's own channel and arguments
-        stack += [v for v in vars(forward_cls).values()
-                  if not isinstance(v, types.FunctionType | staticmethod | classmethod | property)]
-    found, seen = {}, set()
-    while stack and len(seen) < KEPT_OBJECTS:
-        obj = stack.pop()
-        if id(obj) in seen or id(obj) in module_dicts:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, torch.Tensor | torch.UntypedStorage | torch.TypedStorage):
-            try:
-                storage = obj.untyped_storage() if isinstance(obj, torch.Tensor | torch.TypedStorage) else obj
-                address, nbytes = storage.data_ptr(), storage.nbytes()
-            except (RuntimeError, NotImplementedError):  # meta, sparse: no memory of their own
-                continue
-            what = f"{tuple(obj.shape)} {_name(obj.dtype)}" if isinstance(obj, torch.Tensor) else "a storage"
-            if address not in skip and nbytes:
-                found.setdefault(address, (nbytes, what))
-            stack += list(getattr(obj, "__dict__", {}).values())  # ctx.x = x; x.xhat = xhat
-        elif isinstance(obj, np.ndarray):
-            found.setdefault(obj.__array_interface__["data"][0], (obj.nbytes, f"a NumPy array {obj.shape}"))
-        elif isinstance(obj, types.FunctionType):  # its closure and defaults, not its module's globals
-            stack += [obj.__closure__ or (), obj.__defaults__ or (), obj.__kwdefaults__ or {}, obj.__dict__]
-        elif isinstance(obj, types.GeneratorType | types.CoroutineType):
-            frame = obj.gi_frame if isinstance(obj, types.GeneratorType) else obj.cr_frame
-            stack += list(frame.f_locals.values()) if frame is not None else []
-        elif not isinstance(obj, type | types.ModuleType | types.CodeType | types.FrameType
-                            | types.TracebackType | str | bytes):
-            stack += gc.get_referents(obj)
-    return found
 
 
 def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden: int,
                     output: torch.Tensor) -> list[str]:
     """What the forward kept for the backward: ctx.save_for_backward's tensors and any ctx attribute, and
-    (_kept) the bytes of all it keeps alive, which must grow with the rows, not with rows x hidden."""
+    (remote.kept_alive) the bytes of all it keeps alive, which must grow with the rows, not with rows x hidden."""
     try:
         saved = list(fn.saved_tensors)
     except RuntimeError as exc:
@@ -493,7 +441,7 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
         shapes = ", ".join(f"{tuple(t.shape)} {_name(t.dtype)}" for t in copies)
         problems.append(f"the forward keeps a (rows, hidden) tensor besides x ({shapes}): {advice}")
     else:
-        kept = _kept(fn, inputs | {output.untyped_storage().data_ptr()})
+        kept = kept_alive(fn, inputs | {output.untyped_storage().data_ptr()})
         total = sum(nbytes for nbytes, _ in kept.values())
         if total > KEPT_PER_ROW * rows + KEPT_SLACK:
             shown = ", ".join(what for _, what in sorted(kept.values(), key=lambda k: -k[0])[:4])

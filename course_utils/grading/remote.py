@@ -568,9 +568,10 @@ def _tampered(changed: list[str]) -> dict:
     return {"op": "raised", "message": text, "raised": None, "problems": [[text, "host"]], "candidate": False}
 
 
-def autograd_out(fn, args) -> dict:
-    """What a check of an autograd output looks at, from the sandbox: the node's kind, and the tensors it
-    saved (each an input of the call, by position, or a shape and dtype)."""
+def autograd_out(fn, args, output=None) -> dict:
+    """What a check of an autograd output looks at, from the sandbox: the node's kind, the tensors it
+    saved (each an input of the call, by position, or a shape and dtype), and the memory it keeps alive
+    besides the call's tensors and its output (kept_alive: [bytes, what] each)."""
     import torch
 
     def describe(t) -> dict:
@@ -586,7 +587,69 @@ def autograd_out(fn, args) -> dict:
         info["saved_error"] = str(exc)[:500]
     if hasattr(fn, "__dict__"):
         info["attrs"] = {str(k).replace(".", "_"): describe(v) for k, v in ctx_tensors(vars(fn))}
+    skip = {a.untyped_storage().data_ptr() for a in (*args, output) if isinstance(a, torch.Tensor)}
+    info["kept"] = [[nbytes, what] for nbytes, what in list(kept_alive(fn, skip).values())[:64]]
     return info
+
+
+KEPT_OBJECTS = 20000  # objects the search for what an autograd node keeps looks at, at most
+
+
+def kept_alive(fn, skip: set[int]) -> dict[int, tuple[int, str]]:
+    """{address: (bytes, what)} of the memory an autograd node keeps alive, however the forward stored it:
+    its saved tensors, and every tensor, storage or NumPy array reachable from ctx's attributes and from
+    its Function class's data attributes (inside containers, objects, closures, generators, attributes put
+    on tensors),
+    each storage counted once, whole (a 1-element view keeps all of it). Module globals, classes and
+    frames are not followed. skip: storage addresses not counted (x, weight, the output). The batch
+    grader's stand-in for a node that lives in a sandbox answers with what the sandbox found (autograd_out)."""
+    import gc
+    import sys
+
+    import numpy as np
+    import torch
+
+    forward_cls = getattr(fn, "_forward_cls", None)
+    from_sandbox = getattr(forward_cls, "kept_in_sandbox", None)
+    if isinstance(from_sandbox, dict):
+        return dict(from_sandbox)
+    module_dicts = {id(vars(m)) for m in list(sys.modules.values()) if hasattr(m, "__dict__")}
+    try:
+        stack = list(fn.saved_tensors)
+    except RuntimeError:
+        stack = []
+    stack.append(getattr(fn, "__dict__", {}))
+    if isinstance(forward_cls, type):  # its attributes (F.cache = [...]), not its methods' closures: a batch
+        # grader's stand-in class (remote.autograd_in) closes over the grader's own channel and arguments
+        stack += [v for v in vars(forward_cls).values()
+                  if not isinstance(v, types.FunctionType | staticmethod | classmethod | property)]
+    found, seen = {}, set()
+    while stack and len(seen) < KEPT_OBJECTS:
+        obj = stack.pop()
+        if id(obj) in seen or id(obj) in module_dicts:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor | torch.UntypedStorage | torch.TypedStorage):
+            try:
+                storage = obj.untyped_storage() if isinstance(obj, torch.Tensor | torch.TypedStorage) else obj
+                address, nbytes = storage.data_ptr(), storage.nbytes()
+            except (RuntimeError, NotImplementedError):  # meta, sparse: no memory of their own
+                continue
+            what = f"{tuple(obj.shape)} {str(obj.dtype)[6:]}" if isinstance(obj, torch.Tensor) else "a storage"
+            if address not in skip and nbytes:
+                found.setdefault(address, (nbytes, what))
+            stack += list(getattr(obj, "__dict__", {}).values())  # ctx.x = x; x.xhat = xhat
+        elif isinstance(obj, np.ndarray):
+            found.setdefault(obj.__array_interface__["data"][0], (obj.nbytes, f"a NumPy array {obj.shape}"))
+        elif isinstance(obj, types.FunctionType):  # its closure and defaults, not its module's globals
+            stack += [obj.__closure__ or (), obj.__defaults__ or (), obj.__kwdefaults__ or {}, obj.__dict__]
+        elif isinstance(obj, types.GeneratorType | types.CoroutineType):
+            frame = obj.gi_frame if isinstance(obj, types.GeneratorType) else obj.cr_frame
+            stack += list(frame.f_locals.values()) if frame is not None else []
+        elif not isinstance(obj, type | types.ModuleType | types.CodeType | types.FrameType
+                            | types.TracebackType | str | bytes):
+            stack += gc.get_referents(obj)
+    return found
 
 
 def ctx_tensors(attrs: dict, limit: int = 64) -> list:
@@ -633,6 +696,11 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
         return torch.zeros(1, dtype=_dtype(meta.get("dtype"))).expand(shape)  # its numel, no memory
 
     class Sandboxed(torch.autograd.Function):
+        # what the sandbox's node keeps alive (kept_alive there), for the check's own kept_alive(fn)
+        kept_in_sandbox = {i: (kept[0], str(kept[1])[:80]) for i, kept in enumerate(_list(info.get("kept", []))[:64])
+                           if isinstance(kept, list) and len(kept) == 2 and isinstance(kept[0], int)
+                           and not isinstance(kept[0], bool) and 0 <= kept[0] < 1 << 50}
+
         @staticmethod
         def forward(ctx, values, *params):
             error = info.get("saved_error")
@@ -773,7 +841,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                     encoded = {"t": "unsendable", "type": type(result).__name__, "why": str(exc)}
                 reply = {"op": "called", "result": encoded, "used": [str(u) for u in used]}
                 if isinstance(result, torch.Tensor) and result.grad_fn is not None:
-                    reply["autograd"] = autograd_out(result.grad_fn, args)
+                    reply["autograd"] = autograd_out(result.grad_fn, args, result)
                     pending = (result, args)
             reads = {str(i): [list(r) for r in a._reads] for i, a in enumerate(args) if hasattr(a, "_reads")}
             if reads:
