@@ -847,6 +847,72 @@ def contiguous_strides(shape):
         check("01.contiguous_strides", doors["contiguous_strides"], seed=1, quiet=True)
 
 
+_PAST_THE_LEDGER = {  # name: (the function's body, after `def add(x, y, out):`, and what the failure says)
+    # torch.tensor reads its list's items with the Python key excluded: an item's __float__ runs unseen
+    "float_of_a_list_item": ("""
+    class Box:
+        def __float__(self):
+            self.sum = x + y
+            return 0.0
+    box = Box()
+    torch.tensor([box], dtype=torch.float32)
+    _copied(box.sum, out)""", r"dispatch modes turned off or bypassed \(aten::add"),
+    # RecordFunction switched off around the modes switched off: the profiler would record nothing
+    "record_function_off": ("""
+    torch.autograd._enable_record_function(False)
+    with torch._C._DisableTorchDispatch():
+        tmp = x + y
+    torch.autograd._enable_record_function(True)
+    _copied(tmp, out)""", r"switched off torch's RecordFunction"),
+    # the checker's own range names, read and opened around the hidden op
+    "the_checkers_ranges": ("""
+    from course_utils.grading.guard import OpLedger
+    from torch._C._profiler import _RecordFunctionFast
+    with _RecordFunctionFast(OpLedger.MARK), torch._C._DisableTorchDispatch():
+        tmp = x + y
+    _copied(tmp, out)""", r"profiler ranges under the checker's own names"),
+    # a tensor built from 0-d tensors: torch reads each one out with the Python key excluded (a host read)
+    "built_from_items": ("""
+    tmp = torch.tensor(list(x.unbind()), dtype=x.dtype, device=x.device)
+    _copied(tmp, out)""", r"read tensor data into Python/NumPy on the host \(Tensor.item\)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PAST_THE_LEDGER))
+def test_ways_past_the_op_ledger_fail(name):
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    setup(quiet=True)
+    body, message = _PAST_THE_LEDGER[name]
+    code = _candidate(_KERNELS + "def add(x, y, out):" + body + "\n", f"ledger_{name}")
+    with pytest.raises(CheckFailed, match=message):
+        check("02.vector_add", code["add"], seed=1, quiet=True)
+
+
+def test_torch_inference_mode_is_no_way_past_the_ledger():
+    """Under inference_mode composite ops (reshape, flatten) reach the recorder whole: honest, and seen."""
+    from course_utils import setup
+    from course_utils.grading import check
+
+    setup(quiet=True)
+    code = _candidate(_KERNELS + """
+@torch.inference_mode()
+def add(x, y, out):
+    flat = out.flatten().reshape(-1)
+    _copied(x.reshape(-1), flat)
+@triton.jit
+def _add(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n) + tl.load(y + offs, mask=offs < n), mask=offs < n)
+@torch.inference_mode()
+def honest(x, y, out):
+    _add[(triton.cdiv(out.numel(), 1024),)](x.reshape(-1), y.view(-1), out.flatten(), out.numel(), BLOCK=1024)
+""", "inference_mode")
+    check("02.vector_add", code["honest"], seed=1, quiet=True)
+
+
 def test_a_tensor_torch_made_before_the_call_may_feed_a_kernel():
     """A table built once, a scratch buffer kept between calls: honest on a GPU, honest here too (followed from
     its launch on: a kernel that reads it gets its bytes as they were)."""
@@ -929,6 +995,12 @@ def test_a_sum_carried_between_the_programs_of_a_launch_is_a_race():
                                           r"of one launch run at the same time"):
         check("08.rmsnorm_backward", code["rmsnorm_backward"], seed=1, quiet=True)
     check("08.rmsnorm_backward", code["with_ticket"], seed=1, quiet=True)  # the last to arrive merges: fine
+    dummy = _candidate(_DW.replace("    else:  # the sum carried", "    elif n_rows < 0:\n        pass\n    else:  # the sum carried")
+                       .replace("    row = tl.program_id(0)\n", "    row = tl.program_id(0)\n    tl.atomic_add(ticket_ptr, 0)\n"),
+                       "dw_race_dummy_atomic")
+    # an atomic first that releases nothing: the carried sum is still a race
+    with pytest.raises(CheckFailed, match=r"loaded bytes of `dw` that program \(0, 0, 0\) of the same launch"):
+        check("08.rmsnorm_backward", dummy["rmsnorm_backward"], seed=1, quiet=True)
 
 
 @pytest.mark.parametrize("name", sorted(HONEST_VARIANTS))

@@ -48,7 +48,7 @@ HOST_OPS = frozenset({
     "zero_", "fill_", "full", "full_like", "ones", "new_zeros", "view", "_unsafe_view", "reshape",
     "_reshape_alias", "as_strided", "t", "transpose", "permute", "expand", "slice", "select",
     "unsqueeze", "squeeze", "detach", "alias", "lift_fresh", "resolve_conj", "resolve_neg",
-    "_local_scalar_dense", "split", "chunk", "narrow", "unbind", "view_as", "expand_as",
+    "_local_scalar_dense", "split", "chunk", "narrow", "unbind", "view_as", "expand_as", "flatten", "unflatten",
     "is_nonzero", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "set_",
 })
 
@@ -334,9 +334,6 @@ class _RecordOps(TorchDispatchMode):
                     _trackers[-1].add(t, f"the tensor made by aten.{name}" + (f" at {site}" if site else ""))
 
 
-_ledgers_on = [0]  # > 0 while a ledger keeps its account (the recorder marks each op it sees)
-
-
 class OpLedger:
     """Every torch op the watched thread runs, as torch's own profiler records it, against those the
     recorder saw.
@@ -349,19 +346,27 @@ class OpLedger:
     no device activity, about a microsecond an op, this thread only) while the candidate runs, and the
     recorder marks every op it is handed with a profiler range of a name secret to this process. An op
     whose record holds no mark, at the outermost level (the ops it runs inside are its own business), is
-    an op the recorder never saw.
+    an op the recorder never saw. The marks are counted as they are made: a profile that holds fewer
+    (RecordFunction switched off: `torch.autograd._enable_record_function(False)`) or more (ranges of the
+    same name opened by the submission) is tampered with.
     """
 
     MARK = f"course_utils.seen.{secrets.token_hex(8)}"  # a range the submission cannot open by its name
-    TORCHS_OWN = f"course_utils.torch.{secrets.token_hex(8)}"  # around _torchs_own_work: not looked into
+    TORCHS_OWN = f"course_utils.torch.{secrets.token_hex(8)}"  # around _torchs_own_work
 
     def __init__(self):
         self.on = False
         self.problem = ""
+        self.hidden_reads = 0  # values torch's own work read out of tensors into Python (a list of 0-d ones)
+        self.thread = threading.get_ident()
 
     @staticmethod
-    def mark() -> None:
-        with _RecordFunctionFast(OpLedger.MARK):
+    def mark(name: str = "") -> None:
+        name = name or OpLedger.MARK
+        made = _marks_made.get(threading.get_ident())  # None on a thread without a ledger (autograd's own)
+        if made is not None:
+            made[name] = made.get(name, 0) + 1
+        with _RecordFunctionFast(name):
             pass
 
     def start(self) -> None:
@@ -376,7 +381,20 @@ class OpLedger:
                             "outside the profiler")
             return
         self.on = True
+        _marks_made[self.thread] = {}
         _ledgers_on[0] += 1
+        # RecordFunction can be switched off for the thread (then the profiler records nothing): the switch,
+        # wherever the submission reaches it from, tells the ledger first
+        self.switch = torch._C._autograd._enable_record_function
+
+        def switched(enabled: bool) -> None:
+            if not enabled:
+                self.problem = ("your code switched off torch's RecordFunction while the checker watched it "
+                                "(torch.autograd._enable_record_function): the checker's account of your torch "
+                                "ops goes through it; leave it on")
+            self.switch(enabled)
+
+        torch._C._autograd._enable_record_function = torch.autograd._enable_record_function = switched
 
     def stop(self) -> list[str]:
         """The outermost ops the recorder never saw ("aten::add"), in the order they ran."""
@@ -384,6 +402,9 @@ class OpLedger:
             return []
         self.on = False
         _ledgers_on[0] -= 1
+        torch._C._autograd._enable_record_function = torch.autograd._enable_record_function = self.switch
+        self.switch(True)
+        made = _marks_made.pop(self.thread, {})
         try:
             threads = torch.autograd._disable_profiler_legacy()
         except RuntimeError:
@@ -391,31 +412,64 @@ class OpLedger:
                             "account of your torch ops): leave torch's profiler alone inside the function")
             return []
         unseen: list[str] = []
+        found: dict[str, int] = {}
         for events in threads:
             root = _Range("")
             stack = [root]
             for event in events:
                 if event.kind() == "push":
-                    stack.append(_Range(event.name()))
+                    name = event.name()
+                    if name in (self.MARK, self.TORCHS_OWN):
+                        found[name] = found.get(name, 0) + 1
+                    stack.append(_Range(name))
                     stack[-2].inside.append(stack[-1])
                 elif event.kind() == "pop" and len(stack) > 1:
                     stack.pop()
             self._look(root, unseen)
+        for name in (self.MARK, self.TORCHS_OWN):
+            if found.get(name, 0) < made.get(name, 0):
+                self.problem = ("your code switched off torch's RecordFunction while the checker watched it "
+                                "(torch.autograd._enable_record_function): the checker's account of your torch "
+                                "ops goes through it; leave it on")
+            elif found.get(name, 0) > made.get(name, 0):
+                self.problem = ("your code opened profiler ranges under the checker's own names: leave the "
+                                "checker's internals alone")
         return unseen
 
     def _look(self, node: _Range, unseen: list[str]) -> None:
         """The ops under `node` that reach a kernel (not a composite that only calls others, like aten::to
         or aten::matmul: those the recorder never sees, it sees what they call) and hold no mark."""
+        if any(child.name == self.MARK for child in node.inside):
+            return  # the recorder was handed this op (a composite, under torch.inference_mode)
         for child in node.inside:
             if child.name == self.TORCHS_OWN:
-                continue
-            if child.name.startswith("aten::") and not _composite(child.name):
+                self._torchs_own(child, unseen)
+            elif child.name.startswith("aten::") and not _composite(child.name):
                 if not child.marked(self.MARK) and child.name[6:] not in _NO_DATA and child.name not in unseen:
                     unseen.append(child.name)
             else:
                 self._look(child, unseen)
 
+    def _torchs_own(self, node: _Range, unseen: list[str]) -> None:
+        """Inside torch.tensor, Tensor.numpy and the like (_torchs_own_work): the ops they run themselves,
+        and each value read out of a 0-d tensor of the data (a host read); anything else ran inside them (a
+        __float__ or __getitem__ of the data's own) and is looked at like the rest."""
+        for child in node.inside:
+            op = child.name[6:] if child.name.startswith("aten::") else ""
+            if op in ("item", "_local_scalar_dense") and not child.marked(self.MARK):
+                self.hidden_reads += 1
+            elif op in _TORCHS_OWN_OPS or child.marked(self.MARK):
+                continue
+            else:
+                self._look(_Range("", [child]), unseen)
 
+
+_ledgers_on = [0]  # > 0 while a ledger keeps its account (the recorder marks each op it sees)
+_marks_made: dict[int, dict[str, int]] = {}  # per thread with a ledger: marks made, by name
+# What torch.tensor, Tensor.numpy, deepcopy and the like run themselves, with the Python key excluded.
+_TORCHS_OWN_OPS = frozenset({"empty", "empty_strided", "to", "_to_copy", "copy_", "lift_fresh", "lift_fresh_copy",
+                             "set_", "alias", "detach", "detach_", "resolve_conj", "resolve_neg", "view",
+                             "as_strided", "clone", "_reshape_alias"})
 # The same tensor under another name, which torch makes itself with the Python dispatch key excluded
 # (Tensor.as_subclass runs aten::alias): unseen, it hides nothing. (Other views and allocations do: a
 # transposed view, or an allocation's strides, is lesson 01's answer.)
@@ -475,6 +529,9 @@ class _RecordHostCalls(TorchFunctionMode):
         if name in HOST_READS and not self.recorder.paused:
             self.watch.host_reads.append(name)
         if _ledgers_on[0] and _torchs_own_work(name, args):
+            made = _marks_made.get(threading.get_ident())
+            if made is not None:
+                made[OpLedger.TORCHS_OWN] = made.get(OpLedger.TORCHS_OWN, 0) + 1
             with _RecordFunctionFast(OpLedger.TORCHS_OWN):
                 return func(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
@@ -573,22 +630,30 @@ class Tracker:
         self.kernel, self.programs = "", []
         self.stored_by: dict[int, np.ndarray] = {}
         self.synced: set[int] = set()
+        # per program of the launch: when (a count of its memory operations) it last stored and last did an
+        # atomic; a program whose atomic came after its stores has released them (the ticket pattern)
+        self.step, self.last_store, self.last_atomic = 0, {}, {}
 
     def new_launch(self, kernel: str) -> None:
         self.kernel, self.programs = kernel, []
         self.stored_by.clear()
         self.synced.clear()
+        self.last_store.clear()
+        self.last_atomic.clear()
+
+    def _released(self, writer: int) -> bool:
+        return self.last_atomic.get(writer, -1) > self.last_store.get(writer, -1)
 
     def new_program(self, pid: tuple) -> None:
         self.programs.append(pid)
 
-    def _race(self, name: str, reader: int, writer: int) -> None:
+    def _race(self, name: str, reader: int, writer: int, what: str = "loaded") -> None:
         self.problems.setdefault(f"race:{name}", (
-            f"program {self.programs[reader]} of `{self.kernel}` loaded bytes of `{name}` that program "
-            f"{self.programs[writer]} of the same launch had stored: the interpreter runs programs one after "
-            "another, a GPU runs them at the same time in no set order, so that load gets the store or not, "
-            "by chance. Combine the programs' partial results with tl.atomic_add, or in a second kernel "
-            "launched after this one"))
+            f"program {self.programs[reader]} of `{self.kernel}` {what} bytes of `{name}` that program "
+            f"{self.programs[writer]} of the same launch had stored with a plain tl.store: the interpreter runs "
+            "programs one after another, a GPU runs them at the same time in no set order, so the store lands "
+            "before or after, by chance. Combine the programs' partial results with tl.atomic_add, or in a "
+            "second kernel launched after this one"))
 
     def add(self, t: torch.Tensor, name: str) -> None:
         import ctypes
@@ -641,8 +706,8 @@ class Tracker:
             return
         self.problems.setdefault(name, (
             f"`{kernel}` was launched with `{name}`, a tensor over memory torch did not allocate (from NumPy, "
-            "DLPack or a buffer): host code filled it where the checker could not see; a kernel reads the "
-            "inputs, the outputs and tensors torch allocates"))
+            "DLPack or a buffer): the checker cannot follow what host code writes there; a kernel reads the "
+            "inputs, the outputs and tensors torch allocates (a table from NumPy: torch.tensor(array))"))
 
     def verify(self, t: torch.Tensor, when: str) -> None:
         entry = self.buffers.get(_storage_ptr(t))
@@ -674,16 +739,27 @@ class Tracker:
             if not np.array_equal(real[offs], shadow[offs]):
                 self._found(name, f"read back by a {what} in your kernel")
             stored_by = self.stored_by.get(start)
-            if stored_by is not None and what == "tl.load" and reader not in self.synced:
-                others = stored_by[offs]
-                others = others[(others >= 0) & (others != reader)]
-                if others.size:
-                    self._race(name, reader, int(others[0]))
+            if stored_by is None:
+                continue
+            # a plain load may read another program's stores once both sides synchronized through atomics
+            # (its own atomic before, the writer's after its stores); an atomic may not add to them at all
+            for writer in np.unique(stored_by[offs]):
+                if writer < 0 or writer == reader:
+                    continue
+                if what != "tl.load":
+                    self._race(name, reader, int(writer), "atomically updated")
+                elif not (reader in self.synced and self._released(int(writer))):
+                    self._race(name, reader, int(writer))
+                break
 
     def after_write(self, addrs: np.ndarray, itemsize: int, atomic: bool = False) -> None:
         program = len(self.programs) - 1
+        self.step += 1
         if atomic:
             self.synced.add(program)
+            self.last_atomic[program] = self.step
+        else:
+            self.last_store[program] = self.step
         for (start, end, real, shadow, _, _), offs in self._bytes(addrs, itemsize):
             shadow[offs] = real[offs]
             self.written[start][offs] = True
@@ -1177,6 +1253,7 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
                 if ledger is not None:
                     watch.unseen_ops += ledger.stop()
                     watch.ledger_problem = ledger.problem
+                    watch.host_reads += ["item"] * min(ledger.hidden_reads, 1)
     finally:
         _watches.remove(watch)
         if tracker is not None:
