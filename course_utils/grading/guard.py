@@ -363,9 +363,7 @@ class OpLedger:
     @staticmethod
     def mark(name: str = "") -> None:
         name = name or OpLedger.MARK
-        made = _marks_made.get(threading.get_ident())  # None on a thread without a ledger (autograd's own)
-        if made is not None:
-            made[name] = made.get(name, 0) + 1
+        _count_mark(name)
         with _RecordFunctionFast(name):
             pass
 
@@ -382,6 +380,7 @@ class OpLedger:
             return
         self.on = True
         _marks_made[self.thread] = {}
+        self.elsewhere = dict(_marks_elsewhere)
         _ledgers_on[0] += 1
         # RecordFunction can be switched off for the thread (then the profiler records nothing): the switch,
         # wherever the submission reaches it from, tells the ledger first
@@ -427,11 +426,12 @@ class OpLedger:
                     stack.pop()
             self._look(root, unseen)
         for name in (self.MARK, self.TORCHS_OWN):
+            elsewhere = _marks_elsewhere.get(name, 0) - self.elsewhere.get(name, 0)
             if found.get(name, 0) < made.get(name, 0):
                 self.problem = ("your code switched off torch's RecordFunction while the checker watched it "
                                 "(torch.autograd._enable_record_function): the checker's account of your torch "
                                 "ops goes through it; leave it on")
-            elif found.get(name, 0) > made.get(name, 0):
+            elif found.get(name, 0) > made.get(name, 0) + elsewhere:
                 self.problem = ("your code opened profiler ranges under the checker's own names: leave the "
                                 "checker's internals alone")
         return unseen
@@ -465,7 +465,16 @@ class OpLedger:
 
 
 _ledgers_on = [0]  # > 0 while a ledger keeps its account (the recorder marks each op it sees)
-_marks_made: dict[int, dict[str, int]] = {}  # per thread with a ledger: marks made, by name
+# Marks made, by name: per thread with a ledger, and on threads without one (autograd runs a CUDA tensor's
+# backward on a device thread of its own, where torch carries the profiler along: its marks land in the
+# ledger of the thread that called backward)
+_marks_made: dict[int, dict[str, int]] = {}
+_marks_elsewhere: dict[str, int] = {}
+
+
+def _count_mark(name: str) -> None:
+    made = _marks_made.get(threading.get_ident(), _marks_elsewhere)
+    made[name] = made.get(name, 0) + 1
 # What torch.tensor, Tensor.numpy, deepcopy and the like run themselves, with the Python key excluded.
 _TORCHS_OWN_OPS = frozenset({"empty", "empty_strided", "to", "_to_copy", "copy_", "lift_fresh", "lift_fresh_copy",
                              "set_", "alias", "detach", "detach_", "resolve_conj", "resolve_neg", "view",
@@ -529,9 +538,7 @@ class _RecordHostCalls(TorchFunctionMode):
         if name in HOST_READS and not self.recorder.paused:
             self.watch.host_reads.append(name)
         if _ledgers_on[0] and _torchs_own_work(name, args):
-            made = _marks_made.get(threading.get_ident())
-            if made is not None:
-                made[OpLedger.TORCHS_OWN] = made.get(OpLedger.TORCHS_OWN, 0) + 1
+            _count_mark(OpLedger.TORCHS_OWN)
             with _RecordFunctionFast(OpLedger.TORCHS_OWN):
                 return func(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
