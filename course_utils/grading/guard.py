@@ -354,17 +354,20 @@ class OpLedger:
     MARK = f"course_utils.seen.{secrets.token_hex(8)}"  # a range the submission cannot open by its name
     TORCHS_OWN = f"course_utils.torch.{secrets.token_hex(8)}"  # around _torchs_own_work
 
+    SWITCHED_OFF = ("your code switched off torch's RecordFunction while the checker watched it "
+                    "(torch.autograd._enable_record_function): the checker's account of your torch ops goes "
+                    "through it; leave it on")
+
     def __init__(self):
         self.on = False
         self.problem = ""
         self.hidden_reads = 0  # values torch's own work read out of tensors into Python (a list of 0-d ones)
         self.thread = threading.get_ident()
+        self.elsewhere: dict[str, int] = {}  # _marks_elsewhere when the ledger started
 
     @staticmethod
-    def mark(name: str = "") -> None:
-        name = name or OpLedger.MARK
-        _count_mark(name)
-        with _RecordFunctionFast(name):
+    def mark() -> None:
+        with _counted_range(OpLedger.MARK):
             pass
 
     def start(self) -> None:
@@ -388,9 +391,7 @@ class OpLedger:
 
         def switched(enabled: bool) -> None:
             if not enabled:
-                self.problem = ("your code switched off torch's RecordFunction while the checker watched it "
-                                "(torch.autograd._enable_record_function): the checker's account of your torch "
-                                "ops goes through it; leave it on")
+                self.problem = self.SWITCHED_OFF
             self.switch(enabled)
 
         torch._C._autograd._enable_record_function = torch.autograd._enable_record_function = switched
@@ -428,9 +429,7 @@ class OpLedger:
         for name in (self.MARK, self.TORCHS_OWN):
             elsewhere = _marks_elsewhere.get(name, 0) - self.elsewhere.get(name, 0)
             if found.get(name, 0) < made.get(name, 0):
-                self.problem = ("your code switched off torch's RecordFunction while the checker watched it "
-                                "(torch.autograd._enable_record_function): the checker's account of your torch "
-                                "ops goes through it; leave it on")
+                self.problem = self.SWITCHED_OFF
             elif found.get(name, 0) > made.get(name, 0) + elsewhere:
                 self.problem = ("your code opened profiler ranges under the checker's own names: leave the "
                                 "checker's internals alone")
@@ -472,9 +471,15 @@ _marks_made: dict[int, dict[str, int]] = {}
 _marks_elsewhere: dict[str, int] = {}
 
 
-def _count_mark(name: str) -> None:
+@contextlib.contextmanager
+def _counted_range(name: str):
+    """A profiler range of the ledger's (OpLedger.MARK, OpLedger.TORCHS_OWN), counted as it opens."""
     made = _marks_made.get(threading.get_ident(), _marks_elsewhere)
     made[name] = made.get(name, 0) + 1
+    with _RecordFunctionFast(name):
+        yield
+
+
 # What torch.tensor, Tensor.numpy, deepcopy and the like run themselves, with the Python key excluded.
 _TORCHS_OWN_OPS = frozenset({"empty", "empty_strided", "to", "_to_copy", "copy_", "lift_fresh", "lift_fresh_copy",
                              "set_", "alias", "detach", "detach_", "resolve_conj", "resolve_neg", "view",
@@ -538,8 +543,7 @@ class _RecordHostCalls(TorchFunctionMode):
         if name in HOST_READS and not self.recorder.paused:
             self.watch.host_reads.append(name)
         if _ledgers_on[0] and _torchs_own_work(name, args):
-            _count_mark(OpLedger.TORCHS_OWN)
-            with _RecordFunctionFast(OpLedger.TORCHS_OWN):
+            with _counted_range(OpLedger.TORCHS_OWN):
                 return func(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
 
@@ -622,9 +626,10 @@ class Tracker:
     It also sees races between the programs of one launch. The interpreter runs them one after another,
     so a program that loads what an earlier program of the same launch stored (a sum carried from
     program to program with a plain load, add and store) gets the right answer here; a GPU runs them at
-    the same time, and the load sees the store or not, by chance. Such a load is refused, unless the
-    program did an atomic operation first in that launch (a ticket or a flag: the last program to finish
-    merges what the others stored, which a GPU orders by the atomic's acquire/release semantics).
+    the same time, and the load sees the store or not, by chance. Such a load is refused, unless both
+    programs synchronized through atomics, the reader before its load and the writer after its stores (a
+    ticket: the last program to finish merges what the others stored, which a GPU orders by the atomics'
+    acquire/release semantics); an atomic update of another program's plain stores is refused too.
     """
 
     def __init__(self):
@@ -632,11 +637,9 @@ class Tracker:
         self.problems: dict[str, str] = {}  # buffer name -> what was found (the first time only)
         self.written: dict[int, np.ndarray] = {}  # buffer start -> which of its bytes a kernel stored to
         # The launch in progress: its kernel, the program running (its index in programs: (x, y, z) ids),
-        # which program stored each byte (buffer start -> program index per byte, -1 none, -2 an atomic)
-        # and the programs that did an atomic operation.
+        # which program stored each byte (buffer start -> program index per byte, -1 none, -2 an atomic).
         self.kernel, self.programs = "", []
         self.stored_by: dict[int, np.ndarray] = {}
-        self.synced: set[int] = set()
         # per program of the launch: when (a count of its memory operations) it last stored and last did an
         # atomic; a program whose atomic came after its stores has released them (the ticket pattern)
         self.step, self.last_store, self.last_atomic = 0, {}, {}
@@ -644,7 +647,6 @@ class Tracker:
     def new_launch(self, kernel: str) -> None:
         self.kernel, self.programs = kernel, []
         self.stored_by.clear()
-        self.synced.clear()
         self.last_store.clear()
         self.last_atomic.clear()
 
@@ -755,7 +757,7 @@ class Tracker:
                     continue
                 if what != "tl.load":
                     self._race(name, reader, int(writer), "atomically updated")
-                elif not (reader in self.synced and self._released(int(writer))):
+                elif not (reader in self.last_atomic and self._released(int(writer))):
                     self._race(name, reader, int(writer))
                 break
 
@@ -763,7 +765,6 @@ class Tracker:
         program = len(self.programs) - 1
         self.step += 1
         if atomic:
-            self.synced.add(program)
             self.last_atomic[program] = self.step
         else:
             self.last_store[program] = self.step

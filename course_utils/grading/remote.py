@@ -859,11 +859,11 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
         except ProtocolError:
             raise
         except (SystemExit, KeyboardInterrupt) as exc:  # sys.exit() in the candidate: this check fails, not
-            # the notebook's other checks (the grader ends a notebook by its deadline, never by SIGINT)
-            what = f"{type(exc).__name__}({exc})" if str(exc) else type(exc).__name__
-            chan.send({"op": "raised", "message": f"your function raised {what}: sys.exit() and the like "
-                       "would end the whole notebook; return, or raise an ordinary exception", "raised": what,
-                       "problems": [], "candidate": True})
+            # the notebook's other checks (the grader ends a notebook by its deadline, never by SIGINT), with
+            # the message the interactive check gives
+            error = harness._candidate_error(exc)
+            chan.send({"op": "raised", "message": str(error), "raised": error.raised, "problems": [],
+                       "candidate": True})
         except Exception as exc:  # something broke on this side while preparing or sending
             text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             chan.send({"op": "raised", "message": text, "raised": text.splitlines()[-1] if text else "",
