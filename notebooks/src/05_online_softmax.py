@@ -603,9 +603,11 @@ for causal in (False, True):
 # {{tflops:attention bf16 (4, 16, 4096, 128) causal=False|unfused: matmul, scale, (mask,) our softmax, matmul}}.
 # On the H100: {{ratio@h100:attention bf16 (4, 16, 4096, 128) causal=False|triton (ours)|F.scaled_dot_product_attention}}
 # and {{ratio@h100:attention bf16 (4, 16, 4096, 128) causal=True|triton (ours)|F.scaled_dot_product_attention}}.
-# The target is {{verdict:attention bf16 (4, 16, 4096, 128) causal=False|triton (ours)|F.scaled_dot_product_attention}}
-# on the H200 without the mask ({{verdict@h100:attention bf16 (4, 16, 4096, 128) causal=False|triton (ours)|F.scaled_dot_product_attention}}
-# on the H100). The course's kernel has every warp load, multiply and exponentiate in turn. Kernels
+# On the H200 the target is {{verdict:attention bf16 (4, 16, 4096, 128) causal=False|triton (ours)|F.scaled_dot_product_attention}}
+# without the mask and {{verdict:attention bf16 (4, 16, 4096, 128) causal=True|triton (ours)|F.scaled_dot_product_attention}}
+# with it; on the H100, {{verdict@h100:attention bf16 (4, 16, 4096, 128) causal=False|triton (ours)|F.scaled_dot_product_attention}}
+# and {{verdict@h100:attention bf16 (4, 16, 4096, 128) causal=True|triton (ours)|F.scaled_dot_product_attention}}.
+# The course's kernel has every warp load, multiply and exponentiate in turn. Kernels
 # at SDPA's speed on Hopper (FlashAttention-3 is the published example) give loading its own warps
 # and overlap the softmax of one tile with the matrix products of another, so that the tensor cores
 # do not wait for the exponentials. Nsight Compute on the H100 shows the difference

@@ -301,8 +301,8 @@ for b in range(B):
 # 1024 ours read the K/V bytes at
 # {{ratio:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
 # the copy bandwidth on the H200 and {{ratio@h100:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
-# on the H100, where the target of 0.8 was {{verdict:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
-# and {{verdict@h100:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}. A profile with Nsight Compute on the
+# on the H100: the target of 0.8 was {{verdict:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}}
+# on the H200 and {{verdict@h100:decode attention bf16 B=8 H_q=32 H_kv=8 D=128 context 1024|triton (ours) vs copy|copy ceiling (K/V bytes)}} on the H100. A profile with Nsight Compute on the
 # H100 (`results/explore/README.md`) shows where the time goes: the split kernel kept the memory at
 # about two thirds of its peak bandwidth with few warps resident, and the merge is a second, short
 # kernel, whose start and tail weigh more when the whole step lasts only microseconds. The merge is
