@@ -364,3 +364,17 @@ def test_a_name_rebound_by_the_grid_callable_is_judged_as_the_body_uses_it():
     honest = _identity
     with pytest.raises(CheckFailed, match=r"uses `_identity`, which is not Triton"):
         check("05.softmax", softmax, seed=1, quiet=True)
+
+
+def test_a_replaced_interpreter_class_is_not_remembered(monkeypatch):
+    """test_mode replaces triton's InterpretedFunction for one test: a kernel-type lookup cached then kept
+    the dummy class, and every interpreted kernel checked afterwards went unexamined (its host helpers
+    passed). The lookup follows the class of the moment."""
+    import triton.runtime.interpreter as interpreter
+
+    with monkeypatch.context() as patched:
+        patched.setattr(interpreter, "InterpretedFunction", type("InterpretedFunction", (), {}))
+        assert kernel_source._jit_function(_helper_kernel) is None  # the dummy class: not a kernel now
+    assert kernel_source._jit_function(_helper_kernel) is _helper_kernel
+    with pytest.raises(CheckFailed, match=r"uses `_softmax_on_the_host`, which is not Triton"):
+        check("05.softmax", _launch(_helper_kernel), seed=1, quiet=True)

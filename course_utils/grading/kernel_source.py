@@ -35,10 +35,10 @@ UNSUPPORTED = (ast.Lambda, ast.GeneratorExp, ast.SetComp, ast.DictComp, ast.Func
                ast.ClassDef, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)
 
 
-@functools.cache
 def _kernel_types() -> tuple[type, ...]:
     """@triton.jit functions compiled and interpreted, and @triton.constexpr_function ones (triton >= 3.5),
-    whose bodies follow the same rule."""
+    whose bodies follow the same rule. Looked up on every call, not cached: a cache filled while a test
+    (or a notebook) had replaced one of these classes would keep the replacement."""
     import triton.runtime.jit as jit
 
     kinds = [jit.JITFunction, getattr(jit, "ConstexprFunction", None)]
