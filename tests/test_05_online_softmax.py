@@ -271,10 +271,15 @@ def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, 
                                  BUG: tl.constexpr, R: tl.constexpr):
     """The online kernel for every row length, R rows per program (an argument: a GPU compile reads no
     plain Python global). BUG 1: d not rescaled; 2: no guard for lanes still at -inf; 3: no max subtracted
-    at all (exp(x) summed as it is)."""
+    at all (exp(x) summed as it is); 4: every exp taken against the max of the row's first block (0 if that
+    block is all -inf), a fixed shift instead of a running max."""
     rows = tl.program_id(0) * R + tl.arange(0, R)
     safe_rows = tl.minimum(rows, n_rows - 1)
     cols = tl.arange(0, BLOCK_N)
+    if BUG == 4:
+        first = tl.max(tl.load(x_ptr + safe_rows[:, None] * sxm + cols[None, :] * sxn,
+                               mask=cols[None, :] < n_cols, other=float("-inf")).to(tl.float32), 1)
+        first = tl.where(first == float("-inf"), 0.0, first)  # (R,)
     m = tl.full((R, BLOCK_N), float("-inf"), tl.float32)
     d = tl.zeros((R, BLOCK_N), tl.float32)
     for start in range(0, n_cols, BLOCK_N):
@@ -286,9 +291,11 @@ def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, 
             m_ref = m_new
         elif BUG == 3:
             m_ref = tl.zeros_like(m_new)
+        elif BUG == 4:
+            m_ref = first[:, None] + tl.zeros_like(m_new)
         else:
             m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        if BUG == 1 or BUG == 3:
+        if BUG == 1 or BUG == 3 or BUG == 4:
             d = d + tl.exp(x - m_ref)
         else:
             d = d * tl.exp(m - m_ref) + tl.exp(x - m_ref)
@@ -296,6 +303,9 @@ def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, 
     m_row = tl.max(m, 1)
     if BUG == 3:
         m_row = tl.zeros_like(m_row)
+        d_row = tl.sum(d, 1)
+    elif BUG == 4:
+        m_row = first
         d_row = tl.sum(d, 1)
     else:
         d_row = tl.sum(d * tl.exp(m - m_row[:, None]), 1)
@@ -344,6 +354,12 @@ def test_softmax_online_without_max_subtraction_fails():
 
 def test_softmax_online_without_minus_inf_guard_fails():
     failure("05.softmax", _online(2), "must subtract 0, not -inf")
+
+
+def test_softmax_shifted_by_the_first_blocks_max_fails():
+    """A fixed shift is exact until a later value lies ~88 above it: in the other long rows the max grows by
+    less (ascending rows: ~20), or the first block is all -inf (a shift of 0 then serves the 50 last)."""
+    failure("05.softmax", _online(4), "values near -100, then a 50 last", "NaN")
 
 
 def test_softmax_with_torch_on_the_host_fails():
@@ -462,6 +478,15 @@ def test_attention_with_another_tensors_strides_fails(edit):
     """q and v had one layout in every case, and out was always contiguous: both slips passed."""
     failure("05.attention", mutant("l05_online_softmax", "attention", edit), "v an (S, B, H, D) one",
             "out a (B, S, H, D) one", "its own four strides")
+
+
+def test_attention_with_the_head_dim_of_q_v_and_out_assumed_contiguous_fails():
+    """Four strides for k (stored (B, H, D, S) in a case) but three for q, v and out, whose stride(3) was 1 in
+    every case: the slip passed until a case strided the head dim of every tensor."""
+    wrong = mutant("l05_online_softmax", "attention",
+                   ("*q.stride(), *k.stride(), *v.stride(), *out.stride()",
+                    "*q.stride()[:3], 1, *k.stride(), *v.stride()[:3], 1, *out.stride()[:3], 1"))
+    failure("05.attention", wrong, "head dim strided", "each tensor's own stride(3)")
 
 
 def test_attention_with_a_causal_mask_local_to_64_wide_tiles_fails():
@@ -800,6 +825,39 @@ def _stats_nan_after_a_finite_block(x, block):
 
 def test_online_stats_spoiled_by_an_all_minus_inf_block_after_finite_ones_fails():
     failure("05.online_softmax_stats", _stats_nan_after_a_finite_block, "the third too", "NaN")
+
+
+def test_online_stats_converting_all_of_x_first_is_told_to_convert_each_block():
+    """x.to(torch.float64) before a right loop reads all of x at once: the message names the conversion."""
+    def convert_first(x, block):
+        x = x.to(torch.float64)
+        m, d = -math.inf, 0.0
+        for start in range(0, x.numel(), block):
+            chunk = x[start:start + block]
+            m_b = float(chunk.max())
+            m, d = merge_stats(m, d, m_b, float(torch.exp(chunk - m_b).sum()) if m_b > -math.inf else 0.0)
+        return m, d
+
+    failure("05.online_softmax_stats", convert_first, f"read {size(4099, 1021)} elements of x at once",
+            "convert each block as you read it")
+
+
+def test_online_stats_against_a_fixed_reference_overflows():
+    """One pass, each block's exp taken against the first finite block's max and rescaled once at the end:
+    exact in theory, and in fp32 until a later value lies ~88 above that max (exp overflows)."""
+    def fixed_reference(x, block):
+        ref, m, d = None, -math.inf, 0.0
+        for start in range(0, x.numel(), block):
+            chunk = x[start:start + block]  # fp32 stays fp32: exp overflows past 88
+            m_b = float(chunk.max())
+            m = max(m, m_b)
+            if ref is None and m_b > -math.inf:
+                ref = m_b
+            if ref is not None:
+                d += float(torch.exp(chunk - ref).sum())
+        return m, (d * math.exp(ref - m) if ref is not None else 0.0)
+
+    failure("05.online_softmax_stats", fixed_reference, "then a 50 in the last block", "sum = inf")
 
 
 @pytest.mark.parametrize("reads", ["cat of the blocks", "as_subclass"])

@@ -159,6 +159,9 @@ _MEMORY = {"untyped_storage", "storage", "_typed_storage", "data_ptr"}  # a tens
 # Copying or serializing a tensor (pickle, torch.save, copy.deepcopy) reads its whole storage, a view's too:
 # torch's own Python asks for the storage, and no aten op runs.
 _SERIALIZE = {"__reduce_ex__", "__reduce__", "__deepcopy__", "__getstate__"}
+# Conversions and copies of a whole tensor (torch's names and the aten ops under them): reads of all of it.
+_CONVERSIONS = {"to", "_to_copy", "double", "float", "half", "type", "type_as", "clone", "contiguous",
+                "copy_", "_copy_from", "_copy_from_and_resize", "numpy"}
 # Where the checker's own code lives: its requests for x's memory (to tell tensors apart) are not reads.
 _CHECKER_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
                       for d in ("checks", "grading"))
@@ -375,7 +378,9 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
             if count > block:
                 copy = (" (a copy of x, pickled, saved or deep-copied, is a read of all of it)"
                         if op in _SERIALIZE else
-                        " (x's memory handed out as such is a read of all of it)" if op in _MEMORY else "")
+                        " (x's memory handed out as such is a read of all of it)" if op in _MEMORY else
+                        " (converting or copying all of x up front, x.double() or x.to(...), is a read of "
+                        "all of it: convert each block as you read it)" if op in _CONVERSIONS else "")
                 return [(f"`{op}` read {count} elements of x at once (block = {block}){copy}: compute the "
                          f"statistics block by block and merge them, never over the whole tensor "
                          f"(torch.max(x) first is a pass of its own)")]
@@ -404,6 +409,12 @@ def _stats_cases(gen):
     x[:64] = NEG_INF  # the whole first block
     x[128:192] = NEG_INF  # and a whole block after finite ones: its (-inf, 0) must not spoil the running sum
     inputs.append(("some -inf, the whole first block -inf and the third too", x, 64))
+    # One pass against a fixed reference (the first block's max, rescaled once at the end) is exact until a
+    # later value lies ~88 above it and exp overflows fp32: only a max that grows by more than that shows it.
+    x = randn(n, gen=gen, offset=-100.0)
+    x[-1] = 50.0
+    inputs.append(("values near -100, then a 50 in the last block: the max grows by 150, so exp() against an "
+                   "earlier block's max overflows; merge with exp(m_i - m) <= 1", x, 128))
     for label, x, block in inputs:
         rtol = 1e-12 if x.dtype == torch.float64 else 1e-5
         yield Case(label, (_ReadLog.watch(x), block), None, verify=_stats_verify(f64(x), block, rtol))
@@ -511,6 +522,13 @@ def _softmax_cases(gen):
     x[::2] += 200.0  # rows 0, 2, ... near +100: every tile of 2 or more rows holds both kinds
     yield _softmax_case("rows near +100 and near -100 in turn: each row subtracts its own max (with several "
                         "rows per tile, tl.max(x, axis=1), not tl.max(x) of the whole tile)", x)
+    # The case with the -inf half, without it: the max of the first block (about -92) is no safe shift
+    # for the whole row. A kernel that subtracts it instead of a running max is exact until exp(50 + 92)
+    # overflows, here.
+    x = randn((3, long_cols), gen=gen, scale=2, offset=-100.0)
+    x[:, -1] = 50.0
+    yield _softmax_case("long rows: values near -100, then a 50 last: the max grows by 150 in the last block "
+                        "(keep a running max; exp(x - the first block's max) overflows)", x)
     # Last, the longest to run (a wrong answer that fails earlier never gets here). Triton refuses blocks of
     # more than 2^20 elements (TRITON_MAX_TENSOR_NUMEL) in the interpreter too, which has no register limit:
     # this row is where a kernel with one block per row (no loop) fails there. One row of 4 MiB of fp32 in
@@ -753,6 +771,16 @@ def _attention_cases(gen):
                "fp16's largest value: keep m, l and acc in fp32",
                (q, k, v, Out("out", shape, torch.float16), True), {"out": _attention_expected(q, k, v, True)},
                *_attention_tolerance(torch.float16), explain=_half_explain)
+    # In the four-layouts case only k's head dim is not contiguous: a kernel that takes stride(3) of q, v
+    # and out as 1 (three strides of each, four of k) passed. Here no tensor's stride(3) is 1, no two alike.
+    q = randn((B, D, H, S), gen=gen).permute(0, 2, 3, 1)  # strides (DHS, S, 1, HS)
+    k = randn((D, B, H, S), gen=gen).permute(1, 2, 3, 0)  # strides (HS, S, 1, BHS)
+    v = randn((B, H, D, S), gen=gen).transpose(2, 3)  # strides (HDS, DS, 1, S)
+    yield Case("q, k, v and out with the head dim strided (stride(3) != 1 in each, no two alike): address d "
+               "with each tensor's own stride(3) too, not only k's",
+               (q, k, v, _strided_out("out", torch.float32, (B, D, S, H), (0, 3, 2, 1)), False),
+               {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32),
+               explain=_attention_explain)
 
 
 register(Exercise(

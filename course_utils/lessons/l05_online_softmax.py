@@ -149,17 +149,18 @@ def softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_xm, stride_xn, stride_
     # BEGIN SOLUTION
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) column indices
     col_mask = offs_n < n_cols
+    cols = offs_n.to(tl.int64)  # 64-bit: a column times the stride of a transposed x may pass 2^31 elements
     n_row_blocks = tl.cdiv(n_rows, ROWS)
     for row_block in tl.range(tl.program_id(0), n_row_blocks, tl.num_programs(0), num_stages=NUM_STAGES):
         offs_m = row_block * ROWS + tl.arange(0, ROWS)  # (ROWS,) row indices
         safe_m = tl.minimum(offs_m, n_rows - 1).to(tl.int64)  # rows past the end re-read the last row
-        x = tl.load(x_ptr + safe_m[:, None] * stride_xm + offs_n[None, :] * stride_xn,
+        x = tl.load(x_ptr + safe_m[:, None] * stride_xm + cols[None, :] * stride_xn,
                     mask=col_mask[None, :], other=float("-inf")).to(tl.float32)  # (ROWS, BLOCK_N)
         m = tl.max(x, axis=1)  # (ROWS,) pass 1, in registers
         p = tl.exp(x - m[:, None])  # padding: exp(-inf) = 0
         d = tl.sum(p, axis=1)  # (ROWS,) pass 2, in registers
         y = p * (1.0 / d)[:, None]  # pass 3, in registers
-        tl.store(out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on,
+        tl.store(out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + cols[None, :] * stride_on,
                  y.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < n_rows) & col_mask[None, :])
     # END SOLUTION
 
@@ -169,10 +170,10 @@ def softmax_online_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_o
                           BLOCK_N: tl.constexpr):
     """Rows of any length, one program per row: online (m, d) over blocks, then normalize."""
     # BEGIN SOLUTION
-    row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: rows x stride may pass 2^31 elements
+    row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: rows (or columns) x stride may pass 2^31 elements
     x_row = x_ptr + row * stride_xm
     out_row = out_ptr + row * stride_om
-    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) column indices within a block
+    offs_n = tl.arange(0, BLOCK_N).to(tl.int64)  # (BLOCK_N,) column indices within a block
     m = tl.full((BLOCK_N,), float("-inf"), tl.float32)  # running max of each lane
     d = tl.zeros((BLOCK_N,), tl.float32)  # running sum of exp(x - m) of each lane
     for start in range(0, n_cols, BLOCK_N):  # pass 1: read the row once
