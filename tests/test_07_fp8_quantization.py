@@ -761,3 +761,16 @@ def test_quantize_multiplying_by_448_over_amax_fails_on_rows_of_tiny_values():
                    ("        inv = 1.0 / safe\n        q = tl.minimum(tl.maximum(x * inv * FP8_MAX, -FP8_MAX), FP8_MAX)",
                     "        q = x * (FP8_MAX / safe)"))
     failure("07.quantize_rowwise", wrong, "values around 1e-37: 448 / amax overflows fp32")
+
+
+@needs_fp8
+def test_matmul_whose_k_loop_never_advances_fails_with_blocks_of_256():
+    """A K loop that loads the first K block again and again, with BLOCK_K = 256: every K of the CPU's
+    cases was at most 256 (one block) and it passed there; the case of K = 600 catches it."""
+    wrong = mutant("l07_fp8_quantization", "fp8_matmul",
+                   ("        a_ptrs += BLOCK_K * stride_ak\n        b_ptrs += BLOCK_K * stride_bk\n", ""))
+
+    def fp8_matmul(a, a_scale, b, b_scale, out):
+        wrong(a, a_scale, b, b_scale, out, BLOCK_M=32, BLOCK_N=32, BLOCK_K=256)
+
+    fails("07.fp8_matmul", fp8_matmul, "differ beyond", "K = 600" if current().interpret else "")

@@ -679,3 +679,66 @@ def test_cross_entropy_with_the_first_blocks_max_as_the_rows_fails_on_a_late_out
                     '        m = tl.full((BLOCK_N,), float("-inf"), tl.float32)\n'
                     '        x0 = tl.load(logits_row + offs_n, mask=offs_n < n_cols, other=float("-inf")).to(tl.float32)'))
     failure("08.cross_entropy", wrong, "one logit of 120 in each row's last block")
+
+
+# --- mistakes that passed every case before (a third review of the checks) -----------------------
+
+def test_attention_backward_whose_non_causal_loops_keep_the_causal_bounds_fails():
+    """Non-causal loops over the query tiles from the key tile's own on (dk, dv) and over the key tiles up
+    to the query tile's own (dq), the causal bounds without the mask, in tiles of 64: every non-causal case
+    of the CPU used to fit in one tile (37 queries), so it passed there; the case of 150 catches it."""
+    wrong = mutant("l08_backward_passes", "attention_backward",
+                   ("return [triton.Config(dict(BLOCK_M=16, BLOCK_N=16), num_warps=4, num_stages=1)]",
+                    "return [triton.Config(dict(BLOCK_M=64, BLOCK_N=64), num_warps=4, num_stages=1)]"),
+                   ("qk_scale, 0, S, False, HEAD_DIM, BLOCK_M)",
+                    "qk_scale, start_n // BLOCK_M * BLOCK_M, S, False, HEAD_DIM, BLOCK_M)"),
+                   ("0, S, False, EVEN_S, HEAD_DIM, BLOCK_N)",
+                    "0, tl.minimum(start_m + BLOCK_M, S), False, EVEN_S, HEAD_DIM, BLOCK_N)"))
+    failure("08.attention_backward", wrong, "not causal", "loop over every query tile")
+
+
+def test_rmsnorm_backward_adding_into_dw_without_zeroing_it_is_told_to_zero_it():
+    """tl.atomic_add into the dw the checker hands over, never zeroed: its NaN poison stays NaN, which the
+    harness reports as never written; the hint names the missing dw.zero_() (the lesson teaches atomics)."""
+    def rmsnorm_backward(dy, x, weight, rstd, dx, dw):
+        n_rows, n_cols = x.shape
+        _rmsnorm_bwd_bug_kernel[(n_rows,)](dy, x, weight, rstd, dx, dw, n_cols, dy.stride(0), x.stride(0),
+                                           BUG="none", BLOCK_N=triton.next_power_of_2(n_cols))
+
+    failure("08.rmsnorm_backward", rmsnorm_backward, "`dw`", "tl.atomic_add", "dw.zero_()")
+
+
+
+def test_cross_entropy_counting_the_targets_with_torch_is_sent_to_count_targets():
+    """n counted on the host with PyTorch, the kernel otherwise right: refused as host arithmetic, and the
+    hint names the given count_targets rather than a generic rule."""
+    kernel_launch = mutant("l08_backward_passes", "cross_entropy")
+
+    def cross_entropy(logits, targets, loss, dlogits):
+        count = (targets != -100).sum().float().reshape(1)
+        kernel_launch(logits, targets, loss, dlogits, count=count)
+
+    failure("08.cross_entropy", cross_entropy, "outside your Triton kernel", "count_targets(targets)")
+
+
+def test_cross_entropy_of_one_block_of_4096_without_a_loop_fails():
+    """One block of 4096 columns a row and no loop over the row (both passes): every vocabulary of the CPU's
+    cases fitted in it, so it passed there; the case of vocab 32000 catches it (the GPU's cases had it)."""
+    wrong = mutant("l08_backward_passes", "cross_entropy",
+                   ("for n0 in range(0, n_cols, BLOCK_N):", "for n0 in range(0, BLOCK_N, BLOCK_N):"))
+
+    def cross_entropy(logits, targets, loss, dlogits):
+        wrong(logits, targets, loss, dlogits, BLOCK_N=4096)
+
+    failure("08.cross_entropy", cross_entropy, "vocab 32000", "never written", "loop over all their blocks")
+
+
+def test_rmsnorm_train_saving_the_contiguous_rows_of_a_transposed_x_is_told_it_copies_x():
+    """ctx.save_for_backward(rows, ...) with rows = x.reshape(-1, hidden).contiguous(): x itself while x is
+    contiguous, a copy of it for the transposed x. The message says that it is a copy of x, and to save x."""
+    wrong = mutant("l08_backward_passes", "rmsnorm_train",
+                   ("ctx.save_for_backward(x, weight, rstd)  # x and weight",
+                    "ctx.save_for_backward(rows, weight, rstd)  # x and weight"),
+                   ("        x, weight, rstd = ctx.saved_tensors\n",
+                    "        x, weight, rstd = ctx.saved_tensors\n        x = x.view(dy.shape)\n"))
+    failure("08.rmsnorm_train", wrong, "x transposed", "a contiguous copy of x", "save x itself")

@@ -149,6 +149,15 @@ def test_attention_over_unmasked_keys_is_named():
 
 
 @interpreter_only
+def test_attention_over_the_first_sequences_length_is_named():
+    """Every sequence cut at lengths[0] (a kernel loading len_ptr instead of len_ptr + b): named."""
+    def decode_attention(q, cache_k, cache_v, lengths, out):
+        l09.decode_attention(q, cache_k, cache_v, lengths[:1].expand(lengths.shape[0]).contiguous(), out)
+
+    assert "lengths[0] keys" in failure("09.decode_attention", decode_attention)
+
+
+@interpreter_only
 def test_attention_merged_without_rescaling_is_named(tmp_path, monkeypatch):
     wrong = _patched(l09.decode_attention_merge_kernel, tmp_path,
                      ("w = tl.exp(m - m_all)", "w = tl.where(m > float(\"-inf\"), 1.0, 0.0)"))
@@ -161,6 +170,10 @@ def test_attention_merged_without_rescaling_is_named(tmp_path, monkeypatch):
     ((("(8 * kw + j)", "(8 * kw + (j ^ 1))"),), "nibbles swapped"),  # weight 2i + 1 read as 2i
     ((("- (1.0 + 8.0 / (1 << (23 - shift)))", "- 1.0"),), "zero point forgotten"),
     ((("(kw // WORDS) * stride_sg", "0 * stride_sg"),), "one scale per row"),
+    ((("(kw // WORDS) * stride_sg", "((4 * kw) // GROUP) * stride_sg"),), "that of the BYTE index"),
+    ((("w_j = bits.to(tl.float32, bitcast=True) - (1.0 + 8.0 / (1 << (23 - shift)))",  # q - 16 where q >= 8
+       "w_j = bits.to(tl.float32, bitcast=True) - (1.0 + 8.0 / (1 << (23 - shift)))\n"
+       "                w_j += tl.where(w_j < 0, 8.0, -8.0) / (1 << (23 - shift))"),), "signed int4"),
 ])
 def test_w4a16_mistakes_are_named(tmp_path, monkeypatch, replacements, words):
     monkeypatch.setattr(l09, "w4a16_gemv_kernel", _patched(l09.w4a16_gemv_kernel, tmp_path, *replacements))

@@ -230,6 +230,10 @@ def _matmul_cases(gen):
     yield _matmul_case("K = 1", 33, 17, 1, outs[0], gen)
     yield _matmul_case(f"b as the transposed view of a (K, N) tensor: strides (1, {n})", m, n, k, outs[0],
                        gen, b_transposed=True)
+    # Last, so that the cases above draw what they drew before it came. The CPU's K above is at most 256:
+    # one K block of 256, and a loop that never advances its pointers passed them all.
+    yield _matmul_case("K = 600: several K blocks even of 256, the loop advances a's and b's pointers",
+                       5, 7, 600, outs[0], gen)
 
 
 # --- 07.pack_int4 / 07.unpack_int4 ------------------------------------------------------------

@@ -170,7 +170,9 @@ register(Exercise(
                    "accumulator and stores it as row pid of a (P, hidden) fp32 scratch (torch.empty), then "
                    "sum_rows(scratch, dw)",
           "unwritten": "dx: every row stored by some program; dw: every column must come out of the final "
-                       "reduction of the (P, hidden) scratch (P programs x BLOCK_N >= hidden columns each)",
+                       "reduction of the (P, hidden) scratch (P programs x BLOCK_N >= hidden columns each); "
+                       "adding into dw with tl.atomic_add? dw arrives full of NaN (as torch.empty holds "
+                       "whatever was there), and NaN + x is NaN: zero it first (dw.zero_())",
           "out_of_bounds": "mask cols < hidden on every load and store and rows < n_rows on dx; program pid "
                            "writes row pid of the (P, hidden) scratch only",
           "nan": "a masked load without other=0.0 feeds undefined lanes into mean(wdy * xhat) or the dw "
@@ -341,6 +343,11 @@ def _ce_cases(gen):
             inputs.append((f"{many} rows, more than a block of 1024, vocab 16, 100 ignored: the count of "
                            "non-ignored targets covers every row", randn((many, 16), dtype, gen, 2.0),
                            _targets(many, 16, gen, ignored=100, ends=True)))
+        if not current().gpu and dtype == _dtypes()[-1]:  # last: the cases above draw what they drew before
+            # The CPU's vocabularies above fit in one block of 4096 (the GPU's block): a kernel that never
+            # loops over a row passed them all. The GPU's cases have 32000 and 50257 already.
+            inputs.append(("2 rows, vocab 32000 (Llama's): more than one block of 4096, loop over the whole "
+                           "row in both passes", randn((2, 32000), dtype, gen, 2.0), _targets(2, 32000, gen)))
         for label, logits, targets in inputs:
             loss, dl, _, n = _ce64(logits, targets)
             big = float(f64(logits).abs().max())
@@ -368,7 +375,10 @@ register(Exercise(
           "out_of_bounds": "mask columns >= vocab on every load (other=-inf) and store; load logits[target] only "
                            "for targets != -100",
           "nan": "a lane that saw only -inf has m = -inf: subtract 0 there, not -inf; ignored rows (target -100) "
-                 "write zeros without any division"}))
+                 "write zeros without any division",
+          "host": "n, the number of targets that are not -100, comes from count_targets(targets) (given): a "
+                  "1-element device tensor that your kernel loads, not (targets != -100).sum() in PyTorch; "
+                  "the softmax, the loss and the gradient happen in your kernel"}))
 
 
 # --- 08.rmsnorm_train -------------------------------------------------------------------------
@@ -439,6 +449,13 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
     advice = "save x, weight and rstd (rows,) fp32, and recompute xhat = x * rstd in the backward"
     if copies:
         shapes = ", ".join(f"{tuple(t.shape)} {_name(t.dtype)}" for t in copies)
+        rows_of_x = x.detach().reshape(-1, hidden)
+        # x.reshape(-1, hidden).contiguous() of a non-contiguous x: a new tensor with x's values
+        if any(t.numel() == x.numel() and t.dtype == x.dtype
+               and torch.equal(t.detach().reshape(-1, hidden), rows_of_x) for t in copies):
+            advice = ("that is a contiguous copy of x (this x is not contiguous, so .contiguous() made a new "
+                      "tensor, kept alive until the backward): save x itself, the input, and make its rows "
+                      "contiguous again in the backward, a copy that lives only while the backward runs")
         problems.append(f"the forward keeps a (rows, hidden) tensor besides x ({shapes}): {advice}")
     else:
         kept = kept_alive(fn, inputs | {output.untyped_storage().data_ptr()})
@@ -512,7 +529,10 @@ def _attention_cases(gen):
         shapes = size(
             [((2, 3, 300, 64), False), ((2, 3, 300, 64), True), ((1, 2, 1023, 128), True), ((1, 1, 1, 64), False)],
             [((1, 2, 37, 16), False), ((1, 1, 33, 32), True), ((1, 1, 1, 16), False),
-             ((1, 1, 150, 16), True), ((2, 2, 20, 16), True)])
+             ((1, 1, 150, 16), True), ((2, 2, 20, 16), True),
+             # Last: a non-causal case of several tiles even of 64 or 128, whose loops must cover every
+             # query tile (dk, dv) and every key tile (dq); loops with the causal bounds pass all above.
+             ((1, 1, 150, 16), False)])
         for (B, H, S, D), causal in shapes:
             q, k, v, do = (randn((B, H, S, D), dtype, gen) for _ in range(4))
             o, lse, dq, dk, dv = _attention64(q, k, v, do, causal)

@@ -206,6 +206,10 @@ def _attention_explain(atol, rtol):
         if H_kv not in (1, H_q) and close(got, _attention64(q, k, v, lengths, mapping="mod")):
             return ("that is query head h reading K/V head h % H_kv: consecutive query heads share a K/V head, "
                     f"g(h) = h // (H_q // H_kv) = h // {H_q // H_kv}")
+        first = lengths[:1].expand_as(lengths)  # every sequence cut at sequence 0's length
+        if bool((lengths != first).any()) and close(got, _attention64(q, k, v, first)):
+            return ("that is every sequence attending over lengths[0] keys: each sequence has its own "
+                    "length, load lengths[b] for the program's sequence b")
         if bool((lengths < S_max).any()) and close(got, _attention64(q, k, v, lengths, masked=False)):
             return ("that is attention over all S_max keys: keys at positions >= lengths[b] are garbage; "
                     "mask them (score -inf) and stop the loop at the length")
@@ -279,14 +283,20 @@ def _attention_cases(gen):
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
 
-def _w4_weights(W_q, scales, group_size, *, swap=False, zero=8, per_row=False):
+def _w4_weights(W_q, scales, group_size, *, swap=False, zero=8, per_row=False, signed=False,
+                byte_groups=False):
     """float64 W (N, K) from nibbles (N, K) and scales (N, K / group); keywords reproduce mistakes."""
     q = W_q.to(torch.float64)
     if swap:  # even k read from the high nibble and odd k from the low one
         q = torch.stack([q[:, 1::2], q[:, 0::2]], dim=2).reshape(q.shape)
+    if signed:  # the nibble read as a two's-complement int4, -8..7, instead of unsigned with zero point 8
+        q, zero = torch.where(q >= 8, q - 16, q), 0
     s = f64(scales)
     s = s[:, :1].expand_as(s) if per_row else s
-    return (q - zero) * s.repeat_interleave(group_size, dim=1)
+    per_k = s.repeat_interleave(group_size, dim=1)  # (N, K): scales[n, k // group_size]
+    if byte_groups:  # scales[n, (k // 2) // group_size]: the group of byte k // 2, not of weight k
+        per_k = s[:, torch.arange(q.shape[1]) // 2 // group_size]
+    return (q - zero) * per_k
 
 
 def _w4_explain(atol, rtol, W_q):
@@ -301,6 +311,10 @@ def _w4_explain(atol, rtol, W_q):
             (dict(per_row=True), "one scale per row (scales[n, 0]) for every group: group g of row n has its "
                                  "own scale, scales[n, k // group_size]"),
             (dict(swap=True, zero=0), "the nibbles swapped and the zero point (8) forgotten"),
+            (dict(signed=True), "the nibbles read as signed int4 (-8..7, sign-extended): they are unsigned "
+                                "0..15 with zero point 8, w = (q - 8) * scale"),
+            (dict(byte_groups=True), "the scale of group (k // 2) // group_size, that of the BYTE index: "
+                                     "weight k sits in byte k // 2, but its group is k // group_size"),
         ):
             want = x @ _w4_weights(W_q, scales, group_size, **kwargs).T
             if bool(((got - want).abs() <= atol + rtol * want.abs()).all()):
