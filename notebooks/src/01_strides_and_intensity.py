@@ -225,7 +225,7 @@ layout("sliding_windows(signal[::2], 2, 2)", sliding_windows(signal[::2], 2, 2),
 # | registers | 256 KB per SM (132 SMs) | feeds the ALUs every cycle | ~1 cycle | whitepaper |
 # | shared memory / L1 | 256 KB per SM, up to 228 KB shared | tens of TB/s, all SMs | ~30 cycles | whitepaper; latency: Luo et al. (paper) |
 # | L2 cache | 50 MB | several TB/s, a few times HBM's | ~200-300 cycles | size: whitepaper; latency and bandwidth: microbenchmark studies, approximate |
-# | HBM3 (global memory) | 80 GB (an H200 has 141 GB) | 3.35 TB/s in the datasheet (an H200 4.8) | ~500-700 cycles | datasheet; latency: Luo et al. (paper) |
+# | HBM3 (global memory) | 80 GB (an H200 has 141 GB of HBM3e) | 3.35 TB/s in the datasheet (an H200 4.8) | ~500-700 cycles | datasheet; latency: Luo et al. (paper) |
 # | host memory over PCIe 5 x16 | the CPU's RAM | ~64 GB/s each way | microseconds | PCIe 5 spec |
 # | launching a kernel | | | a few µs from Python | typical figure, assumed here; lesson 04 measures it |
 #

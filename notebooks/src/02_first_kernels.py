@@ -157,7 +157,7 @@ print("the skipped columns of `wide` are untouched:", bool(wide[:, 1::2].isnan()
 # %% [markdown]
 # **Your turn.** [02.copy_2d](../exercises/02_first_kernels.ipynb#02.copy_2d:-a-strided-2-D-copy) is
 # the same tile with a load: read `x` through *its* strides and store into `out`. The checks pass
-# transposed and sliced inputs, and sizes such as 1823 x 781.
+# transposed and sliced inputs, and odd sizes (1823 x 781 on a GPU).
 
 # %% [markdown]
 # ## ReLU in CUDA

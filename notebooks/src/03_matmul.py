@@ -349,7 +349,7 @@ for name, order in orders.items():
 # Grouped, the wave's panels are still more than L2 holds, but each is reused by more programs while
 # it is there. Measured at 8192^3 in fp16 ({{measured}}): row-major
 # {{tflops:launch order fp16 8192^3|triton (ours) GROUP_M=1 (row-major)}}, grouped with `GROUP_M=8`
-# {{tflops:launch order fp16 8192^3|triton (ours) GROUP_M=8}}; at 4096^3, where the problem is a
+# {{tflops:launch order fp16 8192^3|triton (ours) GROUP_M=8}}; at 4096^3, where each matrix is a
 # quarter of the size, the orders differ less. The tile size matters far more (fp16, 4096^3, square
 # L x L tiles): from {{tflops:tile size fp16 4096^3|triton (ours) L=16}} at L = 16 to
 # {{tflops:tile size fp16 4096^3|triton (ours) L=128}} at L = 128. In that experiment's GB/s column

@@ -44,8 +44,8 @@ def committed(group: str, name: str) -> dict | None:
 # `softmax(x)_i = exp(x_i) / sum_j exp(x_j)`. In fp32, `exp(x)` is `inf` as soon as `x > 88.7`
 # (`log` of the largest fp32, 3.4e38), and `inf / inf` is NaN. Logits near 100 are nothing unusual
 # (a language model's output before softmax, attention scores of a large head dimension). Below -104
-# (`log` of 2^-150, half the smallest fp32 subnormal) the opposite happens: every `exp` rounds to 0 and
-# the sum is `0 / 0`.
+# (`log` of 2^-150, half the smallest fp32 subnormal) the opposite happens: every `exp` rounds to 0, the
+# sum is 0, and every output is `0 / 0`.
 
 # %%
 x = torch.tensor([100.0, 101.0, 102.0])  # fp32
@@ -614,7 +614,7 @@ for causal in (False, True):
 # (`results/explore/ncu_attention.h100.csv`): the tensor cores of our kernel were busy about half of
 # its cycles, those of SDPA's kernel (cuDNN's, on that machine: one program per SM, three groups of
 # four warps) about three quarters, with as many exponentials to compute (and ours with a fifth more
-# multiply-add instructions). Triton can split a loop that way
+# instructions on the FMA pipe). Triton can split a loop that way
 # (`tl.range(..., warp_specialize=True)`, with tiles fetched by TMA descriptors), but with triton 3.6
 # on the H100 neither made this kernel faster, and some of those configurations returned NaN or did
 # not compile (`results/explore/README.md` lists what was tried). Two ways of overlapping without
