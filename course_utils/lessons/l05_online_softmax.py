@@ -394,7 +394,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
 
 # %%
 def softmax_ref(x: torch.Tensor) -> torch.Tensor:
-    """Safe softmax over dim 1 as eager PyTorch runs it: five kernels, 5 reads and 3 writes of x's size."""
+    """Safe softmax over dim 1 as eager PyTorch runs it: five kernels, 5 reads and 3 writes of x."""
     m = x.amax(dim=1, keepdim=True)  # amax: read x
     e = torch.exp(x - m)  # sub: read x, write x - m; exp: read it, write e
     return e / e.sum(dim=1, keepdim=True)  # sum: read e; div: read e, write out
