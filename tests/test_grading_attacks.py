@@ -579,6 +579,29 @@ def test_reaching_the_grader_without_naming_it_is_flagged(source, flag):
     assert any(found.startswith(flag) for found in flags.scan([source])), flags.scan([source])
 
 
+# Code in a string, run by a door of the libraries a notebook may import: the scan cannot read it. Hidden
+# there, the forged check through check's closure (FORGED_CHECK) got 3/3 on the unsolved notebook, unflagged.
+HIDDEN_CODE = {
+    "inductor_code_cache": "from torch._inductor.codecache import PyCodeCache\n"
+                           "check = PyCodeCache.load(SOURCE).install(check)",
+    "code_cache_module": "import torch._inductor.codecache as cc\ncheck = cc.PyCodeCache.load(SOURCE).check",
+    "code_cache_attribute": "import torch\nm = torch._inductor.codecache.PyCodeCache.load(SOURCE)",
+    "fx_exec": "import torch\ntorch.fx.graph_module._exec_with_source(SOURCE, globals())",
+    "triton_c_module": "import triton\nm = triton.runtime.build.compile_module_from_src(C_SOURCE, 'm')",
+    "numpy_c_extension": "import numpy as np\nm = np.testing.extbuild.build_and_import_extension('m', FUNCS)",
+    "sympy_eval": "import torch\ntorch.utils._sympy.functions.sympy.sympify(SOURCE)",
+    "shared_library": "import torch\ntorch.ops.load_library('/tmp/mine.so')",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN_CODE))
+def test_code_run_from_a_string_by_a_library_is_flagged(name):
+    from course_utils.grading import flags
+
+    assert any(found.startswith("exec/eval") for found in flags.scan([HIDDEN_CODE[name]])), \
+        flags.scan([HIDDEN_CODE[name]])
+
+
 @pytest.mark.parametrize("source, flag", [
     ("_ = %who_ls\n" + FORGED_CHECK, "frames"),  # a magic made the whole cell unparseable: it went unscanned
     ("x = !ls\nimport gc", "gc"),
@@ -932,6 +955,50 @@ def add(x, y, out):
     _add[(triton.cdiv(out.numel(), 1024),)](x, y, ZERO, out, out.numel(), BLOCK=1024)
 """, "table")
     check("02.vector_add", honest["add"], seed=1, quiet=True)
+
+
+_SHARED = _KERNELS + """
+import struct
+@triton.jit
+def _convert(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n).to(dst.dtype.element_ty), mask=offs < n)
+def _launch(src, dst, n):
+    _convert[(triton.cdiv(n, 1024),)](src, dst, n, BLOCK=1024)
+X, Y, SUM = (torch.zeros(1 << 21) for _ in range(3))
+FILES = ["/dev/shm" + t.untyped_storage()._share_filename_cpu_()[1].decode() for t in (X, Y, SUM)]
+def _values(path, n):
+    with open(path, "rb") as f:
+        f.seek(64)  # after torch's header (a reference count)
+        return memoryview(f.read(4 * n)).cast("f")
+def add(x, y, out):
+    n = out.numel()
+    _launch(x, X, n)
+    _launch(y, Y, n)
+    with open(FILES[2], "r+b") as f:
+        f.seek(64)
+        f.write(struct.pack(f"{n}f", *[a + b for a, b in zip(_values(FILES[0], n), _values(FILES[1], n))]))
+    _launch(SUM, out, n)
+"""
+
+
+@INTERPRETER_TRACKER
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_a_tensor_made_before_the_call_in_shared_memory_may_not_feed_a_kernel():
+    """Tensors made before the call, moved to shared memory with a file name: a kernel copied x and y there,
+    the host read them from /dev/shm as files, added in Python and wrote the sums into a third one's file,
+    which a kernel copied into out (nothing the scan flags, no torch op). Shared memory is like NumPy's: the
+    host reaches it past every op, so no kernel may be launched with it."""
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    from course_utils.grading import flags
+
+    setup(quiet=True)
+    with pytest.raises(CheckFailed, match=r"a tensor over memory shared with other processes"):
+        check("02.vector_add", _candidate(_SHARED, "shared")["add"], seed=1, quiet=True)
+    assert any(f.startswith("shared memory") for f in flags.scan([_SHARED])), flags.scan([_SHARED])
 
 
 def test_a_profiler_around_the_check_is_named():
@@ -1706,3 +1773,35 @@ def test_a_fresh_empty_tensor_holds_no_bytes_the_notebook_left_in_freed_memory()
     with pytest.raises(CheckFailed):
         check("02.relu", relu, seed=1, quiet=True)
     assert seen == [True, True, True], seen
+
+
+@triton.jit
+def _peek_kernel(x_ptr, back, BLOCK: tl.constexpr):
+    """Loads at an address made of x's first element: that many bytes (and `back`) before x's storage."""
+    bits = tl.load(x_ptr).to(tl.uint32, bitcast=True).to(tl.int64)
+    tl.load(x_ptr.to(tl.pointer_type(tl.uint8)) - back - 1 - bits)
+
+
+@interpreter_only_because("the interpreter checks every address before a load; a GPU faults")
+def test_a_refused_launch_fails_the_check_even_when_its_exception_is_caught():
+    """A load out of bounds is refused with a message that says how far out it was: an address made of x's
+    data, the exception caught and parsed, read x's values with no host read (all of 02.copy_2d in 45,731
+    launches, one element each, then a kernel stored the host's table). Any launch the checker stopped fails
+    the check, whatever the code did with the exception."""
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import add as add_solution
+
+    read = []
+
+    def add(x, y, out):
+        try:
+            _peek_kernel[(1,)](x, x.storage_offset() * x.element_size(), BLOCK=1)
+        except Exception as exc:
+            while exc.__cause__ is not None:
+                exc = exc.__cause__
+            read.append(int(re.search(r"the first (\d+) element\(s\) before", str(exc)).group(1)) - 1)
+        add_solution(x, y, out)
+
+    with pytest.raises(CheckFailed, match=r"tl.load out of bounds(.|\n)*your code caught the exception and went on"):
+        check("02.vector_add", add, seed=1, quiet=True)
+    assert read, "the load was refused, and its message carried x[0]'s bits"

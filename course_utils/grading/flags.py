@@ -14,7 +14,9 @@ that somebody tried to reach the grader, the expected answers or the host past t
   computes on the host; an autotune pre_hook/post_hook: host code run around each launch;
 - Tensor.set_ (swapping an output's storage), data_ptr with ctypes or NumPy (host access to
   device memory), torch._C internals (e.g. _disable_current_modes), exec/eval/compile (code this
-  scan cannot read), /proc (looking at other processes);
+  scan cannot read, also through the libraries' own doors: Inductor's PyCodeCache, torch.fx's exec, C
+  extensions built from a string, a shared library loaded), /proc (looking at other processes), shared
+  memory (share_memory_, /dev/shm: a tensor's memory read and written as a file);
 - raw file descriptors (os.read/os.write/os.fdopen/os.dup, open() of a number, /dev/fd), a function's
   __closure__, the grader's modules (course_utils.grading): in a sandbox, the pipe to the grader, where
   a notebook could answer a check itself with a made-up account of how its outputs were computed;
@@ -79,7 +81,15 @@ IPYTHON_ATTRS = frozenset({"get_ipython", "run_cell", "run_cell_async", "run_cod
 # functools.singledispatch's register through it), dataclasses._create_fn runs the source it is given.
 EXEC_ATTRS = frozenset({"exec", "__import__", "__builtins__", "exec_module", "run_path", "run_module",
                         "runsource", "runcode", "load_inline", "cpp_extension", "get_type_hints", "_eval_type",
-                        "_evaluate", "ForwardRef", "singledispatch", "singledispatchmethod", "_create_fn"})
+                        "_evaluate", "ForwardRef", "singledispatch", "singledispatchmethod", "_create_fn",
+                        # the allowed libraries' own doors to Python or C from a string: Inductor's code cache
+                        # (PyCodeCache.load(source) imports it), torch.fx's exec, Triton's and NumPy's builders
+                        # of C extensions, sympy's parser (an eval, reached as torch.utils._sympy...sympy), a
+                        # shared library loaded (torch.ops.load_library, np.ctypeslib.load_library)
+                        "codecache", "PyCodeCache", "CppCodeCache", "CppPythonBindingsCodeCache",
+                        "CUDACodeCache", "_exec_with_source", "_forward_from_src", "_method_from_src",
+                        "compile_module_from_src", "extbuild", "build_and_import_extension", "sympify",
+                        "parse_expr", "load_library"})
 # getattr by other names: string.Formatter().get_field("0.__closure__", (check,), {}) returns the object.
 BY_NAME = frozenset({"getattr", "setattr", "delattr"})
 RAW_FDS = "raw file descriptors"
@@ -103,13 +113,16 @@ FRAME_ATTRS = {"_getframe": "frames", "f_locals": "frames", "f_back": "frames", 
 # hand a tensor's memory to NumPy or Python outside the tensor's own methods, or run host code inside a
 # kernel's launch.
 DLPACK, SUBCLASS = "DLPack (tensor memory to NumPy)", "tensor subclass internals"
+SHARED = "shared memory (tensor memory read and written as a file)"
 MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes",
                 "subprocess": "process spawning", "to_dlpack": DLPACK, "from_dlpack": DLPACK,
                 "_to_dlpack": DLPACK, "__dlpack__": DLPACK,
                 "add_pre_run_hook": "kernel hooks", "pre_run_hooks": "kernel hooks",
                 "_write_file": "tensor storage internals", "_make_subclass": SUBCLASS,
                 "_make_wrapper_subclass": SUBCLASS, "__torch_dispatch__": SUBCLASS,
-                "__array_interface__": "NumPy over raw memory", "__cuda_array_interface__": "NumPy over raw memory"}
+                "__array_interface__": "NumPy over raw memory", "__cuda_array_interface__": "NumPy over raw memory",
+                "share_memory_": SHARED, "_share_filename_cpu_": SHARED, "_share_fd_cpu_": SHARED,
+                "_new_shared_filename_cpu": SHARED, "_new_shared_fd_cpu": SHARED}
 # Attributes that lead from an object to others it was not given: a function's module globals (the
 # grader's channel class is one `check.__globals__["Channel"]` away), every class alive (`__subclasses__`),
 # code objects.
@@ -221,6 +234,9 @@ class _Scan(ast.NodeVisitor):
             self.add(MODULES[top])
         elif top not in ALLOWED_IMPORTS:
             self.add(imports(top))
+        for part in name.split(".")[1:]:  # import torch._inductor.codecache: a door inside an allowed module
+            if part in EXEC_ATTRS:
+                self.add("exec/eval")
         if top in ("ctypes", "numpy"):
             self.uses_ctypes_or_numpy = True
         if top == "course_utils" and name.split(".")[1:2] and name.split(".")[1] in GRADER_ATTRS:
@@ -395,6 +411,8 @@ class _Scan(ast.NodeVisitor):
             self.add("/proc")
         if isinstance(node.value, str) and "/dev/fd" in node.value:
             self.add(RAW_FDS)
+        if isinstance(node.value, str) and "/dev/shm" in node.value:
+            self.add(SHARED)
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node):

@@ -206,6 +206,10 @@ class Watch:
     # modes disabled or bypassed; and what kept the ledger from keeping its account, if anything.
     unseen_ops: list[str] = field(default_factory=list)
     ledger_problem: str = ""
+    # Launches the checker stopped (Refused: an address out of bounds, the interpreter's functions replaced),
+    # as (message, kind), whether or not the code caught the exception: a refusal's message says where the
+    # bad address was, so a kernel that loads at an address made of the data, caught, reads the data out
+    refused: list[tuple[str, str]] = field(default_factory=list)
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
@@ -704,19 +708,24 @@ class Tracker:
     def launched_with(self, t: torch.Tensor, kernel: str, name: str) -> None:
         """A kernel was launched with `t`, a tensor none of the buffers holds. Torch made it before the call
         (a lookup table built once, a scratch buffer kept between calls): followed from here on, its bytes as
-        they are now. Memory torch did not allocate (NumPy's, through from_numpy, DLPack or a buffer) holds
-        whatever host code put there: refused."""
+        they are now. Memory torch did not allocate (NumPy's, through from_numpy, DLPack or a buffer), or
+        memory torch shares with other processes (share_memory_: a file of /dev/shm, which host code reads and
+        writes as a file), holds whatever host code put there: refused."""
         try:
-            by_torch = t.untyped_storage().resizable()  # False over memory torch was lent
+            storage = t.untyped_storage()
+            by_torch = storage.resizable()  # False over memory torch was lent
+            shared = storage.is_shared() and t.device.type == "cpu"  # (a CUDA storage says it is shared)
         except (RuntimeError, NotImplementedError):
-            by_torch = False
-        if by_torch:
+            by_torch, shared = False, False
+        if by_torch and not shared:
             self.add(t, f"`{name}` (a tensor made before the call)")
             return
+        what = ("memory shared with other processes (share_memory_: a file host code can read and write)" if shared
+                else "memory torch did not allocate (from NumPy, DLPack or a buffer)")
         self.problems.setdefault(name, (
-            f"`{kernel}` was launched with `{name}`, a tensor over memory torch did not allocate (from NumPy, "
-            "DLPack or a buffer): the checker cannot follow what host code writes there; a kernel reads the "
-            "inputs, the outputs and tensors torch allocates (a table from NumPy: torch.tensor(array))"))
+            f"`{kernel}` was launched with `{name}`, a tensor over {what}: the checker cannot follow what host "
+            "code writes there; a kernel reads the inputs, the outputs and tensors torch allocates (a table from "
+            "NumPy: torch.tensor(array))"))
 
     def verify(self, t: torch.Tensor, when: str) -> None:
         entry = self.buffers.get(_storage_ptr(t))
@@ -792,12 +801,13 @@ def _mine(watch: Watch) -> bool:
 def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = (),
                     threads: list[str] = (), reads: list[str] = (), fills: int = 0,
                     thread: int | None = None, subclasses: list[str] = (), unseen: list[str] = (),
-                    ledger: str = "") -> None:
+                    ledger: str = "", refused: list[tuple[str, str]] = ()) -> None:
     """Kernels launched elsewhere on this code's behalf (a sandbox running a student's backward for
     the batch grader's stand-in node): every active watch counts them as its own launches, each
     (name, module) as a launch with no shapes, and the torch ops, threads, host reads and part-by-part
-    fills that code made as its own, and the ops its ledger found unseen (unseen, ledger: Watch.unseen_ops,
-    Watch.ledger_problem). thread: the thread whose watches they are (default: this one)."""
+    fills that code made as its own, the ops its ledger found unseen and the launches refused there (unseen,
+    ledger, refused: Watch.unseen_ops, Watch.ledger_problem, Watch.refused). thread: the thread whose watches
+    they are (default: this one)."""
     for watch in _watches:
         if watch.thread != (threading.get_ident() if thread is None else thread):
             continue
@@ -807,6 +817,7 @@ def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops:
         watch.subclasses += [c for c in subclasses if c not in watch.subclasses]
         watch.unseen_ops += [op for op in unseen if op not in watch.unseen_ops]
         watch.ledger_problem = watch.ledger_problem or ledger
+        watch.refused += [r for r in refused if r not in watch.refused][:3]
         watch.launches += names
         watch.launched += [Launch(name, module, ()) for name, module in launched]
         watch.torch_ops += [op for op in dict.fromkeys(ops) if op not in watch.torch_ops]
@@ -1086,6 +1097,18 @@ def _user_hooks(tuner) -> list[str]:
     return found
 
 
+def _note_refusal(watch: Watch, exc: BaseException) -> None:
+    """Record in `watch` a Refused that stopped a launch (found down the interpreter's chain of causes)."""
+    for _ in range(8):
+        if isinstance(exc, Refused):
+            if len(watch.refused) < 3 and (str(exc), exc.kind) not in watch.refused:
+                watch.refused.append((str(exc), exc.kind))
+            return
+        if exc.__cause__ is None:
+            return
+        exc = exc.__cause__
+
+
 def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     return Launch(_kernel_name(kernel), _kernel_module(kernel), tuple(tuple(t.shape) for t in tensors),
@@ -1192,6 +1215,9 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
             recorder.paused += 1
             try:
                 return orig(self, *args, **kwargs)
+            except BaseException as exc:
+                _note_refusal(watch, exc)
+                raise
             finally:
                 _launching.pop()
                 if hooks:

@@ -664,7 +664,7 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
 
 def _subclass_problems(watch, where: str = "") -> list[str]:
     """A tensor subclass or a dispatch mode of the notebook's own: Python beneath the recorder; torch ops
-    that went past it (guard.OpLedger)."""
+    that went past it (guard.OpLedger); a launch the checker refused whose exception the code caught."""
     problems = []
     if watch.subclasses:
         problems.append(Problem(
@@ -677,6 +677,9 @@ def _subclass_problems(watch, where: str = "") -> list[str]:
             "runs past them is computation it cannot judge; call torch the ordinary way", "host"))
     if watch.ledger_problem:
         problems.append(Problem(where + watch.ledger_problem, "host"))
+    for text, kind in getattr(watch, "refused", [])[:1]:
+        problems.append(Problem(f"{where}{text} (your code caught the exception and went on: a launch the "
+                                "checker stopped fails the check all the same)", kind))
     return problems
 
 

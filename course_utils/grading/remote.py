@@ -678,6 +678,7 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
     import torch
 
     from .guard import record_launches
+    from .harness import KINDS
 
     owner = threading.get_ident()  # the thread grading this notebook: autograd may run the backward on another
     inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
@@ -737,7 +738,11 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
                             thread=owner,
                             subclasses=[str(c)[:80] for c in _list(msg.get("subclasses", []))[:8]],
                             unseen=[str(op)[:80] for op in _list(msg.get("unseen", []))[:8]],
-                            ledger=str(msg.get("ledger", ""))[:300])
+                            ledger=str(msg.get("ledger", ""))[:300],
+                            refused=[(pair[0][:1000], pair[1] if pair[1] in KINDS else "host")
+                                     for pair in _list(msg.get("refused", []))[:3]
+                                     if isinstance(pair, list) and len(pair) == 2
+                                     and all(isinstance(x, str) for x in pair)])
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
@@ -787,7 +792,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                          "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX], "threads": watch.threads[:1],
                          "reads": list(dict.fromkeys(watch.host_reads))[:OPS_MAX], "fills": watch.host_fills,
                          "subclasses": watch.subclasses[:8], "unseen": watch.unseen_ops[:8],
-                         "ledger": watch.ledger_problem}
+                         "ledger": watch.ledger_problem, "refused": [list(r) for r in watch.refused[:3]]}
                 chan.send(_tampered(changed) if changed else reply, grads_enc.blobs())
                 continue
             if op == "signature":
