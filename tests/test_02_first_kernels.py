@@ -198,6 +198,27 @@ def test_add_writing_nothing_is_never_written():
     failure("02.vector_add", launches_nothing_useful, "never written (still the poison value)")
 
 
+@triton.jit
+def _add_into_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.atomic_add(out_ptr + offs, x, mask=mask)  # into an output nobody zeroed
+    tl.atomic_add(out_ptr + offs, y, mask=mask)
+
+
+def test_add_adding_into_an_output_not_zeroed_is_told_so():
+    """Adding into `out` without zeroing it first leaves the checker's NaN (NaN + x is NaN): the message says
+    that an element still NaN may have been added into, not only left unwritten."""
+    def add_into(x, y, out):
+        n = out.numel()
+        _add_into_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+
+    failure("02.vector_add", add_into, "never written (still the poison value)", "or only added into",
+            "zero it before adding")
+
+
 def test_add_replaying_a_cached_result_fails_on_fresh_inputs():
     cache: dict = {}
 

@@ -407,7 +407,9 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
         first = unwritten.flatten().nonzero()[:SHOW, 0].tolist()
         problems.append(Problem(
             f"`{name}`: {n_unwritten} of {got_cpu.numel()} elements were never written "
-            f"(still the poison value), first at {', '.join(_index(i, tuple(exp.shape)) for i in first)}",
+            f"(still the poison value), first at {', '.join(_index(i, tuple(exp.shape)) for i in first)}"
+            + (" (or only added into: an output arrives full of NaN, as torch.empty's memory may, and NaN + x "
+               "is NaN: zero it before adding)" if got_cpu.dtype.is_floating_point else ""),
             "unwritten"))
     wrong = bad & ~unwritten
     n_wrong = int(wrong.sum())
