@@ -176,7 +176,8 @@ register(Exercise(
           "out_of_bounds": "mask cols < hidden on every load and store and rows < n_rows on dx; program pid "
                            "writes row pid of the (P, hidden) scratch only",
           "nan": "a masked load without other=0.0 feeds undefined lanes into mean(wdy * xhat) or the dw "
-                 "accumulator: give masked loads other=0.0"}))
+                 "accumulator: give masked loads other=0.0; or dw was added into (tl.atomic_add) without "
+                 "being zeroed first (dw.zero_())"}))
 
 
 # --- 08.silu_mul_backward ---------------------------------------------------------------------

@@ -408,8 +408,8 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
         problems.append(Problem(
             f"`{name}`: {n_unwritten} of {got_cpu.numel()} elements were never written "
             f"(still the poison value), first at {', '.join(_index(i, tuple(exp.shape)) for i in first)}"
-            + (" (or only added into: an output arrives full of NaN, as torch.empty's memory may, and NaN + x "
-               "is NaN: zero it before adding)" if got_cpu.dtype.is_floating_point else ""),
+            + (" (or only added into without zeroing the output first: it arrives full of NaN, and NaN + x is "
+               "NaN)" if got_cpu.dtype.is_floating_point else ""),
             "unwritten"))
     wrong = bad & ~unwritten
     n_wrong = int(wrong.sum())
@@ -419,7 +419,8 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
         rel = (err / e.abs().clamp_min(1e-30))[wrong] if g.dtype == torch.float64 else err[wrong]
         worst_rel = float(rel.max())
         n_nan = int((torch.isnan(g) & wrong).sum()) if g.dtype == torch.float64 else 0
-        nan_text = f" ({n_nan} of them NaN where a number was expected)" if n_nan else ""
+        nan_text = (f" ({n_nan} of them NaN where a number was expected: computed from an undefined lane, or "
+                    "added into without zeroing the output first, which arrives full of NaN)" if n_nan else "")
         lines = [
             f"`{name}`: {n_wrong} of {got_cpu.numel()} elements differ beyond atol={atol:g}, rtol={rtol:g}"
             f"{nan_text}; worst abs error {_fmt(worst_abs)}, worst rel error {_fmt(worst_rel)}"
