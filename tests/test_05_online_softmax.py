@@ -1000,3 +1000,14 @@ def test_online_stats_error_shows_only_the_students_frames():
     err = failure("05.online_softmax_stats", buggy, "IndexError", "b.max(dim=1)", "in buggy")
     assert isinstance(err, CandidateError)
     assert "course_utils" not in str(err) and "__torch_function__" not in str(err), str(err)
+
+
+@interpreter_only  # the case of scores near -120 runs in the interpreter only, as that of scores near +-120
+def test_attention_whose_running_max_starts_at_zero_fails():
+    """m_i = 0 instead of -inf to start: max(0, scores) is as good a shift as the row max while some score
+    of each query is above -88, as in every other case; with every score near -120, exp(score - 0) is 0 for
+    every key, and l = 0 gives 0 / 0."""
+    wrong = mutant("l05_online_softmax", "attention",
+                   ('m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
+                    "m_i = tl.zeros((BLOCK_M,), tl.float32)"))
+    failure("05.attention", wrong, "every score near -120", "the running max started at 0")

@@ -742,3 +742,15 @@ def test_rmsnorm_train_saving_the_contiguous_rows_of_a_transposed_x_is_told_it_c
                    ("        x, weight, rstd = ctx.saved_tensors\n",
                     "        x, weight, rstd = ctx.saved_tensors\n        x = x.view(dy.shape)\n"))
     failure("08.rmsnorm_train", wrong, "x transposed", "a contiguous copy of x", "save x itself")
+
+
+# --- a fourth review: mistakes that are exact until exp() underflows -------------------------------
+
+def test_cross_entropy_whose_running_max_starts_at_zero_fails_on_logits_near_minus_120():
+    """m = 0 instead of -inf to start: max(0, logits) is as good a shift as the row max while some logit of
+    each row is above -88, as in every other case; where every logit is near -120, exp(x - 0) is 0 for all
+    of them and lse = log(0) = -inf."""
+    wrong = mutant("l08_backward_passes", "cross_entropy",
+                   ('m = tl.full((BLOCK_N,), float("-inf"), tl.float32)  # running max',
+                    'm = tl.zeros((BLOCK_N,), tl.float32)  # running max'))
+    failure("08.cross_entropy", wrong, "every logit near -120", "a running max that starts at -inf, not 0")

@@ -402,3 +402,17 @@ def test_decode_attention_merging_without_the_largest_max_fails(merge_max):
     message = failure("09.decode_attention", wrong)
     assert "scores up to a few hundred" in message and "LARGEST m_i" in message, message
     assert "exp of a score above 88" in message, message
+
+
+@interpreter_only_because("the case of scores near -160 is the interpreter's only")
+def test_decode_attention_whose_running_max_starts_at_zero_fails():
+    """m_i = 0 instead of -inf to start: max(0, scores) is as good a shift as the max while some score of
+    each head is above -88, as in every other case; where every score is near -160, exp(score - 0) is 0
+    for every key, and l = 0 gives 0 / 0."""
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "decode_attention",
+                   ('m_i = tl.full((BLOCK_G,), float("-inf"), dtype=tl.float32)',
+                    "m_i = tl.zeros((BLOCK_G,), dtype=tl.float32)"))
+    message = failure("09.decode_attention", wrong)
+    assert "every score near -160" in message and "starts at -inf (not 0)" in message, message

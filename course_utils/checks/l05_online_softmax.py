@@ -596,7 +596,8 @@ def _attention_explain(outs: dict, case: Case) -> str:
                 "NaN: use 0 in place of such an m; or exp overflowed because the max was not subtracted, or "
                 "because the running max fell (m_new must be max(m_old, the tile's max), so that "
                 "exp(m_old - m_new) <= 1); or one max served the whole tile of queries, and a query far "
-                "below it got exp() = 0 for every key (tl.max(s, axis=1): each query its own max)")
+                "below it got exp() = 0 for every key (tl.max(s, axis=1): each query its own max), or the "
+                "running max started at 0, above scores that are all far below it (start m at -inf)")
     S, D = q.shape[-2], q.shape[-1]
     atol, rtol = 2 * case.atol, 2 * case.rtol
 
@@ -781,6 +782,19 @@ def _attention_cases(gen):
                (q, k, v, _strided_out("out", torch.float32, (B, D, S, H), (0, 3, 2, 1)), False),
                {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32),
                explain=_attention_explain)
+    if not current().gpu:
+        # Every case above has, for each query, a score above -88, where exp() is a normal fp32: a running
+        # max that starts at 0 instead of -inf (max(0, scores) is as good a shift there) passed them all.
+        # Here every score is near -120 (q[0] = -12, k[0] = 10 sqrt(D), the rest noise of ~1): exp(score - 0)
+        # is 0 for every key. In the interpreter only, as the case of scores near +-120 above.
+        q, k, v = qkv((1, 2, 100, 16), torch.float32)
+        q[..., 0] = -12.0
+        k[..., 0] = 10.0 * math.sqrt(16)
+        yield Case("every score near -120: exp(score) is 0 in fp32 unless the running max is subtracted, "
+                   "and the running max starts at -inf (not 0)",
+                   (q, k, v, Out("out", (1, 2, 100, 16), torch.float32), True),
+                   {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32, 3.0),
+                   explain=_attention_explain)
 
 
 register(Exercise(

@@ -350,18 +350,30 @@ def _ce_cases(gen):
             inputs.append(("2 rows, vocab 32000 (Llama's): more than one block of 4096, loop over the whole "
                            "row in both passes", randn((2, 32000), dtype, gen, 2.0), _targets(2, 32000, gen)))
         for label, logits, targets in inputs:
-            loss, dl, _, n = _ce64(logits, targets)
-            big = float(f64(logits).abs().max())
-            rtol_d = 8 * EPS[dtype] + 2.0**-21 * big  # exp(x - lse) inherits lse's rounding (~1e-5 at 100)
-            # The target's column is (p - 1) / n, computed in fp32: where p is near 1 its rounding is relative
-            # to 1, not to p - 1, so every entry may be off by fp32's rtol_d / n (wrong answers: far more).
-            cancel = (8 * EPS[torch.float32] + 2.0**-21 * big) / max(n, 1)
-            tol_d = (max(cancel, 2.0**-24 if dtype == torch.float16 else 1e-30), rtol_d)
-            tol_loss = (2.0**-20 * (1 + big), 2.0**-20)
-            rows_, vocab = logits.shape
-            args = (logits, targets, Out("loss", (rows_,), torch.float32), Out("dlogits", (rows_, vocab), dtype))
-            yield _case(f"{label}, {_name(dtype)}", args, {"loss": loss, "dlogits": dl},
-                        {"loss": tol_loss, "dlogits": tol_d}, _ce_mistakes(logits, targets, tol_loss, tol_d))
+            yield _ce_case(f"{label}, {_name(dtype)}", logits, targets)
+    # Last, so that the cases above draw what they drew before it came. In every case above each row has a
+    # logit above -88, where exp() is still a normal fp32: a running max that starts at 0 instead of -inf
+    # gave the right answer. Here exp(x - 0) is 0 for every logit, and log(0) = -inf.
+    for dtype in _dtypes():
+        yield _ce_case(f"{rows} rows, vocab {v2}, every logit near -120: exp(x) underflows to 0 unless the "
+                       f"row max is subtracted (a running max that starts at -inf, not 0), {_name(dtype)}",
+                       randn((rows, v2), dtype, gen, 2.0, -120.0), _targets(rows, v2, gen, ignored=1))
+
+
+def _ce_case(label: str, logits: torch.Tensor, targets: torch.Tensor) -> Case:
+    dtype = logits.dtype
+    loss, dl, _, n = _ce64(logits, targets)
+    big = float(f64(logits).abs().max())
+    rtol_d = 8 * EPS[dtype] + 2.0**-21 * big  # exp(x - lse) inherits lse's rounding (~1e-5 at 100)
+    # The target's column is (p - 1) / n, computed in fp32: where p is near 1 its rounding is relative
+    # to 1, not to p - 1, so every entry may be off by fp32's rtol_d / n (wrong answers: far more).
+    cancel = (8 * EPS[torch.float32] + 2.0**-21 * big) / max(n, 1)
+    tol_d = (max(cancel, 2.0**-24 if dtype == torch.float16 else 1e-30), rtol_d)
+    tol_loss = (2.0**-20 * (1 + big), 2.0**-20)
+    rows, vocab = logits.shape
+    args = (logits, targets, Out("loss", (rows,), torch.float32), Out("dlogits", (rows, vocab), dtype))
+    return _case(label, args, {"loss": loss, "dlogits": dl}, {"loss": tol_loss, "dlogits": tol_d},
+                 _ce_mistakes(logits, targets, tol_loss, tol_d))
 
 
 register(Exercise(

@@ -227,9 +227,11 @@ def _attention_explain(atol, rtol):
 
 
 def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout="contiguous", ramp=False,
-                    layout_v=None, q_scale=1.0):
-    q = randn((B, H_q, D), dtype, gen, q_scale)
+                    layout_v=None, q_scale=1.0, q_offset=0.0, k_offset=0.0):
+    q = randn((B, H_q, D), dtype, gen, q_scale, q_offset)
     k = _cache(B, H_kv, S, D, dtype, gen, layout)
+    if k_offset:
+        k += k_offset  # in place: k keeps its layout's strides
     v = _cache(B, H_kv, S, D, dtype, gen, layout_v or layout)  # layout_v: V's layout when it is not K's
     if ramp:  # keys grow along the context (x 0.5 .. 2.5): the running max keeps rising, tile after tile
         k *= torch.linspace(0.5, 2.5, S, dtype=torch.float64).to(k.device, k.dtype)[:, None]
@@ -279,6 +281,12 @@ def _attention_cases(gen):
                               "split i by exp(m_i - m) with m the LARGEST m_i (not split 0's), never "
                               "exp(m_i) alone", 1, 4, 2, 200, 16, half, gen, lengths=[190], q_scale=60.0,
                               ramp=True)
+        # Every score above has some key of each query head above -88, where exp() is a normal fp32: a
+        # running max that starts at 0 instead of -inf (exact while max(0, scores) is near the scores) passed.
+        # Here q ~ -10 and keys ~ +4 in every component: every score is near -160, exp(score - 0) is 0.
+        yield _attention_case("every score near -160 (q ~ -10, keys ~ +4 in each component): exp(score) is 0 "
+                              "in fp32, so subtract the running max, which starts at -inf (not 0)",
+                              2, 4, 2, 64, 16, half, gen, lengths=[64, 23], q_offset=-10.0, k_offset=4.0)
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
@@ -418,8 +426,9 @@ register(Exercise(
           "out_of_bounds": "mask keys >= lengths[b] on the loads (other=0) and score them -inf; mask offs_d < D; "
                            "address the cache with its strides",
           "nan": "a split with no key below lengths[b] has m = -inf and l = 0: it must weigh 0 in the merge, "
-                 "never exp(-inf - (-inf)); and exp of a score above 88 is inf in fp32: subtract the running "
-                 "max within a split, and the largest m_i in the merge"}))
+                 "never exp(-inf - (-inf)); and exp of a score above 88 is inf in fp32 (below -103, 0): "
+                 "subtract the running max within a split (it starts at -inf, not 0), and the largest m_i in "
+                 "the merge"}))
 register(Exercise(
     "09.w4a16_gemv", "int4 weight-only GEMV with group scales", "w4a16_gemv(x, w_packed, scales, group_size, out)",
     _w4_cases,
