@@ -572,3 +572,30 @@ def test_matmul_counting_tiles_with_floor_plus_one_fails_on_whole_tiles():
                    ("grouped_tile(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)",
                     "grouped_tile(pid, M // BLOCK_M + 1, N // BLOCK_N + 1, GROUP_M)"))
     failure("03.matmul", wrong, "multiples of every tile size", "were never written")
+
+
+# A grouped order right only while the whole grid is one group: with the Triton tutorial's GROUP_M = 8 and
+# tiles of 128 rows, every other case has at most 8 tile rows in the interpreter; M = 2600 has 21.
+GROUP_BUGS = {
+    "groups start at row group_id": ("first_pid_m = group_id * GROUP_M", "first_pid_m = group_id"),
+    "the last group as tall as the others": ("group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+                                             "group_size_m = tl.minimum(num_pid_m, GROUP_M)"),
+    "group_m rows of num_pid_m tiles": ("num_pid_in_group = GROUP_M * num_pid_n",
+                                        "num_pid_in_group = GROUP_M * num_pid_m"),
+}
+TILE_128 = triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=4,
+                         num_stages=1)
+# On a GPU the cases are larger: 1823 rows (15 tile rows) come first and fail already
+TALL = "M = 2600: more tile rows than one group holds" if current().interpret else "were never written"
+
+
+@pytest.mark.parametrize("bug", ["groups start at row group_id", "the last group as tall as the others"])
+def test_matmul_grouped_order_right_only_within_one_group_fails(bug):
+    wrong = mutant("l03_matmul", "matmul", GROUP_BUGS[bug])
+    failure("03.matmul", lambda a, b, out: wrong(a, b, out, config=TILE_128), TALL, "were never written")
+
+
+def test_linear_relu_grouped_order_right_only_within_one_group_fails():
+    wrong = mutant("l03_matmul", "matmul", GROUP_BUGS["group_m rows of num_pid_m tiles"])
+    failure("03.linear_relu", lambda x, w, bias, out: wrong(x, w.t(), out, bias, relu=True, config=TILE_128),
+            TALL, "were never written")

@@ -731,6 +731,17 @@ def test_rmsnorm_mistakes_in_the_solution_are_named(edit, named):
     failure("06.rmsnorm", mutant("l06_fused_rmsnorm_mlp", "rmsnorm", edit), named)
 
 
+def test_rmsnorm_of_x_times_the_weight_is_named():
+    """The weight applied before the statistics: the rms of x * weight, not of x."""
+    wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm",
+                   ("    mean_sq = tl.sum(x * x, axis=1) / n_cols",
+                    "    x = x * tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0)"
+                    ".to(tl.float32)[None, :]\n"
+                    "    mean_sq = tl.sum(x * x, axis=1) / n_cols"),
+                   ("y = x * rstd[:, None] * w[None, :]", "y = x * rstd[:, None]"))
+    failure("06.rmsnorm", wrong, "that is RMSNorm of x * weight")
+
+
 def test_rmsnorm_statistics_in_fp16_are_named():
     wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm",
                    ("    x = x.to(tl.float32)  # statistics", "    xf = x.to(tl.float32)  # statistics"),
@@ -855,3 +866,28 @@ def test_gate_up_with_the_weights_concatenated_on_the_host_is_told_it_copies():
         l06.gate_up_silu(x, w[: w_gate.shape[0]], w[w_gate.shape[0]:], out)
 
     failure("06.gate_up_silu", gate_up_silu, "copied tensor data outside your Triton kernel (torch.cat")
+
+
+@triton.jit
+def _rmsnorm_by_blocks_kernel(x_ptr, w_ptr, out_ptr, n_cols, stride_x, stride_out, eps, BLOCK: tl.constexpr):
+    """One row per program, walked in blocks of columns; each block normalized by its OWN rms (the bug)."""
+    row = tl.program_id(0)
+    for c0 in range(0, n_cols, BLOCK):
+        cols = c0 + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / tl.minimum(n_cols - c0, BLOCK) + eps)  # this block's only
+        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * stride_out + cols, (x * rstd * w).to(out_ptr.dtype.element_ty),
+                 mask=cols < n_cols)
+
+
+def test_rmsnorm_with_the_statistics_of_each_block_of_columns_fails():
+    """Blocks capped at 1024 columns (as Triton's layer-norm tutorial caps them), each normalized by its own
+    rms: right wherever a row fits one block, as every other interpreter case (hidden <= 80) does; on a GPU
+    hidden 4096 fails first."""
+    def rmsnorm(x, weight, eps, out):
+        block = min(triton.next_power_of_2(x.shape[1]), 1024)
+        _rmsnorm_by_blocks_kernel[(x.shape[0],)](x, weight, out, x.shape[1], x.stride(0), out.stride(0), eps,
+                                                 BLOCK=block)
+
+    failure("06.rmsnorm", rmsnorm, "each block of 1024 columns normalized by its own rms")

@@ -207,7 +207,10 @@ def _shapes(gen, naive: bool) -> dict[str, tuple[int, int, int]]:
         "row": size((1, 781, 1023), (1, 45, 67)),
         "K = 1": size((517, 261, 1), (33, 17, 1)),
         "long K": size((129, 97, 4099), (17, 19, 300)),
-        "tall": size((2600, 300, 100), (300, 150, 40)),  # past two tiles of 128 rows, one of 128 columns
+        # more than 8 tile rows of 256 (GROUP_M = 8, the usual choice) with a partial last group, and more
+        # than one tile column (with one column, any grouped order is the row order): a grouped order
+        # right only while the whole grid is one group of tile rows fails here
+        "tall": size((2600, 300, 100), (2600, 300, 24)),
     }
 
 
@@ -238,7 +241,9 @@ def _matmul_cases(gen, *, naive: bool = False):
                        f"cdiv(M, BLOCK_M), not M // BLOCK_M + 1), K = {K}", randn((M, K), torch.float16, gen),
                        randn((K, N), torch.float16, gen))
         M, N, K = s["tall"]
-        yield _mm_case(f"M = {M}: a partial last group of tile rows, N, K = {N}, {K}",
+        yield _mm_case(f"M = {M}: more tile rows than one group holds (GROUP_M = 8 of up to 256 rows), "
+                       f"the last group partial: first_pid_m = group_id * GROUP_M, group_size_m = "
+                       f"min(num_pid_m - first_pid_m, GROUP_M), N, K = {N}, {K}",
                        randn((M, K), torch.float16, gen), randn((K, N), torch.float16, gen), "transposed")
         M, N = size((257, 129), (33, 17))
         K = 4096
@@ -350,6 +355,11 @@ def _linear_relu_cases(gen):
     yield _linear_case(f"K = {K}: a long sum, accumulated in fp32 (an fp16 accumulator rounds at every K "
                        f"step), M, N = {M}, {N}", *inputs(M, N, K, torch.float16),
                        tol=long_k_tolerance(torch.float16, K))
+    M, N, K = 2600, 300, 24  # 03.matmul's tall case: more than 8 tile rows of 256, the last group partial
+    yield _linear_case(f"M = {M}: more tile rows than one group holds (GROUP_M = 8 of up to 256 rows), "
+                       "the last group partial: first_pid_m = group_id * GROUP_M, group_size_m = "
+                       f"min(num_pid_m - first_pid_m, GROUP_M), N, K = {N}, {K}",
+                       *inputs(M, N, K, torch.float16))
 
 
 def _linear_temporary(case: Case) -> tuple[int, str] | None:

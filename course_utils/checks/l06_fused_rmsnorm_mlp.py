@@ -95,6 +95,8 @@ def _rmsnorm_explain(outs: dict, case: Case) -> str:
         "that is x / (mean(x**2) + eps) * weight: the square root is missing (rsqrt, not 1/x)":
             x / (ms + eps) * weight,
         "that is RMSNorm without the weight: multiply by weight[col] at the end": x * torch.rsqrt(ms + eps),
+        "that is RMSNorm of x * weight: the rms is of x alone; multiply by weight[col] after normalizing":
+            x * weight * torch.rsqrt((x * weight).pow(2).mean(1, keepdim=True) + eps),
         "that is the mean over the COLUMNS (axis 0), one rms per column: reduce each row over the hidden "
         "axis (axis 1)": x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + eps) * weight,
     }
@@ -102,6 +104,13 @@ def _rmsnorm_explain(outs: dict, case: Case) -> str:
         candidates[f"that is sum(x**2) divided by the block size {block}, not by n_cols = {n}: the padded "
                    "lanes are not part of the mean"] = x * torch.rsqrt(x.pow(2).sum(1, keepdim=True) / block
                                                                          + eps) * weight
+    for width in (2**p for p in range(4, 13)):  # statistics of each block of columns alone
+        if width < n:
+            ms_blocks = torch.cat([c.pow(2).mean(1, keepdim=True).expand_as(c)
+                                   for c in x.split(width, dim=1)], dim=1)
+            candidates[f"that is each block of {width} columns normalized by its own rms: sum the squares "
+                       "over the whole row (every block) before normalizing any of it"] = \
+                x * torch.rsqrt(ms_blocks + eps) * weight
     for text, want in candidates.items():
         if torch.allclose(got, want, atol=case.atol, rtol=case.rtol):
             return text
@@ -129,9 +138,11 @@ def _rmsnorm_cases(gen):
         ]
         if current().gpu:
             inputs.append(("64 rows x hidden 4096, Llama-7B's width", randn((64, 4096), dtype, gen), 1e-6))
-        else:
-            inputs.append(("4 rows x hidden 1000: wider than a fixed block of 128 or 512; size the block from "
-                           "the hidden size (triton.next_power_of_2)", randn((4, 1000), dtype, gen), 1e-6))
+        # wider than any block of up to 4096 columns (Triton's layer-norm tutorial caps its block): a
+        # kernel whose statistics cover one block of the row passes wherever a row fits that block
+        inputs.append(("4 rows x hidden 4100: wider than a block of up to 4096 columns; size the block from "
+                       "the hidden size (triton.next_power_of_2), or loop over blocks summing the squares of "
+                       "the WHOLE row before normalizing any of it", randn((4, 4100), dtype, gen), 1e-6))
         if fp16:
             inputs.append(("values ~300 in fp16: x * x overflows fp16 (largest finite 65504), so square and "
                            "sum in fp32", randn((rows, hidden), dtype, gen, scale=300.0), 1e-6))
