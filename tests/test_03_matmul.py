@@ -427,6 +427,21 @@ def test_only_tf32_gets_the_k_major_copy_on_hopper(monkeypatch):
         torch.testing.assert_close(out.float(), (a.double() @ b.double()).float(), atol=0.05, rtol=0.01)
 
 
+def test_a_broadcast_operand_stays_off_the_tma_path(monkeypatch):
+    """A TMA descriptor's rows are a stride apart; an operand expanded from one row (stride 0) goes to the
+    pointer kernel, which reads any strides."""
+    import course_utils.lessons.l03_matmul as l03
+
+    monkeypatch.setattr(l03, "hopper", lambda: True)
+    monkeypatch.setattr(l03, "TMA_PROBLEM_FLOPS", 0)
+    a = torch.randn(64, 32, dtype=torch.float16)
+    b = torch.randn(48, 32, dtype=torch.float16).t()  # K-major, as the TMA kernel reads b
+    out = torch.empty(64, 48, dtype=torch.float16)
+    assert l03.tma_ready(a, b, out) == hasattr(tl, "make_tensor_descriptor")
+    assert not l03.tma_ready(a[:1].expand(64, 32), b, out)
+    assert not l03.tma_ready(a, b[:, :1].expand(32, 48), out)
+
+
 # --- the checks' newer cases: strided out, an fp16 accumulator, fusion ------------------------------
 
 @triton.jit

@@ -366,13 +366,13 @@ TMA_PROBLEM_FLOPS = 2**36  # 2MNK from about 3250^3 on: below, the pointer kerne
 
 def tma_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
     """Does matmul_tma_kernel take a @ b: Hopper, triton >= 3.4, a large problem, a row-major, b K-major,
-    row starts 16-byte aligned?"""
+    row starts 16-byte aligned and apart (a broadcast operand, stride 0, goes to the pointer kernel)?"""
     M, K = a.shape
     N = b.shape[1]
     size = a.element_size()
     return (hopper() and hasattr(tl, "make_tensor_descriptor") and 2 * M * N * K >= TMA_PROBLEM_FLOPS
             and a.dtype == b.dtype and a.stride(1) == 1 and b.stride(0) == 1
-            and all(stride * size % 16 == 0 for stride in (a.stride(0), b.stride(1)))
+            and all(stride > 0 and stride * size % 16 == 0 for stride in (a.stride(0), b.stride(1)))
             and all(t.data_ptr() % 16 == 0 for t in (a, b)))
 
 
