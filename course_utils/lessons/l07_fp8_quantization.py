@@ -286,12 +286,14 @@ def fp8_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
 
 # %%
 def fp8_tma_ready(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
-    """Does fp8_matmul_persistent_kernel take them: Hopper, triton >= 3.4, rows contiguous and aligned?"""
+    """Does fp8_matmul_persistent_kernel take them: Hopper, triton >= 3.4, rows contiguous, aligned and apart
+    (not broadcast from one row, stride 0)?"""
     tensors = (a, b, out)
     return (out.is_cuda and torch.cuda.get_device_capability(out.device)[0] == 9
             and out.element_size() == 2  # a 128 x 256 fp32 output tile would not fit beside the stages
             and hasattr(tl, "make_tensor_descriptor")
-            and all(t.stride(1) == 1 and t.stride(0) * t.element_size() % 16 == 0 for t in tensors)
+            and all(t.stride(1) == 1 and t.stride(0) > 0 and t.stride(0) * t.element_size() % 16 == 0
+                    for t in tensors)
             and all(t.data_ptr() % 16 == 0 for t in tensors))
 
 
