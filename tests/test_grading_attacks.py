@@ -558,6 +558,8 @@ captured, g["Channel"].send = [], _spy
     ("import os as o\no.write(4, b'x')", "raw file descriptors"),
     ("classes = ().__class__.__base__.__subclasses__()", "object internals"),
     ("names = vars(check)", "object internals"),
+    # the builtins the watcher calls (sorted: Watch.compute_ops), reached by a string the scan did not read
+    ('b = globals()["__builtins__"]\nb.sorted = len', "exec/eval"),
     ("import operator\ng = operator.attrgetter('__' + 'globals__')(check)", "computed attribute names"),
     ("from operator import attrgetter\ng = attrgetter('__globals__')(check)", "object internals"),
     # the channel in check's closure through inspect reached as another module's attribute
@@ -1805,3 +1807,51 @@ def test_a_refused_launch_fails_the_check_even_when_its_exception_is_caught():
     with pytest.raises(CheckFailed, match=r"tl.load out of bounds(.|\n)*your code caught the exception and went on"):
         check("02.vector_add", add, seed=1, quiet=True)
     assert read, "the load was refused, and its message carried x[0]'s bits"
+
+
+@interpreter_only_because("the interpreter checks every address before a load; a GPU faults")
+def test_a_launch_made_by_hand_is_refused_and_recorded_all_the_same():
+    """The refusal was recorded by the wrapper of kernel[grid]'s launch: a launch through Triton's
+    GridExecutor, made by hand, skipped it, and the caught refusal's message read x's data unrecorded (02.relu
+    passed, element by element). A refusal is recorded where it is raised, however the kernel was run."""
+    from triton.runtime.interpreter import GridExecutor
+
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import add as add_solution
+
+    def add(x, y, out):
+        with contextlib.suppress(Exception):
+            GridExecutor(_peek_kernel.fn, _peek_kernel.arg_names, (1,))(x, x.storage_offset() * 4, BLOCK=1)
+        add_solution(x, y, out)
+
+    caught = r"tl.load out of bounds(.|\n)*your code caught the exception and went on"
+    with pytest.raises(CheckFailed, match=caught):
+        check("02.vector_add", add, seed=1, quiet=True)
+
+
+@triton.jit
+def _first_elements(x_ptr, BLOCK: tl.constexpr):
+    return tl.load(x_ptr + tl.arange(0, BLOCK))
+
+
+@interpreter_only_because("the interpreter runs a @triton.jit function called from Python; a GPU cannot")
+def test_a_jit_function_called_outside_a_launch_reads_no_memory():
+    """A @triton.jit function called as a Python function, with a pointer from the interpreter's own
+    _implicit_cvt (no data_ptr, nothing the scan flags), ran its tl.load outside any launch: no address check,
+    no host read, x's values in block.handle.data for host Python to compute relu with (02.relu passed). A
+    load or store outside a launch is refused."""
+    from triton.runtime.interpreter import _implicit_cvt
+
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import add as add_solution
+
+    read = []
+
+    def add(x, y, out):
+        with contextlib.suppress(Exception):
+            read.append(_first_elements(_implicit_cvt(x), tl.constexpr(1)).handle.data)
+        add_solution(x, y, out)
+
+    with pytest.raises(CheckFailed, match=r"tl.load outside any kernel launch"):
+        check("02.vector_add", add, seed=1, quiet=True)
+    assert read == [], "refused before it read"

@@ -547,6 +547,26 @@ def test_the_watchers_rules_cannot_be_changed_in_place():
     assert (course_utils.__path__, guard.TORCH_NAMES, guard._watches) == (path, names, [])
 
 
+def test_the_builtins_the_watcher_calls_cannot_be_replaced():
+    """`globals()["__builtins__"].sorted = ...` (the scan reads the name as a string) made Watch.compute_ops()
+    find no torch op: `out.copy_(x + y)` and an empty kernel passed 02.vector_add in the sandbox, unflagged.
+    Integrity keeps every function and type of the builtins module, not four of them."""
+    import builtins
+
+    from course_utils.grading import remote
+
+    integrity = remote.Integrity()
+    assert integrity.restore() == []
+    originals = builtins.sorted, builtins.any
+    try:
+        builtins.sorted, builtins.any = (lambda *a, **k: []), (lambda *a, **k: False)
+        changed = integrity.restore()
+    finally:
+        builtins.sorted, builtins.any = originals
+    assert {"builtins.sorted", "builtins.any"} <= set(changed), changed
+    assert (builtins.sorted, builtins.any) == originals
+
+
 def test_the_rewrite_scan_is_bounded_for_every_escape_and_holds_no_lock(monkeypatch):
     """IPython rewrites `/f x`, `,f a b` and `;f a` lines one at a time, each rewrite reading the whole cell:
     3000 of them kept the grader's own process busy for a minute, holding the scan's lock (every other

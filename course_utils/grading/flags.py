@@ -413,6 +413,8 @@ class _Scan(ast.NodeVisitor):
             self.add(RAW_FDS)
         if isinstance(node.value, str) and "/dev/shm" in node.value:
             self.add(SHARED)
+        if node.value in ("__builtins__", "__import__"):  # globals()["__builtins__"]: the name as a string
+            self.add("exec/eval")
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node):

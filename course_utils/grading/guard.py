@@ -840,8 +840,26 @@ def _storage_range(t: torch.Tensor) -> tuple[int, int]:
     return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
 
 
+def _refusal(exc: Refused) -> Refused:
+    """`exc`, recorded as it is raised in each watch of the code running now (Watch.refused): whatever that
+    code does with the exception, and however it ran the kernel (kernel[grid], Triton's GridExecutor made by
+    hand, which no launch wrapper sees)."""
+    for watch in _watches:
+        if _mine(watch) and len(watch.refused) < 3 and (str(exc), exc.kind) not in watch.refused:
+            watch.refused.append((str(exc), exc.kind))
+    return exc
+
+
 def _check_addresses(ptrs: np.ndarray, mask: np.ndarray, itemsize: int, what: str) -> None:
     if not _active_ranges:
+        # No launch in progress: a @triton.jit function called as a Python function from host code. In the
+        # interpreter its tl.load hands the data to Python (block.handle.data) and its tl.store writes what
+        # Python computed, with no launch, no address check and no host read the recorder sees.
+        if any(_mine(watch) for watch in _watches) and _addresses(ptrs, mask).size:
+            raise _refusal(Refused(
+                f"{what} outside any kernel launch: a @triton.jit function called from host code as a "
+                "Python function reads and writes memory for the host; launch it as kernel[grid](...), "
+                "which on a GPU is the only way it runs"))
         return
     addrs = np.asarray(ptrs, dtype=np.uint64)
     if mask is not None:
@@ -849,8 +867,8 @@ def _check_addresses(ptrs: np.ndarray, mask: np.ndarray, itemsize: int, what: st
     if addrs.size == 0:
         return
     if not _active_ranges[-1]:
-        raise OutOfBounds(f"{what} with no tensor argument to address: a kernel reads and writes the tensors "
-                          "(or tensor descriptors) it is given")
+        raise _refusal(OutOfBounds(f"{what} with no tensor argument to address: a kernel reads and writes "
+                                   "the tensors (or tensor descriptors) it is given"))
     inside = np.zeros(addrs.shape, dtype=bool)
     for start, end, _ in _active_ranges[-1]:
         inside |= (addrs >= start) & (addrs + itemsize <= end)
@@ -863,10 +881,10 @@ def _check_addresses(ptrs: np.ndarray, mask: np.ndarray, itemsize: int, what: st
         where = f"{(bad - end) // itemsize + 1} element(s) past the end of `{name}`"
     else:
         where = f"{(start - bad + itemsize - 1) // itemsize} element(s) before the start of `{name}`"
-    raise OutOfBounds(
+    raise _refusal(OutOfBounds(
         f"{what} out of bounds: {int((~inside).sum())} address(es) outside every tensor argument, "
         f"the first {where}. Is a mask missing, or an offset or stride wrong?"
-    )
+    ))
 
 
 def _undefined(dtype: np.dtype):
@@ -935,9 +953,9 @@ def _refuse_interpreter_changes() -> None:
     """Stop the launch (NotTriton) where the notebook's code stands in for what the interpreter computes."""
     changed = interpreter_changes()
     if changed:
-        raise NotTriton(f"the code around this launch replaced what the interpreter computes with "
-                        f"({', '.join(changed[:4])}): a kernel's result must come from Triton's own "
-                        "operations")
+        raise _refusal(NotTriton(f"the code around this launch replaced what the interpreter computes with "
+                                 f"({', '.join(changed[:4])}): a kernel's result must come from Triton's own "
+                                 "operations"))
 
 
 def _patch_interpreter():
@@ -1097,18 +1115,6 @@ def _user_hooks(tuner) -> list[str]:
     return found
 
 
-def _note_refusal(watch: Watch, exc: BaseException) -> None:
-    """Record in `watch` a Refused that stopped a launch (found down the interpreter's chain of causes)."""
-    for _ in range(8):
-        if isinstance(exc, Refused):
-            if len(watch.refused) < 3 and (str(exc), exc.kind) not in watch.refused:
-                watch.refused.append((str(exc), exc.kind))
-            return
-        if exc.__cause__ is None:
-            return
-        exc = exc.__cause__
-
-
 def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     return Launch(_kernel_name(kernel), _kernel_module(kernel), tuple(tuple(t.shape) for t in tensors),
@@ -1215,9 +1221,6 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
             recorder.paused += 1
             try:
                 return orig(self, *args, **kwargs)
-            except BaseException as exc:
-                _note_refusal(watch, exc)
-                raise
             finally:
                 _launching.pop()
                 if hooks:

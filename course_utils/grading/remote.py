@@ -458,7 +458,7 @@ class Integrity:
                "course_utils.grading.guard", "course_utils.grading.remote", "course_utils.grading.provenance",
                "json", "json.encoder", "torch.utils._python_dispatch")
     ATTRIBUTES = {"os": ("read", "write", "dup", "dup2", "set_blocking"), "select": ("select",),
-                  "struct": ("pack", "unpack"), "builtins": ("isinstance", "getattr", "setattr", "type"),
+                  "struct": ("pack", "unpack"),
                   "numpy": ("array_equal", "asarray", "broadcast_to", "arange", "errstate", "ctypeslib"),
                   "numpy.ctypeslib": ("as_array",), "torch": ("equal", "empty", "frombuffer")}
     CLASSES = ("torch:Tensor", "torch.overrides:TorchFunctionMode", "triton.runtime.jit:JITFunction",
@@ -467,6 +467,7 @@ class Integrity:
                "triton.runtime.interpreter:InterpretedFunction")
 
     def __init__(self):
+        import builtins
         import importlib
         import sys
 
@@ -480,6 +481,7 @@ class Integrity:
         for name, attrs in self.ATTRIBUTES.items():
             module = importlib.import_module(name)
             self.saved.append((module, name, {a: vars(module)[a] for a in attrs if a in vars(module)}))
+        self.saved.append((builtins, "builtins", _builtin_functions()))
         for path in self.CLASSES:
             module, _, cls = path.partition(":")
             with contextlib.suppress(ImportError, AttributeError):
@@ -515,6 +517,19 @@ class Integrity:
 
 
 _MISSING = object()
+
+
+def _builtin_functions() -> dict:
+    """Every function and type of the builtins module (sorted, any, len, isinstance, __import__, ...),
+    which the watcher's code looks up each time it runs: a notebook that reached the module
+    (globals()["__builtins__"] is a string to the scan) and replaced `sorted` had Watch.compute_ops() find
+    no torch op, and host arithmetic passed 02.vector_add. Not what IPython puts in and takes out around
+    each cell (exit, quit, get_ipython: objects of its own, no builtin function)."""
+    import builtins
+    import types
+
+    return {name: value for name, value in vars(builtins).items()
+            if isinstance(value, types.BuiltinFunctionType | type) and name.strip("_")}  # not `_`: a result
 
 
 def _contents(value):
