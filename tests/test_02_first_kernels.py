@@ -17,7 +17,7 @@ import triton.language as tl
 from course_utils.grading import REGISTRY, CandidateError, CheckFailed, check
 from course_utils.lessons.l02_first_kernels import add, add_kernel, copy_2d, copy_2d_kernel, relu, relu_kernel
 from course_utils.mode import current, size
-from helpers import failure, flat_copy_kernel, launch_1d, recorded_launches, zeros_kernel
+from helpers import failure, flat_copy_kernel, launch_1d, mutant, recorded_launches, zeros_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERPRET = current().interpret
@@ -198,24 +198,12 @@ def test_add_writing_nothing_is_never_written():
     failure("02.vector_add", launches_nothing_useful, "never written (still the poison value)")
 
 
-@triton.jit
-def _add_into_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.atomic_add(out_ptr + offs, x, mask=mask)  # into an output nobody zeroed
-    tl.atomic_add(out_ptr + offs, y, mask=mask)
-
-
 def test_add_adding_into_an_output_not_zeroed_is_told_so():
     """Adding into `out` without zeroing it first leaves the checker's NaN (NaN + x is NaN): the message says
     that an element still NaN may have been added into, not only left unwritten (the interpreter keeps the
     poison's bits, a GPU's atomics give another NaN: two messages, one phrase)."""
-    def add_into(x, y, out):
-        n = out.numel()
-        _add_into_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
-
+    add_into = mutant("l02_first_kernels", "add", ("tl.store(out_ptr + offs, x + y, mask=mask)",
+                                                    "tl.atomic_add(out_ptr + offs, x + y, mask=mask)"))
     failure("02.vector_add", add_into, "added into without zeroing the output first")
 
 
@@ -691,8 +679,6 @@ def test_the_benchs_read_only_kernel_sums_each_block():
 def test_relu_launched_over_rows_instead_of_elements_fails():
     """One program of 1024 per row covers the (37, 781) case; the 2 x 3000 case has more elements per row
     than a block."""
-    from helpers import mutant
-
     wrong = mutant("l02_first_kernels", "relu",
                    ("relu_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)",
                     "relu_kernel[(x.shape[0],)](x, out, n, BLOCK=BLOCK)"))
@@ -702,8 +688,6 @@ def test_relu_launched_over_rows_instead_of_elements_fails():
 def test_copy_2d_with_one_column_tile_of_128_fails():
     """A grid over row tiles only, columns in one tile of 128: in the interpreter every other case is narrower
     than that; on a GPU the contiguous case (781 columns) already is not."""
-    from helpers import mutant
-
     wrong = mutant("l02_first_kernels", "copy_2d",
                    ("BLOCK_M: int = 32, BLOCK_N: int = 32) -> None:",
                     "BLOCK_M: int = 32, BLOCK_N: int = 128) -> None:"),
