@@ -184,6 +184,16 @@ def test_broadcast_needs_stride_zero():
     fails("01.broadcast_view", kept_strides, "stride must be 0")
 
 
+def test_broadcast_assuming_the_last_stride_is_1_fails():
+    def unit_last(t, shape):  # right for rows whose elements are adjacent, as in a contiguous tensor
+        new = len(shape) - t.dim()
+        strides = [0] * new + [0 if t.shape[d] == 1 and shape[new + d] != 1
+                               else 1 if d == t.dim() - 1 else t.stride(d) for d in range(t.dim())]
+        return t.as_strided(tuple(shape), strides, t.storage_offset())
+
+    fails("01.broadcast_view", unit_last, "dimension 1 has stride 1, expected 3")
+
+
 def test_broadcast_with_strides_from_numpy_is_refused():
     def from_numpy(t, shape):
         v = np.broadcast_to(np.zeros(t.shape, dtype=np.int8), shape)  # stride 0 where it grows, bytes = 1
