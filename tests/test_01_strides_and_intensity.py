@@ -159,6 +159,21 @@ def test_transpose_with_strides_from_numpy_is_refused():
     fails("01.transpose_view", from_numpy, "numpy.lib.stride_tricks.as_strided", "a library's helper")
 
 
+@pytest.mark.parametrize("method", ["swapaxes", "transpose"])
+def test_transpose_with_strides_from_an_ndarray_method_is_refused(method):
+    """ndarray.swapaxes and ndarray.transpose are methods written in C (no Python code for the profiler's
+    "call" event): the check also listens to its "c_call" events."""
+    def from_a_method(t, dim0, dim1):
+        v = np.ndarray(tuple(t.shape), dtype=np.int8, buffer=bytearray(t.untyped_storage().nbytes() or 1),
+                       strides=t.stride())  # 1-byte elements: its strides in bytes are t's in elements
+        d0, d1 = dim0 % t.dim(), dim1 % t.dim()
+        order = [{d0: d1, d1: d0}.get(i, i) for i in range(t.dim())]
+        v = v.swapaxes(dim0, dim1) if method == "swapaxes" else v.transpose(order)
+        return t.as_strided(v.shape, v.strides, t.storage_offset())
+
+    fails("01.transpose_view", from_a_method, f"numpy.ndarray.{method}", "a library's helper")
+
+
 # --- 01.broadcast_view ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("candidate", [

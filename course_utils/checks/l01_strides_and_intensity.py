@@ -23,6 +23,7 @@ EXPAND_OPS = ("expand", "expand_as", "broadcast_to", "broadcast_tensors")
 # called under any name): the same answers from a library as the aten ops above.
 STRIDE_HELPERS = ("torch._prims_common:make_contiguous_strides_for", "numpy.lib.stride_tricks:as_strided")
 TRANSPOSE_HELPERS = ("numpy:swapaxes", "numpy:transpose", "numpy:moveaxis", "numpy:rollaxis",
+                     "numpy:ndarray.swapaxes", "numpy:ndarray.transpose",  # methods in C: seen as c_call
                      "numpy.lib.stride_tricks:as_strided")
 EXPAND_HELPERS = ("numpy:broadcast_to", "numpy:broadcast_arrays", "numpy.lib.stride_tricks:as_strided")
 HELPER_MESSAGE = ("that is a library's helper (NumPy's or PyTorch's, not the course's) doing the exercise for "

@@ -1148,21 +1148,26 @@ def _plain(value: Any) -> Any:
     return type(kind.__name__, (Unplain,), {"__module__": __name__})()
 
 
-def _functions(targets: Iterable[str]) -> dict:
-    """{code object: "module:name"} of the course functions named "module:name" (skipped if absent)."""
+def _functions(targets: Iterable[str]) -> tuple[dict, dict]:
+    """The functions named "module:name" (skipped if absent): {code object: target} for Python functions,
+    {(class, method name): target} for methods written in C (numpy:ndarray.swapaxes), which have no code."""
     import importlib
 
-    codes = {}
+    codes, methods = {}, {}
     for target in targets:
         module, _, name = target.partition(":")
         try:
             fn = importlib.import_module(module)
             for part in name.split("."):
                 fn = getattr(fn, part)
-            codes[inspect.unwrap(fn).__code__] = target
         except (ImportError, AttributeError):
             continue
-    return codes
+        fn = inspect.unwrap(fn)
+        if hasattr(fn, "__code__"):
+            codes[fn.__code__] = target
+        elif isinstance(getattr(fn, "__objclass__", None), type):
+            methods[(fn.__objclass__, fn.__name__)] = target
+    return codes, methods
 
 
 @contextlib.contextmanager
@@ -1172,14 +1177,20 @@ def _calls_to(targets: Iterable[str], seen: list[str]):
     when the code inside replaced the hook."""
     import sys
 
-    codes = _functions(targets)
-    if not codes:
+    codes, methods = _functions(targets)
+    if not codes and not methods:
         yield
         return
 
     def hook(frame, event, arg):
         if event == "call" and frame.f_code in codes and codes[frame.f_code] not in seen:
             seen.append(codes[frame.f_code])
+        elif event == "c_call" and methods:  # arg: the C function called, bound to its object for a method
+            name = getattr(arg, "__name__", None)
+            for cls in type(getattr(arg, "__self__", None)).__mro__:
+                target = methods.get((cls, name))
+                if target and target not in seen:
+                    seen.append(target)
 
     previous = sys.getprofile()
     sys.setprofile(hook)
