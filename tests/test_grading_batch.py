@@ -657,3 +657,58 @@ def test_checks_written_freely_are_graded_and_shared_memory_is_bounded(tmp_path)
     assert hog_sub.score == "3/3", hog_sub
     assert f"cell {cell} raised MemoryError: shared memory refused" in hog_sub.notes, hog_sub
     assert "imports mmap" in " ".join(hog_sub.flags)
+
+
+# --- code of the notebook's that runs inside the checker -------------------------------------------------
+
+SHADOW = """
+for name in ("colorsys", "cProfile", "pstats", "profile", "getpass", "termios"):
+    with open(name + ".py", "w") as f:  # the sandbox's working folder, where the notebook lies
+        f.write("import sys\\nvars(sys.modules['__main__'])['shadowed'] = True\\n")
+"""
+TRACED = """
+import sys
+solved = add
+def add(x, y, out):  # the kernel (Triton imports what it imports lazily), then host arithmetic over its output
+    solved(x, y, out)
+    out.copy_(x + y)
+def forget_host_problems(frame, event, arg):  # handed every frame of the checker's, and what each returns
+    if event == "return" and type(arg).__name__ == "CallFacts":
+        arg.host.clear()
+    return forget_host_problems if event == "call" else None
+sys.settrace(forget_host_problems)
+"""
+SIGNALLED = """
+import signal
+solved = copy_2d
+def copy_2d(x, out):  # the kernel, then host arithmetic over its output
+    solved(x, out)
+    out.copy_(x * 1)
+def forget_host_problems(number, frame):  # run by a timer, handed the frame it interrupted: the checker's
+    while frame is not None:
+        if type(frame.f_locals.get("facts")).__name__ == "CallFacts":
+            frame.f_locals["facts"].host.clear()
+        frame = frame.f_back
+signal.signal(signal.SIGALRM, forget_host_problems)
+signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
+"""
+
+
+def test_the_notebooks_code_cannot_run_inside_the_checker(tmp_path):
+    """Three doors into the sandbox's checker while it builds the facts it reports: a file written into the
+    notebook's folder, which `python -m` had put first on sys.path (colorsys.py, imported by the checker's
+    libraries during the first check, ran code the scan never read: unflagged); a trace function
+    (sys.settrace) and a signal handler run by a timer, which see the checker's frames and emptied the host
+    problems of its CallFacts: host torch passed 02.vector_add and 02.copy_2d."""
+    nb = copy.deepcopy(_load("solutions"))
+    nb["cells"].insert(_index(nb, 'check("02.vector_add"'), _code(SHADOW + TRACED))
+    nb["cells"].insert(_index(nb, 'check("02.vector_add"') + 1, _code("sys.settrace(None)"))
+    at = _index(nb, 'check("02.relu", relu)')
+    nb["cells"][at] = _code('check("02.relu", None if "shadowed" in globals() else relu)')
+    nb["cells"].insert(_index(nb, 'check("02.copy_2d"'), _code(SIGNALLED))
+    (tmp_path / "inside.ipynb").write_text(json.dumps(nb))
+    (sub,) = batch.grade([tmp_path], timeout=TIMEOUT)
+    found = {name: (e.status, e.reason) for name, e in sub.exercises.items()}
+    assert found["02.relu"] == (batch.PASS, ""), "the notebook's colorsys.py was imported"
+    assert found["02.vector_add"][0] == batch.FAIL and "sys.settrace" in found["02.vector_add"][1], found
+    assert found["02.copy_2d"][0] == batch.FAIL and "SIGALRM" in found["02.copy_2d"][1], found

@@ -518,6 +518,64 @@ class Integrity:
 
 _MISSING = object()
 
+# Audit events of a hook that Python calls on every function call, line and return of every frame: a trace
+# or profile function sees the checker's own frames while it watches (the CallFacts it is about to send, its
+# lists of problems) and can change them. The scan flags them ("frames"); these events say one was set.
+HOOK_EVENTS = frozenset({"sys.settrace", "sys.setprofile", "sys._settraceallthreads", "sys._setprofileallthreads",
+                         "sys.monitoring.register_callback"})
+
+
+def watch_hooks():
+    """Install (once, in the sandbox, before the notebook's first cell) what sees the notebook's code run inside
+    the checker's own, where it can change the facts about to be sent (the host problems of a CallFacts):
+    - an audit hook that notes every trace or profile hook set (sys.settrace, sys.setprofile,
+      threading.settrace's in a new thread, sys.monitoring); one set and removed between two checks (an
+      honest %prun) is forgotten when a check starts with none in place;
+    - the signal handlers and interval timers as they were: a notebook's handler, run by a timer while the
+      checker works, is handed the frame it interrupted (and from it the checker's). One found at a look is
+      put back and reported.
+    Returns `hooks(start)`: what may have run inside the checker since it last asked ([] when nothing). An
+    audit hook cannot be removed, and what it notes is in this closure only; the functions it looks with are
+    bound now, before a notebook could replace them. The checker's own profile hook (harness._calls_to) is
+    known by its code. (A handler that removes itself and its timer before the
+    next look is not seen: the scan flags it, "signals" and "frames".)"""
+    import signal
+    import sys
+
+    from .harness import _calls_to
+
+    seen: list[str] = []
+    gettrace, getprofile, caller = sys.gettrace, sys.getprofile, sys._getframe
+    own = _calls_to.__wrapped__.__code__  # the checker's own profile hook (forbidden_calls of function exercises)
+    getsignal, set_handler, getitimer, setitimer = signal.getsignal, signal.signal, signal.getitimer, signal.setitimer
+    handlers = {n: getsignal(n) for n in signal.valid_signals() if n not in (signal.SIGKILL, signal.SIGSTOP)}
+    timers = {name: getattr(signal, name) for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")}
+
+    def audit(event, args):
+        if event in HOOK_EVENTS and caller(1).f_code is not own:  # 1: the code that called sys.setprofile
+            seen.append(event)
+
+    sys.addaudithook(audit)
+
+    def hooks(start: bool = False) -> list[str]:
+        active = [name for name, get in (("sys.settrace", gettrace), ("sys.setprofile", getprofile))
+                  if get() is not None]
+        if start and not active:
+            seen[:] = [event for event in seen if event.startswith("sys.monitoring")]
+        found = [f"{event} (a hook that runs inside the checker's own code)"
+                 for event in dict.fromkeys([*active, *seen])]
+        for number, handler in handlers.items():
+            if getsignal(number) is not handler:
+                set_handler(number, signal.SIG_DFL if handler is None else handler)  # None: not set from Python
+                found.append(f"a handler of {signal.Signals(number).name} (it runs inside the checker's own code)")
+        for name, which in timers.items():
+            if getitimer(which) != (0.0, 0.0):
+                setitimer(which, 0)
+                found.append(f"signal.{name}'s timer")
+        return found
+
+    return hooks
+
 
 def _builtin_functions() -> dict:
     """Every function and type of the builtins module (sorted, any, len, isinstance, __import__, ...),
@@ -577,6 +635,7 @@ def _put_back(value, copy) -> None:
 
 
 def _tampered(changed: list[str]) -> dict:
+    changed = list(dict.fromkeys(changed))  # a hook is seen at each look
     shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
     text = (f"the notebook changed the checker's own code or the libraries it relies on in memory ({shown}): "
             "no credit for a check that cannot trust what it observed")
@@ -763,12 +822,15 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
     return Sandboxed.apply(y.detach(), *inputs)
 
 
-def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrity | None = None) -> None:
+def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrity | None = None,
+                 hooks=None) -> None:
     """Inside the sandbox: answer the grader's calls for one check(...) until it says done."""
     import builtins
     import traceback
 
     changed = integrity.restore() if integrity is not None else []
+    if hooks is not None:
+        changed += hooks(start=True)
     import torch
 
     from . import harness
@@ -786,6 +848,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
         spec = _Spec(msg.get("spec", {}))
         if integrity is not None:
             changed += integrity.restore()
+        changed += hooks() if hooks is not None else []
         if changed and op in ("call", "backward"):
             chan.send(_tampered(changed))
             continue
@@ -802,6 +865,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 grads = [grads_enc.encode(a.grad) if isinstance(a, torch.Tensor) and a.grad is not None else None
                          for a in fargs]
                 changed += integrity.restore() if integrity is not None else []
+                changed += hooks() if hooks is not None else []
                 reply = {"op": "grads", "grads": grads, "launches": watch.launches[:LAUNCHES_MAX],
                          "launched": [[la.name, la.module] for la in watch.launched[:LAUNCHES_MAX]],
                          "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX], "threads": watch.threads[:1],
@@ -869,6 +933,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
             if not result_enc.storages:
                 result_enc.storages += decoder.storages
             changed += integrity.restore() if integrity is not None else []
+            changed += hooks() if hooks is not None else []
             if changed:  # during the call: the facts may be forged
                 chan.send(_tampered(changed))
                 continue
@@ -894,6 +959,11 @@ def serve() -> None:
     """The sandbox's main program: cells in, `cell_done` out; check(...) calls served as they come."""
     import sys
 
+    # `python -m` put the working folder (the notebook's, which it may write) first on sys.path: a file the
+    # notebook wrote there (colorsys.py) would be imported in place of the library module that the checker's
+    # libraries import for the first time during a check, and run code the scan never read
+    here = os.path.realpath(os.getcwd())
+    sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != here]
     chan = Channel(os.dup(0), os.dup(1))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -908,7 +978,7 @@ def serve() -> None:
     serve_check = _serve_check
 
     def check(exercise_id, candidate, *args, **kwargs):
-        serve_check(chan, exercise_id, candidate, integrity)
+        serve_check(chan, exercise_id, candidate, integrity, hooks)
         print(f"[grading] {exercise_id}: checked by the grader (the verdict is in its report)")
 
     def progress(lesson, namespace, *args, **kwargs):
@@ -923,6 +993,7 @@ def serve() -> None:
     shell = InteractiveShell.instance(colors="NoColor")
     course_utils.setup(quiet=True)  # the mode (COURSE_MODE) before Triton's modules are snapshot
     integrity = Integrity()
+    hooks = watch_hooks()
     chan.send({"op": "ready"})
     msg, _ = chan.recv()  # the key, before any code of the notebook's runs
     if msg.get("op") != "key" or not isinstance(msg.get("key"), str):
