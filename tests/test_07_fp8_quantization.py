@@ -774,3 +774,49 @@ def test_matmul_whose_k_loop_never_advances_fails_with_blocks_of_256():
         wrong(a, a_scale, b, b_scale, out, BLOCK_M=32, BLOCK_N=32, BLOCK_K=256)
 
     fails("07.fp8_matmul", fp8_matmul, "differ beyond", "K = 600" if current().interpret else "")
+
+
+# --- a fifth review: fp32 subnormal rows, one scale for the whole tensor --------------------------
+
+@needs_fp8
+def test_quantize_inverting_a_subnormal_amax_fails_and_says_why():
+    """inv = 1 / amax without raising amax to fp32's smallest normal number first: every amax of the other
+    cases is normal, so it passed; a row of values near 1e-40 has 1 / amax = inf, and the message says so."""
+    wrong = mutant("l07_fp8_quantization", "quantize_rowwise",
+                   ("safe = tl.where(amax > 0, tl.maximum(amax, 1.1754944e-38), FP8_MAX)\n        # x / amax",
+                    "safe = tl.where(amax > 0, amax, FP8_MAX)\n        # x / amax"))
+    fails("07.quantize_rowwise", wrong, "values around 1e-40", "is an fp32 subnormal, and 1 / amax overflows")
+
+
+@triton.jit
+def _tensor_amax_kernel(x_ptr, amax_ptr, n_cols, stride_xr, stride_xc, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_xr + cols * stride_xc, mask=cols < n_cols, other=0.0).to(tl.float32)
+    tl.atomic_max(amax_ptr, tl.max(tl.abs(x), axis=0))  # one amax for all the rows
+
+
+@triton.jit
+def _quantize_by_one_amax(x_ptr, out_ptr, scale_ptr, amax_ptr, n_cols, stride_xr, stride_xc, stride_or,
+                          BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_xr + cols * stride_xc, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.load(amax_ptr)
+    amax = tl.where(amax > 0, amax, 448.0)
+    tl.store(out_ptr + row * stride_or + cols, (x / amax * 448.0).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(scale_ptr + row, amax / 448.0)
+
+
+@needs_fp8
+def test_quantize_with_one_scale_for_the_whole_tensor_is_named():
+    def per_tensor(x, out, scale_out):
+        rows, cols = x.shape
+        amax = torch.zeros(1, device=x.device)
+        block = triton.next_power_of_2(cols)
+        _tensor_amax_kernel[(rows,)](x, amax, cols, x.stride(0), x.stride(1), BLOCK=block)
+        _quantize_by_one_amax[(rows,)](x, out, scale_out, amax, cols, x.stride(0), x.stride(1), out.stride(0),
+                                       BLOCK=block)
+
+    fails("07.quantize_rowwise", per_tensor, "the whole tensor's amax / 448, one scale for every row")

@@ -754,3 +754,76 @@ def test_cross_entropy_whose_running_max_starts_at_zero_fails_on_logits_near_min
                    ('m = tl.full((BLOCK_N,), float("-inf"), tl.float32)  # running max',
                     'm = tl.zeros((BLOCK_N,), tl.float32)  # running max'))
     failure("08.cross_entropy", wrong, "every logit near -120", "a running max that starts at -inf, not 0")
+
+
+# --- a fifth review: state shared between forwards -----------------------------------------------
+
+_LAST_FORWARD: dict = {}
+
+
+class _BackwardFromGlobals(torch.autograd.Function):
+    """Right for one forward followed by its backward; but the backward reads x's rows and rstd from a module
+    global that the LAST forward set, not from its own ctx (where they are saved all the same)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rows, y, rstd = _forward_kernel(x.contiguous(), weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        _LAST_FORWARD.update(rows=rows, weight=weight, rstd=rstd, shape=x.shape)
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        rows, weight, rstd = _LAST_FORWARD["rows"], _LAST_FORWARD["weight"], _LAST_FORWARD["rstd"]
+        dx, dw = torch.empty_like(rows), torch.empty(rows.shape[1], device=rows.device)
+        l08.rmsnorm_backward(dy.reshape(rows.shape).contiguous(), rows, weight, rstd, dx, dw)
+        return dx.view(_LAST_FORWARD["shape"]), dw.to(weight.dtype), None
+
+
+def test_rmsnorm_train_whose_backward_reads_the_last_forwards_globals_fails():
+    """Every case used to run one forward and then its backward, so a backward reading the last forward's
+    globals passed; a model runs two layers' forwards before their backwards, as the last two cases do."""
+    failure("08.rmsnorm_train", lambda x, w, eps: _BackwardFromGlobals.apply(x, w, eps),
+            "two forwards before their backwards", "the FIRST forward's x.grad", "never module globals")
+
+
+_WORKSPACE: dict = {}
+
+
+@pytest.mark.parametrize("reused, says", [
+    ("y", "the second forward wrote into the first forward's output"),
+    ("rstd", "not a buffer reused from call to call")])
+def test_rmsnorm_train_reusing_a_buffer_from_call_to_call_fails(reused, says):
+    """A forward that keeps its y (or rstd) buffer in a module dict, one per shape, and reuses it at every
+    call: right for one forward and its backward; the second forward overwrites the first's output (or the
+    rstd its ctx saved)."""
+    class Reuses(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps):
+            rows = x.reshape(-1, x.shape[-1]).contiguous()
+            y, rstd = torch.empty_like(rows), torch.empty(rows.shape[0], device=x.device)
+            kept = _WORKSPACE.setdefault((reused, rows.shape, rows.dtype), {reused: (y, rstd)[reused == "rstd"]})
+            y, rstd = (kept["y"], rstd) if reused == "y" else (y, kept["rstd"])
+            l08.rmsnorm_forward(rows, weight, eps, y, rstd)
+            ctx.save_for_backward(x, weight, rstd)
+            return y.view(x.shape)
+
+        @staticmethod
+        def backward(ctx, dy):
+            return l08.RMSNormFunction.backward(ctx, dy)
+
+    _WORKSPACE.clear()
+    failure("08.rmsnorm_train", lambda x, w, eps: Reuses.apply(x, w, eps), "two forwards before their backwards",
+            says)
+
+
+def test_rmsnorm_train_reshaping_after_apply_is_told_to_reshape_inside_forward():
+    """apply(x.reshape(-1, hidden), ...).view(x.shape): right values, but the output's grad_fn is the view's,
+    not the Function's, where the check reads what the forward saved; the message says so, instead of a
+    bare "return YourFunction.apply" that the student believes they did."""
+    class Rows(torch.autograd.Function):
+        forward = staticmethod(l08.RMSNormFunction.forward)
+        backward = staticmethod(l08.RMSNormFunction.backward)
+
+    failure("08.rmsnorm_train", lambda x, w, eps: Rows.apply(x.reshape(-1, x.shape[-1]), w, eps).view(x.shape),
+            "an op on your Function's output (a .view or .reshape after .apply?)", "reshape inside forward")

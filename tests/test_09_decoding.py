@@ -416,3 +416,14 @@ def test_decode_attention_whose_running_max_starts_at_zero_fails():
                     "m_i = tl.zeros((BLOCK_G,), dtype=tl.float32)"))
     message = failure("09.decode_attention", wrong)
     assert "every score near -160" in message and "starts at -inf (not 0)" in message, message
+
+
+@interpreter_only_because("tl.dot needs 16 rows on a GPU, so a block of GROUP rows fails every case there")
+def test_decode_attention_whose_block_of_heads_is_the_group_fails_on_a_group_of_7():
+    """A block of exactly GROUP query heads (tl.arange(0, GROUP)): every other case groups 1, 2, 4 or 8 heads
+    on a K/V head, a power of 2; Qwen2-7B's 28 on 4 groups 7, which tl.arange refuses."""
+    from helpers import failure as failing, mutant
+
+    wrong = mutant("l09_decoding", "decode_attention",
+                   ("block_g = max(16, triton.next_power_of_2(group))", "block_g = group"))
+    failing("09.decode_attention", wrong, "a group of 7, no power of 2", "tl.arange")

@@ -396,7 +396,10 @@ register(Exercise(
 
 # --- 08.rmsnorm_train -------------------------------------------------------------------------
 
-def _train_verify(x, weight, eps, dy):
+def _train_verify(x, weight, eps, dy, pair: dict | None = None, role: str = ""):
+    """pair, role: two cases of one shape share `pair`; the "first" case's verify checks its forward and keeps
+    its output without differentiating it, the "second" runs its own backward and then the first's, as a
+    model does (every layer's forward, then the backwards in reverse order)."""
     y64, dx64, dw64, rstd = _rmsnorm_grads(x, weight, eps, dy)
     dtype, hidden = x.dtype, x.shape[-1]
     rows = x.numel() // hidden
@@ -406,21 +409,14 @@ def _train_verify(x, weight, eps, dy):
         tol_dw = (tol_dw[0] + 4 * EPS[weight.dtype] * float(dw64.abs().max()), 4 * EPS[weight.dtype] + tol_dw[1])
     diagnose = _rmsnorm_mistakes(dy, x, weight, rstd, tol_dx, tol_dw)
 
-    def verify(result, case) -> list[str]:
-        if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(x.shape):
-            return [f"returned {type(result).__name__} {getattr(result, 'shape', '')}; expected a tensor of "
-                    f"x's shape {tuple(x.shape)}"]
-        fn = result.grad_fn
-        if not isinstance(fn, torch.autograd.function.BackwardCFunction):
-            return [f"the output's grad_fn is {type(fn).__name__ if fn else None}: return "
-                    "YourFunction.apply(x, weight, eps), a torch.autograd.Function"]
-        problems = _saved_problems(fn, x, weight, rows, hidden, result)
-        problems += compare("y", result.detach(), y64.view(x.shape), *tol_y)
+    def differentiate(result, prefix: str = "") -> list[str]:
+        """result.backward(dy) watched, then x.grad and weight.grad against float64 autograd."""
+        problems = []
         try:
             with watching() as watch:  # the student's backward: it must run their kernels too
                 result.backward(dy)
         except Exception as exc:
-            return problems + [f"backward raised {type(exc).__name__}: {exc}"]
+            return [f"{prefix}backward raised {type(exc).__name__}: {exc}"]
         if not watch.launches:
             problems.append("the backward launched no Triton kernel: compute dx and dw with your "
                             "rmsnorm_backward kernel, not with PyTorch")
@@ -432,11 +428,54 @@ def _train_verify(x, weight, eps, dy):
             return problems
         if x.grad.dtype != x.dtype or weight.grad.dtype != weight.dtype:
             problems.append(f"gradients must have their inputs' dtypes: dx {x.grad.dtype}, dw {weight.grad.dtype}")
-        found = compare("x.grad", x.grad.reshape(-1, hidden), dx64, *tol_dx)
-        found += compare("weight.grad", weight.grad, dw64, *tol_dw)
-        if found:
+        found = compare(f"{prefix}x.grad", x.grad.reshape(-1, hidden), dx64, *tol_dx)
+        found += compare(f"{prefix}weight.grad", weight.grad, dw64, *tol_dw)
+        if found and prefix:
+            found.append("likely mistake: the backward used another forward's state: it must read what ITS "
+                         "forward saved (ctx.saved_tensors, ctx attributes), never module globals or class "
+                         "attributes, and the forward saves tensors of its own (rstd from torch.empty in every "
+                         "call, not a buffer reused from call to call): the next forward overwrites them, and a "
+                         "model runs every layer's forward before the first backward")
+        elif found:
             found += [f"likely mistake: {t}" for t in diagnose({"dx": x.grad.reshape(-1, hidden), "dw": weight.grad})]
         return problems + found
+
+    def first_again(result) -> list[str]:
+        """The first forward's output once the second forward ran, then its backward."""
+        changed = compare("the FIRST forward's y", result.detach(), y64.view(x.shape), *tol_y)
+        if changed:
+            return changed + ["likely mistake: the second forward wrote into the first forward's output: each "
+                              "forward returns a tensor of its own (torch.empty in every call), never a buffer "
+                              "kept and reused from call to call"]
+        return differentiate(result, "the FIRST forward's ")
+
+    def verify(result, case) -> list[str]:
+        if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(x.shape):
+            return [f"returned {type(result).__name__} {getattr(result, 'shape', '')}; expected a tensor of "
+                    f"x's shape {tuple(x.shape)}"]
+        fn = result.grad_fn
+        if not isinstance(fn, torch.autograd.function.BackwardCFunction):
+            inner = fn.next_functions[0][0] if fn is not None and fn.next_functions else None
+            if isinstance(inner, torch.autograd.function.BackwardCFunction):  # apply(...).view(x.shape)
+                return [f"the output's grad_fn is {type(fn).__name__}, an op on your Function's output (a "
+                        ".view or .reshape after .apply?): the check reads what your Function saved from the "
+                        "output's own grad_fn, so reshape inside forward (and backward) and return "
+                        "YourFunction.apply(x, weight, eps) as it is"]
+            return [f"the output's grad_fn is {type(fn).__name__ if fn else None}: return "
+                    "YourFunction.apply(x, weight, eps), a torch.autograd.Function"]
+        problems = _saved_problems(fn, x, weight, rows, hidden, result)
+        problems += compare("y", result.detach(), y64.view(x.shape), *tol_y)
+        # The batch grader differentiates only the output of a submission's last call: there the first of
+        # the pair is differentiated at once, as every other case is
+        sandboxed = hasattr(getattr(fn, "_forward_cls", None), "kept_in_sandbox")
+        if role == "first" and not problems and not sandboxed:
+            pair["first"] = lambda: first_again(result)  # run by the second case
+            return []
+        if problems:
+            return problems
+        problems = differentiate(result)
+        first = pair.pop("first", None) if role == "second" else None
+        return problems or (first() if first is not None else [])
 
     return verify
 
@@ -511,6 +550,21 @@ def _train_cases(gen):
             dy = _draw(shape, dtype, gen, column_major == "dy")
             eps = 0.1 if column_major == "eps" else 1e-6
             yield Case(f"{label}, {_name(dtype)}", (x, weight, eps), None, verify=_train_verify(x, weight, eps, dy))
+    # Last, so that the cases above draw what they drew before they came. Each case above ran one forward and
+    # its backward at once: a backward that read x or rstd from module globals (or class attributes) set by
+    # the forward, not from its own ctx, passed them all. A model runs every layer's forward, then the
+    # backwards in reverse order: here two forwards, the second's backward, then the first's.
+    pair: dict = {}
+    for role in ("first", "second"):
+        x = torch.nn.Parameter(randn((13, 80), torch.float32, gen))
+        weight = torch.nn.Parameter(uniform((80,), 0.5, 1.5, torch.float32, gen))
+        dy = randn((13, 80), torch.float32, gen)
+        label = ("two forwards before their backwards, like two layers of a model: the first forward, "
+                 "differentiated in the next case" if role == "first" else
+                 "two forwards before their backwards: the second forward, then its backward and the first's, "
+                 "each backward with what its own forward saved on ctx")
+        yield Case(f"{label}, float32", (x, weight, 1e-6), None,
+                   verify=_train_verify(x, weight, 1e-6, dy, pair, role))
 
 
 register(Exercise(

@@ -287,6 +287,11 @@ def _attention_cases(gen):
         yield _attention_case("every score near -160 (q ~ -10, keys ~ +4 in each component): exp(score) is 0 "
                               "in fp32, so subtract the running max, which starts at -inf (not 0)",
                               2, 4, 2, 64, 16, half, gen, lengths=[64, 23], q_offset=-10.0, k_offset=4.0)
+    # Every group above (H_q // H_kv: 1, 2, 4, 8) is a power of 2: a block of exactly GROUP query heads,
+    # tl.arange(0, GROUP), passed them all, and Triton refuses it for any other group.
+    yield _attention_case("28 query heads on 4 K/V heads (Qwen2-7B's grouping): a group of 7, no power of 2; "
+                          "pad the group's block to a power of 2 and mask the extra heads", 2, 28, 4, 40, 16,
+                          half, gen, lengths=[40, 9])
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
