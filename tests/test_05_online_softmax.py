@@ -1011,3 +1011,50 @@ def test_attention_whose_running_max_starts_at_zero_fails():
                    ('m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
                     "m_i = tl.zeros((BLOCK_M,), tl.float32)"))
     failure("05.attention", wrong, "every score near -120", "the running max started at 0")
+
+
+def _widened(array_of, x, block):
+    """NumPy's array over x's first element, widened with stride tricks to all of x after a pass that touches
+    each block once: the read log sees one pass, the answer comes from two over the widened array."""
+    import numpy as np
+
+    first = array_of(x[:1])
+    for b in _blocks(x, block):
+        b.max()
+    whole = np.lib.stride_tricks.as_strided(first, shape=(x.numel(),), strides=first.strides).astype(np.float64)
+    m = float(whole.max())
+    return m, (float(np.exp(whole - m).sum()) if m > NEG_INF else 0.0)
+
+
+@interpreter_only_because("NumPy reads the host's memory")
+@pytest.mark.parametrize("array_of", [lambda t: t.numpy(), lambda t: __import__("numpy").asarray(t)],
+                         ids=["numpy", "asarray"])
+def test_online_stats_widening_a_numpy_block_past_itself_fails(array_of):
+    """NumPy's array of a block is a copy (NaN around the block): widened, it reads none of x."""
+    failure("05.online_softmax_stats", lambda x, block: _widened(array_of, x, block), "max = nan",
+            "widened past its block")
+
+
+@interpreter_only_because("NumPy reads the host's memory")
+def test_online_stats_through_dlpack_reads_all_of_x():
+    """np.from_dlpack(x[:1]) is an array over x's memory, as data_ptr is its address: a read of all of it."""
+    import numpy as np
+
+    failure("05.online_softmax_stats", lambda x, block: _widened(np.from_dlpack, x, block),
+            "`__dlpack__` read", "elements of x at once")
+
+
+@interpreter_only_because("NumPy reads the host's memory")
+def test_online_stats_in_numpy_block_by_block_passes():
+    """NumPy's arrays of the blocks, one at a time: one pass, with the blocks' own values."""
+    import numpy as np
+
+    def stats(x, block):
+        m, d = NEG_INF, 0.0
+        for s in range(0, x.numel(), block):
+            a = np.asarray(x[s:s + block]).astype(np.float64)
+            m_b = float(a.max())
+            m, d = merge_stats(m, d, m_b, float(np.exp(a - m_b).sum()) if m_b > NEG_INF else 0.0)
+        return m, d
+
+    check("05.online_softmax_stats", stats, seed=2, quiet=True)

@@ -8,6 +8,7 @@ import os
 import sys
 import weakref
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -154,8 +155,9 @@ _NO_READ = {
     "full_like", "new_empty", "new_zeros", "new_ones", "new_full",
 }
 # Tensor methods that hand the data to Python or NumPy without an aten op.
-_HOST_READS = {"numpy", "tolist", "__array__", "__dlpack__"}
-_MEMORY = {"untyped_storage", "storage", "_typed_storage", "data_ptr"}  # a tensor's memory, as such
+_HOST_READS = {"numpy", "tolist", "__array__"}
+# A tensor's memory, as such (a DLPack capsule is its address: NumPy's from_dlpack makes an array over it)
+_MEMORY = {"untyped_storage", "storage", "_typed_storage", "data_ptr", "__dlpack__"}
 # Copying or serializing a tensor (pickle, torch.save, copy.deepcopy) reads its whole storage, a view's too:
 # torch's own Python asks for the storage, and no aten op runs.
 _SERIALIZE = {"__reduce_ex__", "__reduce__", "__deepcopy__", "__getstate__"}
@@ -320,7 +322,23 @@ class _HostReads(TorchFunctionMode):
             _read_storage(self.log, name, t)
         elif name in _HOST_READS:
             _read(self.log, name, [t])
+            result = func(*args, **(kwargs or {}))
+            return _numpy_copy(result, t) if isinstance(result, np.ndarray) else result
         return func(*args, **(kwargs or {}))
+
+
+def _numpy_copy(array: np.ndarray, t: torch.Tensor) -> np.ndarray:
+    """NumPy's array over a block of x, as a copy: at the block's place in an array of NaN the size of x's
+    memory. NumPy's array over the block itself would be a door to all of x that no torch op sees:
+    np.lib.stride_tricks.as_strided(x[:1].numpy(), (n,), ...) widens it past the block, the read log knowing
+    of one element. The copy has the block's values, and NaN where a widened view would reach the rest."""
+    with torch._C.DisableTorchFunctionSubclass():
+        size = torch.Tensor.untyped_storage(t).nbytes() // t.element_size()
+        offset = t.storage_offset()
+    padded = np.full(max(size, offset + 1), np.nan if array.dtype.kind in "fc" else 0, dtype=array.dtype)
+    copy = np.lib.stride_tricks.as_strided(padded[offset:], shape=array.shape, strides=array.strides)
+    copy[...] = array
+    return copy
 
 
 def _second_pass(reads: list, block: int) -> str:
@@ -387,6 +405,12 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
         second = _second_pass(reads, block)
         if second:
             return [second]
+        pair = _pair(result)
+        if (not isinstance(pair, str) and math.isnan(pair[0]) and any(op in _HOST_READS for op, *_ in reads)
+                and not bool(torch.isnan(x64).any())):
+            return [(f"max = nan, expected {want_m:g}: x has no NaN, but the NumPy array of a block here holds "
+                     "that block alone, NaN around it; an array widened past its block "
+                     "(np.lib.stride_tricks) reads NaN, not the rest of x: read each block as its own slice")]
         return _pair_problems(result, want_m, want_d, rtol, "max = {m:g}, expected {want:g}", "sum", explain)
 
     return verify

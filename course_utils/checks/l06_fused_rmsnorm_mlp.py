@@ -3,7 +3,9 @@
 Every case label says what the case is there to catch: a failure header names the case, so it points
 at the likely mistake (statistics in fp16, eps outside the square root, silu on the wrong projection...).
 Shapes: hidden sizes that are no power of two and no multiple of 16 (40, 80, 781), intermediate 136
-or 1000, rows 1..37 on the CPU and up to 1823 on a GPU, and one case of 270 x 300 -> 280 on both.
+or 1000, rows 1..37 on the CPU and up to 1823 on a GPU, one case of 270 x 300 -> 280 on both, and one of
+2600 rows (hidden 24 -> 300) for the grouped tile order. x "may have any strides": the strided case takes
+every other column of a wider tensor, so neither of its strides is the contiguous one.
 """
 from __future__ import annotations
 
@@ -22,6 +24,14 @@ ROWS, HIDDEN, INTER = 4096, 4096, 11008  # the speed line's size: a 4096-token p
 # (rows, hidden, intermediate) past two tiles of 128 in each: a kernel that never advances its K pointers
 # or launches one tile of rows still fails on the CPU, whose other cases fit in one tile
 BIG = (270, 300, 280)
+# (rows, hidden, intermediate) with more tile rows than one group of GROUP_M = 8 holds, whatever BLOCK_M up to
+# 256 (11 to 163 tile rows, the last group partial), and 2 or more tile columns: a grouped order right only
+# while the grid is one group (first_pid_m forgotten) fails here, as in lesson 03's matmul. hidden is one K
+# step, so the interpreter runs it in a few seconds.
+TALL = (2600, 24, 300)
+TALL_LABEL = (f"{TALL[0]} rows, hidden {TALL[1]}, intermediate {TALL[2]}: more tile rows than one group holds "
+              "(GROUP_M = 8 of up to 256 rows), the last group partial: grouped_tile's first_pid_m = group_id * "
+              "GROUP_M, group_size_m = min(num_pid_m - first_pid_m, GROUP_M)")
 
 
 def _half() -> torch.dtype:
@@ -69,8 +79,14 @@ def _scaled_rows(rows: int, hidden: int, dtype, gen, high: float) -> torch.Tenso
 
 
 def _wider(rows: int, hidden: int, dtype, gen) -> torch.Tensor:
-    """x as columns 3 .. 3 + hidden of a (rows, hidden + 7) tensor: row stride hidden + 7, offset 3."""
-    return randn((rows, hidden + 7), dtype, gen)[:, 3:3 + hidden]
+    """x as every other column from column 3 of a (rows, 2 * hidden + 7) tensor: strides (2 * hidden + 7, 2),
+    offset 3. "Any strides" is both: a kernel that takes x.stride(1) as 1 reads the wrong columns."""
+    return randn((rows, 2 * hidden + 7), dtype, gen)[:, 3:3 + 2 * hidden:2]
+
+
+def _wider_label(hidden: int) -> str:
+    return (f"x every other column of a wider tensor (strides ({2 * hidden + 7}, 2), not ({hidden}, 1)): "
+            "address x with both its strides, x.stride(0) and x.stride(1)")
 
 
 # --- 06.rmsnorm -------------------------------------------------------------------------------
@@ -133,7 +149,7 @@ def _rmsnorm_cases(gen):
              "axis); the zero row gives 0, not NaN",
              _scaled_rows(rows, hidden, dtype, gen, 3.0 if fp16 else 100.0),
              1e-6),
-            (f"x a slice of a wider tensor (row stride {hidden + 7}, not {hidden}): use x.stride(0)",
+            (_wider_label(hidden),
              _wider(rows, hidden, dtype, gen), 1e-6),
         ]
         if current().gpu:
@@ -208,7 +224,7 @@ def _gate_up_cases(gen):
             (f"{rows} rows, hidden {hidden}, intermediate {inter}: no size is a multiple of a block, mask "
              "M, N and the last K block", randn((rows, hidden), dtype, gen),
              _weights(inter, hidden, dtype, gen), _weights(inter, hidden, dtype, gen)),
-            (f"x a slice of a wider tensor (row stride {hidden + 7}): use x.stride(0)",
+            (_wider_label(hidden),
              _wider(rows, hidden, dtype, gen), _weights(inter, hidden, dtype, gen),
              _weights(inter, hidden, dtype, gen)),
             ("w_gate and w_up the two halves of one merged (272, 48) weight", randn((16, 48), dtype, gen),
@@ -227,6 +243,12 @@ def _gate_up_cases(gen):
             out = Out("out", (x.shape[0], w_gate.shape[0]), dtype)
             yield Case(f"{label}, {_name(dtype)}", (x, w_gate, w_up, out),
                        {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *tol, explain=_gate_up_explain)
+    # After the loop, so that the cases above draw the inputs they drew before it came
+    x, w_gate, w_up = (randn(TALL[:2], torch.float16, gen), _weights(TALL[2], TALL[1], torch.float16, gen),
+                       _weights(TALL[2], TALL[1], torch.float16, gen))
+    yield Case(f"{TALL_LABEL}, float16", (x, w_gate, w_up, Out("out", (TALL[0], TALL[2]), torch.float16)),
+               {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
+               explain=_gate_up_explain)
 
 
 def _gate_up_explain(outs: dict, case: Case) -> str:
@@ -270,9 +292,10 @@ register(Exercise(
                    "w.stride(1); mask k < K in the loop; epilogue acc_g * sigmoid(acc_g) * acc_u (silu on the "
                    "GATE)",
           "unwritten": "one program per (BLOCK_M, BLOCK_N) tile of out: cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) "
-                       "programs, each storing its tile masked with rows < M and cols < N",
+                       "programs, each storing its tile masked with rows < M and cols < N; a grouped order "
+                       "must give every tile to one program (lesson 03's grouped_tile)",
           "out_of_bounds": "mask the K tail of x and both weights (k < K, other=0), and the store with rows < M "
-                           "and cols < N; address x with its row stride",
+                           "and cols < N; address x with both its strides",
           "nan": "a masked load without other= reads undefined values (NaN in the checker) into tl.dot: give "
                  "the K-tail loads other=0.0",
           "host": "no torch matmul or silu outside your kernel: both products and the epilogue happen "
@@ -305,7 +328,7 @@ def _mlp_cases(gen):
              "axis); the zero row gives 0, not NaN",
              _scaled_rows(rows, hidden, dtype, gen, 3.0 if fp16 else 100.0),
              1e-6, inter),
-            (f"x a slice of a wider tensor (row stride {hidden + 7}): use x.stride(0)",
+            (_wider_label(hidden),
              _wider(rows, hidden, dtype, gen), 1e-6, inter),
         ]
         if fp16:
@@ -329,6 +352,15 @@ def _mlp_cases(gen):
             yield Case(f"{label}, {_name(dtype)}",
                        (x, norm_weight, w_gate, w_up, w_down, eps, Out("out", tuple(x.shape), dtype)),
                        {"out": expected}, *tol)
+    # After the loop, as in _gate_up_cases
+    (rows, hidden, inter), half = TALL, torch.float16
+    x, norm_weight = randn((rows, hidden), half, gen), uniform((hidden,), 0.5, 1.5, half, gen)
+    w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
+        _weights(hidden, inter, half, gen)
+    expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
+    yield Case(f"{TALL_LABEL}, float16",
+               (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
+               {"out": expected}, *_dot_tolerance(half))
 
 
 def _mlp_temporary(case: Case) -> tuple[int, str] | None:
@@ -370,11 +402,14 @@ register(Exercise(
                    "its stages are pipelined and x's tile feeds both the tf32 dot and the sum of squares "
                    "(results/explore/README.md): sum the squares in the second pass",
           "nan": "a zero row has sum(x**2) = 0: rsqrt(0 / K + eps) is finite, keep eps inside; fp16 x * x "
-                 "overflows above 256: square in fp32; give masked K-tail loads other=0.0",
+                 "overflows above 256: square in fp32; give masked K-tail loads other=0.0; a tile of h (from "
+                 "torch.empty) that no program wrote is NaN here: the gate/up grid covers every tile of h "
+                 "once (a grouped order: lesson 03's grouped_tile)",
           "unwritten": "the down projection writes every (row, hidden) element of out: run lesson 03's matmul "
-                       "(or your own) over all of h",
+                       "(or your own) over all of h; the gate/up kernel writes every tile of h (a grouped "
+                       "order gives each tile to one program: lesson 03's grouped_tile)",
           "out_of_bounds": "mask the K tail (k < K) of x, norm_weight and the weights, and each store with "
-                           "rows < M and cols < N; address x with its row stride",
+                           "rows < M and cols < N; address x with both its strides",
           "host": "no torch matmul, rsqrt or silu outside your kernel: weight packing aside, the "
                   "arithmetic happens in your kernels",
           "launches": "two launches on the activations: the gate/up kernel with the norm folded in (rsqrt in "

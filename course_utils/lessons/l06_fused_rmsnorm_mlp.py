@@ -94,13 +94,14 @@ def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, stride_xm, stride_xn, 
     col_ok = cols < n_cols
     mask = row_ok[:, None] & col_ok[None, :]  # (BLOCK_M, BLOCK_N)
     rows64 = rows.to(tl.int64)  # rows * stride can pass 2^31 on big tensors
-    x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+    cols64 = cols.to(tl.int64)  # and so can cols * stride of a transposed x (stride_xn = rows)
+    x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols64[None, :] * stride_xn, mask=mask, other=0.0)
     x = x.to(tl.float32)  # statistics in fp32: x * x of an fp16 300 is 90000 > 65504
     mean_sq = tl.sum(x * x, axis=1) / n_cols  # (BLOCK_M,) padded columns are 0: they add nothing
     rstd = tl.rsqrt(mean_sq + eps)  # (BLOCK_M,) eps inside the square root; an all-zero row gives 0
     w = tl.load(w_ptr + cols * stride_w, mask=col_ok, other=0.0).to(tl.float32)  # (BLOCK_N,)
     y = x * rstd[:, None] * w[None, :]  # (BLOCK_M, BLOCK_N)
-    tl.store(out_ptr + rows64[:, None] * stride_om + cols[None, :] * stride_on,
+    tl.store(out_ptr + rows64[:, None] * stride_om + cols64[None, :] * stride_on,
              y.to(out_ptr.dtype.element_ty), mask=mask)
     # END SOLUTION
 
@@ -342,7 +343,8 @@ def row_rstd_kernel(x_ptr, rstd_ptr, n_rows, n_cols, stride_xm, stride_xn, eps,
     """rstd[i] = 1 / sqrt(mean(x[i, :]**2) + eps) in fp32 for BLOCK_M rows, BLOCK_N columns per step."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     cols = tl.arange(0, BLOCK_N)
-    ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols[None, :] * stride_xn  # (BLOCK_M, BLOCK_N)
+    # 64-bit offsets: rows * stride, or cols * stride of a transposed x, can pass 2^31 elements
+    ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols.to(tl.int64)[None, :] * stride_xn
     sum_sq = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # one running sum per column slot
     for c0 in range(0, n_cols, BLOCK_N):
         mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols - c0)
@@ -356,8 +358,9 @@ def row_rstd(x: torch.Tensor, eps: float, rstd: torch.Tensor) -> None:
     """rstd (rows,) fp32 = 1 / rms of each row of x (rows, hidden): reads x once, writes 4 bytes a row."""
     n_rows, n_cols = x.shape
     block_n = min(triton.next_power_of_2(n_cols), 1024)
-    row_rstd_kernel[(triton.cdiv(n_rows, 4),)](x, rstd, n_rows, n_cols, x.stride(0), x.stride(1), eps,
-                                               BLOCK_M=4, BLOCK_N=block_n, num_warps=4)
+    block_m = 64 if current().interpret else 4  # the interpreter runs programs one by one: few, large ones
+    row_rstd_kernel[(triton.cdiv(n_rows, block_m),)](x, rstd, n_rows, n_cols, x.stride(0), x.stride(1), eps,
+                                                     BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4)
 
 
 @triton.jit
