@@ -92,6 +92,13 @@ def test_strides_from_torchs_own_helper_are_refused():
     fails("01.contiguous_strides", from_prims, "torch._prims_common.make_contiguous_strides_for",
           "a library's helper")
 
+    def from_flex_attention(shape):  # strides filled from the last dimension to the first: row-major
+        from torch._higher_order_ops.flex_attention import _construct_strides
+        return tuple(_construct_strides(shape, range(len(shape) - 1, -1, -1)))
+
+    fails("01.contiguous_strides", from_flex_attention,
+          "torch._higher_order_ops.flex_attention._construct_strides", "a library's helper")
+
 
 def _numpy_over(t):
     """A NumPy int8 array with t's shape and element strides (no memory of t's: only its layout)."""
@@ -174,6 +181,50 @@ def test_transpose_with_strides_from_an_ndarray_method_is_refused(method):
     fails("01.transpose_view", from_a_method, f"numpy.ndarray.{method}", "a library's helper")
 
 
+def _int8_array_like(t):
+    """An int8 ndarray with t's shape and element strides (1-byte elements: strides in bytes = in elements),
+    made by calling the type: no Python or C function call that a profiler sees."""
+    return np.ndarray(tuple(t.shape), dtype=np.int8, buffer=bytearray(t.untyped_storage().nbytes() or 1),
+                      strides=t.stride())
+
+
+def _swap_order(t, dim0, dim1):
+    d0, d1 = dim0 % t.dim(), dim1 % t.dim()
+    return [{d0: d1, d1: d0}.get(i, i) for i in range(t.dim())]
+
+
+def test_transpose_with_strides_from_np_einsum_is_refused():
+    """np.einsum with the subscripts permuted returns a transposed view: NumPy doing the exercise."""
+    def from_einsum(t, dim0, dim1):
+        v = np.einsum(_int8_array_like(t), list(range(t.dim())), _swap_order(t, dim0, dim1))
+        return t.as_strided(v.shape, v.strides, t.storage_offset())
+
+    fails("01.transpose_view", from_einsum, "numpy.einsum", "a library's helper")
+
+
+def test_transpose_through_an_nditer_fails_on_more_dimensions_than_numpy_has():
+    """np.nditer's op_axes permute an array's axes in C code (a type's call and an attribute: nothing the
+    check's profiler sees, like ndarray.T): the case of 65 dimensions, which no NumPy array has, fails it."""
+    def from_nditer(t, dim0, dim1):
+        it = np.nditer((_int8_array_like(t),), flags=["multi_index", "refs_ok", "zerosize_ok"],
+                       op_flags=[["readonly"]], op_axes=[_swap_order(t, dim0, dim1)], order="C")
+        v = it.itviews[0]
+        return t.as_strided(v.shape, v.strides, t.storage_offset())
+
+    fails("01.transpose_view", from_nditer, "65 dimensions, more than a NumPy array can have",
+          "maximum supported dimension")
+
+
+def test_transpose_through_an_ndarrays_T_is_told_numpy_cannot_hold_t():
+    """ndarray.T is an attribute written in C (no call for the profiler): right for every 2-D case. The
+    case of 65 dimensions comes before any case that .T (all axes reversed) gets wrong, and says why."""
+    def from_T(t, dim0, dim1):
+        v = _int8_array_like(t).T
+        return t.as_strided(v.shape, v.strides, t.storage_offset())
+
+    fails("01.transpose_view", from_T, "case 5/", "more than a NumPy array can have", "without a NumPy array")
+
+
 # --- 01.broadcast_view ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("candidate", [
@@ -216,6 +267,27 @@ def test_broadcast_with_strides_from_numpy_is_refused():
         return t.as_strided(tuple(shape), strides, t.storage_offset())
 
     fails("01.broadcast_view", from_numpy, "numpy.broadcast_to", "a library's helper")
+
+
+def test_broadcast_through_an_nditer_fails_on_more_dimensions_than_numpy_has():
+    """What np.broadcast_to runs inside (np.nditer's itviews, C code the profiler never sees), called
+    directly: the case of 65 dimensions, which no NumPy array has, fails it."""
+    def from_nditer(t, shape):
+        it = np.nditer((_int8_array_like(t),), flags=["multi_index", "refs_ok", "zerosize_ok"],
+                       op_flags=[["readonly"]], itershape=shape, order="C")
+        return t.as_strided(tuple(shape), it.itviews[0].strides, t.storage_offset())
+
+    fails("01.broadcast_view", from_nditer, "65 dimensions, more than a NumPy array can have",
+          "maximum supported dimension")
+
+
+@pytest.mark.parametrize("helper", ["expand", "broadcast_to"])
+def test_broadcast_with_torchs_reference_implementation_is_refused(helper):
+    """torch._refs.expand and torch._refs.broadcast_to run prims.broadcast_in_dim, not aten.expand."""
+    import torch._refs as refs
+
+    fails("01.broadcast_view", lambda t, shape: getattr(refs, helper)(t, shape), "broadcast_in_dim",
+          "do yourself")
 
 
 # --- 01.matmul_intensity and 01.attainable_flops --------------------------------------------------

@@ -24,9 +24,9 @@ INTERPRET = current().interpret
 cpu_only = pytest.mark.skipif(not INTERPRET, reason="host memory tricks: on a GPU the data is on the device")
 
 
-# 02.copy_2d's cases: a GPU appends one row longer than a grid's axis 1 holds in tiles of 32 (the
-# interpreter would take a minute over it), so the totals in "failed on case i/n" differ by mode
-COPY_CASES = 7 if current().gpu else 6
+# 02.copy_2d's cases: a GPU appends one row and one column longer than a grid's axis 1 holds in tiles of 32
+# (the interpreter would take a minute over each), so the totals in "failed on case i/n" differ by mode
+COPY_CASES = 9 if current().gpu else 7
 
 
 def out_of_bounds(*interpreter: str) -> tuple[str, ...]:
@@ -735,3 +735,41 @@ def test_copy_2d_with_tiles_of_32_along_a_very_long_row_fails_on_a_gpu():
             x, out, M, N, x.stride(0), x.stride(1), out.stride(0), out.stride(1), BLOCK_M=32, BLOCK_N=32)
 
     failure("02.copy_2d", fixed_tiles, "one row of 2^21 + 3")
+
+
+# --- masks that are right except where the size is a multiple of the block ------------------------
+
+# The last program masks with the remainder: offs < n % BLOCK, which is 0 when n is a multiple of BLOCK.
+REMAINDER_MASK = ("tl.arange(0, BLOCK) < "
+                  "tl.where(tl.program_id(0) == tl.num_programs(0) - 1, n_elements % BLOCK, BLOCK)")
+
+
+@pytest.mark.parametrize("exercise_id, name, line", [
+    ("02.vector_add", "add", "    mask = offs < n_elements  # the last block is partial\n"),
+    ("02.relu", "relu", "    mask = offs < n_elements\n    x = tl.load(x_ptr + offs, mask=mask)\n"),
+], ids=["vector_add", "relu"])
+def test_a_mask_from_the_remainder_fails_where_the_last_block_is_full(exercise_id, name, line):
+    """Every other length is no multiple of any block: there the remainder mask is right."""
+    wrong = mutant("l02_first_kernels", name, (line, line.replace("offs < n_elements", REMAINDER_MASK)))
+    failure(exercise_id, wrong, "a multiple of every block size", "elements were never written",
+            "offsets < n")
+
+
+def test_copy_2d_with_masks_from_the_remainder_fails_on_whole_tiles():
+    tail = "(tl.arange(0, {b}) < tl.where(tl.program_id({a}) == tl.num_programs({a}) - 1, {n} % {b}, {b}))"
+    rows, cols = tail.format(a=0, n="M", b="BLOCK_M"), tail.format(a=1, n="N", b="BLOCK_N")
+    wrong = mutant("l02_first_kernels", "copy_2d", ("mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)",
+                                                    f"mask = {rows}[:, None] & {cols}[None, :]"))
+    failure("02.copy_2d", wrong, "128 x 256: whole tiles", "elements were never written")
+
+
+@pytest.mark.skipif(INTERPRET, reason="a GPU's grid limit: the interpreter has none")
+def test_copy_2d_with_the_rows_on_axis_1_fails_on_a_gpu():
+    """CUDA's habit, columns on axis 0 and rows on axis 1: a column of 2^21 + 3 rows in tiles of 32 is 65537
+    programs along axis 1, where a GPU launches at most 65535."""
+    wrong = mutant("l02_first_kernels", "copy_2d",
+                   ("offs_m = tl.program_id(0) * BLOCK_M", "offs_m = tl.program_id(1) * BLOCK_M"),
+                   ("offs_n = tl.program_id(1) * BLOCK_N", "offs_n = tl.program_id(0) * BLOCK_N"),
+                   ("grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))",
+                    "grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M))"))
+    failure("02.copy_2d", wrong, "one column of 2^21 + 3 rows")

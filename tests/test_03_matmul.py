@@ -614,3 +614,24 @@ def test_linear_relu_grouped_order_right_only_within_one_group_fails():
     wrong = mutant("l03_matmul", "matmul", GROUP_BUGS["group_m rows of num_pid_m tiles"])
     failure("03.linear_relu", lambda x, w, bias, out: wrong(x, w.t(), out, bias, relu=True, config=TILE_128),
             TALL, "were never written")
+
+
+# --- 03.linear_relu: x and out are addressed through their strides --------------------------------
+
+@pytest.mark.parametrize("edit", [
+    ("M, N, K, a.stride(0), a.stride(1), b.stride(0)", "M, N, K, K, 1, b.stride(0)"),  # x as if contiguous
+    ("b.stride(1), out.stride(0), out.stride(1),\n", "b.stride(1), N, 1,\n"),  # out as if contiguous
+    ("acc += tl.load(bias_ptr + b_cols)", "acc += tl.load(bias_ptr + b_cols * stride_cn)"),  # out's stride
+], ids=["x contiguous", "out contiguous", "bias with out's column stride"])
+def test_linear_relu_assuming_contiguous_x_and_out_fails(edit):
+    """Every other case has a contiguous x and out: strides (K, 1) and (N, 1), and out's column stride 1."""
+    failure("03.linear_relu", mutant("l03_matmul", "linear_relu", edit), "x every other column of a wider "
+            "tensor", "out column-major", "address x and out with their strides")
+
+
+@pytest.mark.skipif(current().interpret, reason="a GPU's grid limit: the interpreter has none")
+def test_naive_on_a_2d_grid_fails_on_a_gpu_past_65535_columns():
+    """A 2-D grid (M, N) puts N programs on axis 1, where a GPU launches at most 65535 (lesson 02)."""
+    wrong = mutant("l03_matmul", "matmul_naive", ("m = pid % M", "m = tl.program_id(0)"),
+                   ("n = pid // M", "n = tl.program_id(1)"), ("grid = (M * N,)", "grid = (M, N)"))
+    failure("03.matmul_naive", wrong, "N = 65539: more output columns than a GPU grid's axis 1 holds")

@@ -18,13 +18,21 @@ from ..mode import current, size
 # `movedim` and `.T` of a 3-D tensor run aten.permute; `broadcast_to`, `expand_as`, `broadcast_tensors`
 # run aten.expand): the exercises ask for as_strided.
 TRANSPOSE_OPS = ("transpose", "t", "permute", "movedim", "swapaxes", "swapdims", "numpy_T", "mT", "adjoint")
-EXPAND_OPS = ("expand", "expand_as", "broadcast_to", "broadcast_tensors")
+# broadcast_in_dim: the prim that torch._refs.expand and torch._refs.broadcast_to build the view with
+EXPAND_OPS = ("expand", "expand_as", "broadcast_to", "broadcast_tensors", "broadcast_in_dim")
 # NumPy's and PyTorch's own helpers that compute strides or build these views ("module:name", refused when
-# called under any name): the same answers from a library as the aten ops above.
-STRIDE_HELPERS = ("torch._prims_common:make_contiguous_strides_for", "numpy.lib.stride_tricks:as_strided")
+# called under any name): the same answers from a library as the aten ops above. np.einsum with a
+# permutation of the subscripts returns a transposed view. What the profiler never sees (an ndarray made
+# with np.ndarray(...), its .T and .mT, np.nditer's views: a type's call and attributes written in C) is
+# answered by the cases instead: one view has more dimensions than any NumPy array can have.
+# (flex_attention's _construct_strides(shape, fill_order) with the dims in reverse order: row-major strides;
+# both modules are loaded with torch, so naming them here costs no import.)
+STRIDE_HELPERS = ("torch._prims_common:make_contiguous_strides_for",
+                  "torch._higher_order_ops.flex_attention:_construct_strides",
+                  "numpy.lib.stride_tricks:as_strided")
 TRANSPOSE_HELPERS = ("numpy:swapaxes", "numpy:transpose", "numpy:moveaxis", "numpy:rollaxis",
                      "numpy:ndarray.swapaxes", "numpy:ndarray.transpose",  # methods in C: seen as c_call
-                     "numpy.lib.stride_tricks:as_strided")
+                     "numpy:einsum", "numpy.lib.stride_tricks:as_strided")
 EXPAND_HELPERS = ("numpy:broadcast_to", "numpy:broadcast_arrays", "numpy.lib.stride_tricks:as_strided")
 HELPER_MESSAGE = ("that is a library's helper (NumPy's or PyTorch's, not the course's) doing the exercise for "
                   "you; compute the strides yourself from t.shape and t.stride() (the shape for "
@@ -95,6 +103,26 @@ def _strides_cases(gen):
 
 # --- views: 01.transpose_view and 01.broadcast_view ---------------------------------------------
 
+# A NumPy array has at most 64 dimensions (32 before NumPy 2), a tensor more: a view of 65 is built from
+# t's sizes and strides, never by asking a NumPy array that stands in for t (np.ndarray(..., strides=...)
+# then .T, .mT or np.nditer: C code that no check can watch) for the strides.
+NUMPY_MAX_DIMS = 64
+BEYOND_NUMPY = (f"{NUMPY_MAX_DIMS + 1} dimensions, more than a NumPy array can have ({NUMPY_MAX_DIMS}): "
+                "compute the view from t.shape and t.stride() yourself, without a NumPy array")
+
+
+def _beyond_numpy(first: int, last: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape of NUMPY_MAX_DIMS + 1 dimensions: `first`, then size-1 dimensions, then `last`."""
+    return (first, *[1] * (NUMPY_MAX_DIMS - len(last)), *last)
+
+
+def _on_the_cpu(t: torch.Tensor) -> torch.Tensor:
+    """A view of more than 64 dimensions stays on the CPU in both modes: CUDA's kernels take at most 64
+    ("only tensors with up to 64 dims are supported"), and the checker's own look at the result runs one.
+    A view needs no kernel: the exercise is the same on any device."""
+    return t.cpu()
+
+
 def _view_problems(result, t: torch.Tensor, expected: torch.Tensor, what: str) -> list[str]:
     """Problems of `result` as a view of t equal to `expected`; empty when it is right."""
     if not isinstance(result, torch.Tensor):
@@ -137,6 +165,9 @@ def _transpose_cases(gen):
         ("2-D, odd sizes", randn((m, n), gen=gen), 0, 1),
         ("2-D, dims given as (1, 0)", randn((m, n), gen=gen), 1, 0),
         ("3-D, first and last dims", randn((3, 5, 7), gen=gen), 0, 2),
+        # before any case that an ndarray's .T (all axes reversed) gets wrong: a NumPy answer learns why here
+        (f"{BEYOND_NUMPY}; dims 0 and {NUMPY_MAX_DIMS - 1}",
+         _on_the_cpu(randn(_beyond_numpy(2, (3, 4)), gen=gen)), 0, NUMPY_MAX_DIMS - 1),
         ("4-D, negative dims (-1 is the last)", randn((2, 3, 4, 5), gen=gen), 1, -1),
         ("dim0 == dim1: nothing moves", randn((4, 6), gen=gen), 1, 1),
         ("a slice with an offset: t[3:, 1::2]", base[3:, 1::2], 0, 1),
@@ -165,6 +196,7 @@ def _broadcast_cases(gen):
         ("a row of a transposed tensor, t.t()[1:2]: strides (1, 3), offset 1", randn((n, 3), gen=gen).t()[1:2],
          (3, n)),
         ("scalar-like (1, 1) to (2, 3, 4)", randn((1, 1), gen=gen), (2, 3, 4)),
+        (f"(3, 1, 4) to {BEYOND_NUMPY}", _on_the_cpu(randn((3, 1, 4), gen=gen)), _beyond_numpy(2, (3, 5, 4))),
     ]
     for label, t, shape in inputs:
         yield Case(label, (t, shape), t.expand(shape),

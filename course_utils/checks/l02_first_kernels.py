@@ -16,11 +16,16 @@ CAPPED_GRID_LENGTH = 132 * 4096 * 2 + 1021
 CAPPED_GRID_LABEL = (f"{CAPPED_GRID_LENGTH} elements: more blocks of 4096 than a grid capped at twice the SM "
                      "count (2 x 132 programs) covers; launch cdiv(n, BLOCK) programs, or loop over the rest")
 SPEED_N = 1 << 26  # 256 MiB of fp32 per tensor: far beyond any cache
+# A length that is a multiple of every block (up to 2^14): the last block is full. A mask built from the
+# remainder (offs < n % BLOCK in the last program) masks all of it off there, and only there.
+WHOLE_BLOCKS = 1 << 14
+WHOLE_BLOCKS_LABEL = (f"{WHOLE_BLOCKS}: a multiple of every block size, the last block full (a mask from "
+                      "n % BLOCK masks all of it off)")
 
 
 def _add_cases(gen):
     lengths = [(1, "length 1"), (1823, "1823: no multiple of any block"),
-               (size(1 << 20, 1 << 14) + 3, "a large length plus 3")]
+               (size(1 << 20, 1 << 14) + 3, "a large length plus 3"), (WHOLE_BLOCKS, WHOLE_BLOCKS_LABEL)]
     for n, label in lengths:
         for dtype in (torch.float32, torch.float16):
             x, y = randn(n, dtype, gen), randn(n, dtype, gen)
@@ -36,7 +41,7 @@ def _add_cases(gen):
 def _relu_cases(gen):
     shapes = [((1,), "one element"), ((3, 5, 7), "3-D"), (size((1823, 781), (37, 781)), "2-D, odd sizes"),
               ((2, 3000), "2 rows of 3000: more elements than rows x a block (launch over numel, not "
-                          "shape[0])")]
+                          "shape[0])"), ((4, WHOLE_BLOCKS // 4), f"4 rows, {WHOLE_BLOCKS_LABEL}")]
     for shape, label in shapes:
         for dtype in (torch.float32, torch.float16):
             x = randn(shape, dtype, gen)
@@ -57,10 +62,16 @@ def _copy_cases(gen):
         ("a transposed slice", randn((n * 2, m), gen=gen)[::2].t()),
         ("130 x 259: more than one tile of 128 in each dimension (a 2-D grid over rows and columns)",
          randn((130, 259), gen=gen)),
+        ("128 x 256: whole tiles of any size up to 128 x 256, the last tile of each axis full (a mask from "
+         "M % BLOCK_M or N % BLOCK_N masks all of it off)", randn((128, 256), gen=gen)),
     ]
     if current().gpu:  # the interpreter has no such limit, and runs these programs one by one (a minute)
         inputs.append(("one row of 2^21 + 3: more tiles of 32 along it than a grid's axis 1 holds (65535); "
                        "wider tiles where there are that many", randn((1, (1 << 21) + 3), gen=gen)))
+        # the same limit for a grid with the rows on axis 1 (CUDA's habit: blockIdx.x for the columns)
+        inputs.append(("one column of 2^21 + 3 rows: more tiles of 32 rows than a grid's axis 1 holds "
+                       "(65535); put the rows on axis 0, which holds 2^31 - 1",
+                       randn(((1 << 21) + 3, 1), gen=gen)))
     for label, x in inputs:
         yield Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": f64(x)})
 
@@ -87,7 +98,7 @@ register(Exercise(
 register(Exercise(
     "02.relu", "ReLU of any shape", "relu(x, out)", _relu_cases,
     hint={"unwritten": "a contiguous tensor of any shape is x.numel() consecutive elements: launch over "
-                       "numel, not shape[0]",
+                       "numel, not shape[0] (cdiv(numel, BLOCK) programs), and mask with offsets < numel",
           "wrong": "relu(x) = max(x, 0): tl.maximum(x, 0.0) or tl.where(x > 0, x, 0.0)",
           "out_of_bounds": "mask = offsets < x.numel() on the load and the store: the last block is partial",
           "nan": "NaN where a number was expected: a lane loaded without its mask was stored; use the same mask "

@@ -12,6 +12,8 @@ from ..grading.inputs import EPS, f64, randn, sliced, tolerance, transposed
 from ..mode import current, size
 from ..roofline import matmul_cost
 
+GRID_AXIS_MAX = 65535  # the most programs a CUDA grid holds along its axes 1 and 2 (lesson 02)
+
 # --- 03.grouped_pid ---------------------------------------------------------------------------
 
 
@@ -264,6 +266,11 @@ def _matmul_cases(gen, *, naive: bool = False):
                        f"products at every product: convert a and b with .to(tl.float32) first), M, N = {M}, "
                        f"{N}", randn((M, K), torch.float16, gen), randn((K, N), torch.float16, gen),
                        tol=long_k_tolerance(torch.float16, K))
+        if current().gpu:  # the interpreter has no such limit, and would run these programs one by one
+            M, N, K = 2, GRID_AXIS_MAX + 4, 16
+            yield _mm_case(f"N = {N}: more output columns than a GPU grid's axis 1 holds ({GRID_AXIS_MAX}; a "
+                           f"vocabulary-sized output): launch a 1-D grid of M * N programs, M, K = {M}, {K}",
+                           randn((M, K), gen=gen), randn((K, N), gen=gen))
 
 
 def _half() -> torch.dtype:
@@ -320,13 +327,13 @@ register(Exercise(
 # --- 03.linear_relu -----------------------------------------------------------------------------
 
 def _linear_case(label: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor,
-                 tol: tuple[float, float] | None = None) -> Case:
+                 tol: tuple[float, float] | None = None, layout: str = "contiguous") -> Case:
     M, K = x.shape
     N = w.shape[0]
     dtype = x.dtype
     expected = (f64(x) @ f64(w).t() + f64(bias)).clamp_min(0)
-    return Case(f"{label}, {_short(dtype)}", (x, w, bias, Out("out", (M, N), dtype)), {"out": expected},
-                *(tol or dot_tolerance(dtype, K)), explain=_linear_explain)
+    return Case(f"{label}, {_short(dtype)}", (x, w, bias, Out("out", (M, N), dtype, layout)),
+                {"out": expected}, *(tol or dot_tolerance(dtype, K)), explain=_linear_explain)
 
 
 def _linear_relu_cases(gen):
@@ -348,6 +355,14 @@ def _linear_relu_cases(gen):
                        *inputs(M, N, K, torch.float32, bias_scale=10 * math.sqrt(K)))
     yield _linear_case("M, N, K = 130, 260, 300: more than one tile of 128 rows, of 256 columns and of 256 K "
                        "steps (a grid over M and N, a loop over K)", *inputs(130, 260, 300, torch.float16))
+    # x a view (a column slice: strides (2K + 1, 2)) and out column-major: a kernel written for contiguous
+    # x and out (x + m * K + k, out + m * N + n) or one that reads bias[n] with out's column stride passes
+    # every other case
+    M, N, K = size((300, 200, 100), (37, 45, 70))
+    _, w, bias = inputs(M, N, K, torch.float32)
+    yield _linear_case(f"x every other column of a wider tensor (strides ({2 * K + 1}, 2)), out column-major "
+                       f"(strides (1, {M})): address x and out with their strides, bias[n] with stride 1, "
+                       f"M, N, K = {M}, {N}, {K}", sliced((M, K), gen=gen), w, bias, layout="transposed")
     # An fp16 accumulator stays within dot_tolerance at the K above (<= 1023), not at this K: 03.matmul's
     # long-K case, with x @ w.T (w K-major) and the epilogue.
     M, N = size((257, 129), (33, 17))

@@ -53,7 +53,9 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 # The same tensor as `t.transpose(dim0, dim1)`, built with `t.as_strided(size, stride, storage_offset)`.
 # A transpose moves no data: it swaps two entries of the shape and the same two entries of the strides.
 # `t` may already be a view (sliced, with an offset, non-contiguous); dims may be negative (-1 is the
-# last). Not allowed: `transpose`, `t()`, `.T`, `.mT`, `permute`, `movedim`, `swapaxes` and copies.
+# last). Not allowed: `transpose`, `t()`, `.T`, `.mT`, `permute`, `movedim`, `swapaxes` and copies, nor
+# NumPy's versions (`np.swapaxes`, `np.einsum`, an ndarray's `.T`): `t` may have more dimensions than a
+# NumPy array can (64).
 
 # %%
 def transpose_view(t: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
@@ -79,8 +81,8 @@ def transpose_view(t: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
 # Align the dimensions of `t` with the *last* dimensions of `shape`; a dimension of size 1 in `t`
 # may grow to any size, and `shape` may add new leading dimensions. A broadcast dimension repeats
 # the same elements, so its stride is 0: stepping along it does not move in memory.
-# `shape` holds no -1. Build it with `as_strided`; `expand`, `expand_as`, `broadcast_to` and copies
-# are not allowed.
+# `shape` holds no -1. Build it with `as_strided`; `expand`, `expand_as`, `broadcast_to` (PyTorch's or
+# NumPy's) and copies are not allowed.
 
 # %%
 def broadcast_view(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
