@@ -1855,3 +1855,248 @@ def test_a_jit_function_called_outside_a_launch_reads_no_memory():
     with pytest.raises(CheckFailed, match=r"tl.load outside any kernel launch"):
         check("02.vector_add", add, seed=1, quiet=True)
     assert read == [], "refused before it read"
+
+
+@HOST_MEMORY
+@pytest.mark.parametrize("opened", ["in the call", "before the call"])
+def test_the_process_memory_read_as_a_file_fails_the_check(opened):
+    """/proc/self/mem is the process's whole memory as a file: x and y read at their data_ptr() (no torch op,
+    no host read), added in Python and written at the address of a tensor made before the call, which a
+    kernel then copied into out, passed 02.vector_add, in a sandbox too (a path put together from pieces has
+    no "/proc/" for the scan to see). A call that opens such a file, or starts with one open, fails."""
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import add as add_solution
+
+    path, read = "/" + "proc/self/" + "mem", []
+    kept = open(path, "rb", buffering=0) if opened == "before the call" else None
+
+    def add(x, y, out):
+        memory = kept or open(path, "rb", buffering=0)
+        memory.seek(x.data_ptr())
+        read.append((x, memory.read(x.numel() * x.element_size())))
+        if kept is None:
+            memory.close()
+        add_solution(x, y, out)
+
+    try:
+        with pytest.raises(CheckFailed, match=r"read or wrote memory through /proc/self/mem"):
+            check("02.vector_add", add, seed=1, quiet=True)
+    finally:
+        if kept is not None:
+            kept.close()
+    x, bytes_read = read[0]
+    assert bytes_read == x.view(torch.uint8).numpy().tobytes(), "x's bytes were read"
+
+
+@triton.jit
+def _assert_kernel(x_ptr, BLOCK: tl.constexpr):
+    block = tl.load(x_ptr + tl.arange(0, BLOCK))
+    assert False, block  # Python's assert in the interpreter: the AssertionError holds the block
+
+
+@interpreter_only_because("Python's assert runs in the interpreter; a GPU's compiler refuses a block as its message")
+def test_an_exception_out_of_a_kernel_that_the_code_catches_fails_the_check():
+    """`assert False, block` in a kernel body raised an AssertionError whose argument was the loaded block,
+    NumPy data and all: host code that caught it read x with no op the recorder sees, added in Python and had
+    a kernel copy the sums into out (02.vector_add passed, in a sandbox too, unflagged). An exception out of a
+    kernel that the code catches fails the call."""
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import add as add_solution
+
+    read = []
+
+    def add(x, y, out):
+        try:
+            _assert_kernel[(1,)](x, BLOCK=1)
+        except Exception as exc:
+            while exc.__cause__ is not None:
+                exc = exc.__cause__
+            read.append(exc.args[0].handle.data)
+        add_solution(x, y, out)
+
+    with pytest.raises(CheckFailed, match=r"caught the AssertionError that your kernel `_assert_kernel` raised"):
+        check("02.vector_add", add, seed=1, quiet=True)
+    assert read and read[0].size == 1, "the block came out with the exception"
+
+
+# Kernels that leave their loaded block where host code reads it afterwards, past every op and launch the
+# checker watches: each passed 02.vector_add with the sums computed in Python (the host read the blocks of
+# x and y, added, and had a kernel copy a tensor of the sums into out), unflagged. No GPU compiles them.
+_SINK = tl.tuple([0])
+
+
+@triton.jit
+def _default_sink_kernel(x_ptr, BLOCK: tl.constexpr, sink=[]):  # noqa: B006 - the attack
+    sink.append(tl.load(x_ptr + tl.arange(0, BLOCK)))  # the list the interpreter's calls share
+
+
+@triton.jit
+def _attribute_sink_kernel(x_ptr, BLOCK: tl.constexpr):
+    x_ptr.dtype.element_ty.leak = tl.load(x_ptr + tl.arange(0, BLOCK))  # on tl.float32 itself
+
+
+@triton.jit
+def _tuple_sink_kernel(x_ptr, BLOCK: tl.constexpr):
+    _SINK.values.append(tl.load(x_ptr + tl.arange(0, BLOCK)))  # the list inside a tl.tuple constant
+
+
+@triton.jit
+def _tuple_argument_sink_kernel(x_ptr, box, BLOCK: tl.constexpr):
+    box.values.append(tl.load(x_ptr + tl.arange(0, BLOCK)))  # the list inside the host's tl.tuple
+
+
+@triton.jit
+def _helper_sink_kernel(x_ptr, BLOCK: tl.constexpr):
+    _tuple_sink_kernel.rewritten_fn["leak"] = tl.load(x_ptr + tl.arange(0, BLOCK))  # a @triton.jit's dict
+
+
+_SINKS = {
+    "a parameter's default list": (_default_sink_kernel, r"has a parameter `sink` of `_default_sink_kernel` "
+                                                         r"whose default is a list"),
+    "an attribute of tl.float32": (_attribute_sink_kernel, r"assigns to the attribute `x_ptr.dtype.element_ty.leak`"),
+    "a tl.tuple's list": (_tuple_sink_kernel, r"uses `_SINK`, which is not Triton"),
+    "a tl.tuple argument's list": (_tuple_argument_sink_kernel, r"launched with a tl.tuple as argument 1"),
+    "a @triton.jit function's dict": (_helper_sink_kernel, r"uses `_tuple_sink_kernel.rewritten_fn`, which is not "
+                                                          r"Triton"),
+}
+
+
+@interpreter_only_because("the interpreter runs a kernel's body as Python; a GPU's compiler refuses these")
+@pytest.mark.parametrize("where", sorted(_SINKS))
+def test_a_kernel_cannot_leave_its_blocks_where_the_host_reads_them(where):
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import add as add_solution
+
+    kernel, message = _SINKS[where]
+
+    def add(x, y, out):
+        kernel[(1,)](x, *([_SINK] if kernel is _tuple_argument_sink_kernel else []), BLOCK=1)
+        add_solution(x, y, out)
+
+    try:
+        with pytest.raises(CheckFailed, match=message):
+            check("02.vector_add", add, seed=1, quiet=True)
+    finally:  # the interpreter ran them all the same: take the blocks back
+        vars(tl.float32).pop("leak", None)
+        _SINK.values[1:] = []
+        _tuple_sink_kernel.rewritten_fn.pop("leak", None)
+
+
+class _Programs:
+    """A grid entry of one program that runs `work` when Triton reads it (int(), <, __index__)."""
+
+    def __init__(self, work):
+        self.work = work
+
+    def __index__(self):
+        work, self.work = self.work, None
+        if work is not None:
+            work()
+        return 1
+
+    __int__ = __index__
+
+    def __lt__(self, other):
+        return int(self) < other
+
+    def __gt__(self, other):
+        return int(self) > other
+
+    def __eq__(self, other):
+        return int(self) == other
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("how", ["a tuple", "a callable"])
+def test_a_grid_entry_that_computes_is_host_code(how):
+    """Triton reads a launch's grid inside the launch, where the op recorder pauses; only a grid callable
+    was given back to it. An entry whose __index__ ran `SUM.copy_(x + y)` into a tensor made before the
+    call, which a kernel then copied into out, passed 02.vector_add with host torch, in a sandbox too. The
+    grid is made plain ints with recording on: what its entries run is the function's own host code."""
+    from course_utils.grading import CheckFailed, check
+
+    code = _candidate(_KERNELS + """
+from course_utils.mode import current
+SUM = torch.zeros(1 << 21, device=current().device)  # made before the call: a kernel may be launched with it
+def add(x, y, out):
+    n = out.numel()
+    grid = (Programs(lambda: SUM[:n].copy_(x + y)),)
+    _touch[(lambda meta: grid) if HOW == "a callable" else grid](out)
+    _copied(SUM, out)
+""", f"grid_{how.split()[1]}")
+    code.update(Programs=_Programs, HOW=how)
+    with pytest.raises(CheckFailed, match=r"computed with torch operations outside your Triton kernel \(torch.add"):
+        check("02.vector_add", code["add"], seed=1, quiet=True)
+
+
+# NumPy's as_strided checks no bounds: over an array of one byte, with a stride that is the distance from the
+# array's address to x.data_ptr(), it reads x and writes a scratch tensor made before the call, which a kernel
+# copies into out: 02.vector_add passed with the sums added by NumPy, in a sandbox too, unflagged (the scan
+# looked for data_ptr and NumPy in one cell; they were in two). Like ctypes, beyond what a check can see
+# (no op, no open, no launch): the scan flags the door itself.
+STRIDE_TRICKS = [
+    "_BASE = np.zeros(1, dtype=np.uint8)\n_LOW = np.lib.array_utils.byte_bounds(_BASE)[0]\n"
+    "raw = np.lib.stride_tricks.as_strided(_BASE, shape=(2, n), strides=(address - _LOW, 1))[1]",
+    "from numpy.lib.stride_tricks import as_strided",
+    "import numpy.lib.stride_tricks as st",
+    "from numpy.lib import stride_tricks",
+]
+
+
+@pytest.mark.parametrize("source", STRIDE_TRICKS, ids=["np.lib.stride_tricks", "from", "import as", "from lib"])
+def test_numpy_over_any_address_is_flagged(source):
+    from course_utils.grading import flags
+
+    assert any(f.startswith("NumPy over raw memory") for f in flags.scan(["def address(t):\n    return t.data_ptr()",
+                                                                             source])), flags.scan([source])
+
+
+@triton.jit
+def _touch_kernel(p):
+    pass
+
+
+class _Pointer:
+    """What Triton's launcher takes for a tensor (it has data_ptr() and a dtype): its data_ptr(), called inside
+    the launch where recording is paused, computes out with host torch."""
+
+    def __init__(self, tensor, work):
+        self.tensor, self.work, self.dtype = tensor, work, tensor.dtype
+
+    def data_ptr(self):
+        self.work()
+        return self.tensor.data_ptr()
+
+    def __getattr__(self, name):  # the rest of the tensor's face: the interpreter asks for its storage
+        return getattr(self.tensor, name)
+
+
+def test_an_object_that_poses_as_a_tensor_is_refused_as_a_launch_argument(monkeypatch):
+    """The rule on launch arguments (a tensor, a number or a Triton object) ran for interpreted launches only:
+    on a GPU (torch 2.11, triton 3.6, an H200), an object with a data_ptr() that ran `out.copy_(x + y)` inside
+    the launch is a pointer to Triton, and no byte tracker follows a GPU's memory. Judged in both modes now
+    (here as a compiled launch is: guard._interpreted says no)."""
+    from course_utils.grading import CheckFailed, check, guard
+
+    monkeypatch.setattr(guard, "_interpreted", lambda kernel: False)
+
+    def add(x, y, out):
+        _touch_kernel[(1,)](_Pointer(out, lambda: out.copy_(x + y)))
+
+    with pytest.raises(CheckFailed, match=r"launched with _Pointer as argument 0, which is not a tensor"):
+        check("02.vector_add", add, seed=1, quiet=True)
+
+
+def test_a_python_the_sandbox_user_cannot_start_is_reported_before_grading(monkeypatch, tmp_path):
+    """On an H200 machine whose Python lives in /opt/torch/.venv, every notebook graded by a root grader died
+    at once with exit code 127 (setpriv's or the loader's code for a program that cannot start; the same
+    sandbox without the switch to uid 60001 ran), and each got 0 with "kernel died": a broken sandbox graded
+    every submission as if it were empty. The probe now starts the sandbox's Python once and says why it did
+    not start (here: a Python that the sandbox does not hold)."""
+    if sandbox.probe():
+        pytest.skip(f"no sandbox here: {sandbox.probe()}")
+    missing = tmp_path / "elsewhere" / "python3"
+    monkeypatch.setattr(sandbox.sys, "executable", str(missing))
+    why = sandbox.probe()
+    assert str(missing) in why and "does not start inside a sandbox" in why, why

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from course_utils.__main__ import main as cli
 from course_utils.grading import batch
@@ -507,6 +508,23 @@ def test_the_courses_own_notebooks_raise_no_flag():
         assert flags.scan(sources, batch.course_cells(lessons or ["[0-9][0-9]"])) == [], path.name
 
 
+@pytest.mark.parametrize("source, flagged", [
+    ('import os\nos.environ["TRITON_INTERPRET"] = "1"\nprint(os.cpu_count(), os.path.join("a", "b"))', []),
+    ('from os import environ, getenv\nfrom os.path import join\nimport datetime', []),
+    ("import os\nos.system('true')", ["process spawning (cell 1)", "imports os (code this scan cannot read) (cell 1)"]),
+    ("import os\nos.open('/tmp/x', 0)", ["imports os (code this scan cannot read) (cell 1)"]),
+    ("import os\nmodule = os\nmodule.write(4, b'x')", ["imports os (code this scan cannot read) (cell 1)"]),
+    ("from os import environ, fdopen", ["raw file descriptors (cell 1)", "imports os (code this scan cannot read) (cell 1)"]),
+], ids=["os.environ, os.path", "from os", "os.system", "os.open", "os passed on", "fdopen"])
+def test_os_for_its_environment_and_paths_is_no_flag(source, flagged):
+    """`import os; os.environ["TRITON_INTERPRET"] = "1"` (Triton's tutorials start so) was flagged "imports os
+    (code this scan cannot read)" on an honest notebook: os used for its environment, paths and CPU count alone
+    is none; any other use of it is flagged as before."""
+    from course_utils.grading import flags
+
+    assert flags.scan([source]) == flagged
+
+
 @pytest.mark.parametrize("source", [
     'course_utils.grading.guard.HOST_OPS.update({"add", "clamp_min"})',
     'g = course_utils\ng.grading.harness.COPY_OPS',
@@ -712,3 +730,49 @@ def test_the_notebooks_code_cannot_run_inside_the_checker(tmp_path):
     assert found["02.relu"] == (batch.PASS, ""), "the notebook's colorsys.py was imported"
     assert found["02.vector_add"][0] == batch.FAIL and "sys.settrace" in found["02.vector_add"][1], found
     assert found["02.copy_2d"][0] == batch.FAIL and "SIGALRM" in found["02.copy_2d"][1], found
+
+
+def test_lesson_01s_views_of_65_dimensions_reach_the_sandbox(tmp_path):
+    """01.transpose_view and 01.broadcast_view have a case of 65 dimensions (past NumPy's 64): a sandbox that
+    refused tensors of more than 8 gave the course's own solution 1/5 ("the notebook broke the grading
+    protocol"), every exercise after the first."""
+    from course_utils.grading import remote
+
+    t = torch.randn([2] + [1] * 62 + [3, 4]).transpose(0, 64)
+    encoder = remote.Encoder()
+    meta = encoder.encode(t)
+    back = remote.Decoder.from_blobs(encoder.blobs(), "cpu").decode(meta)
+    assert back.shape == t.shape and back.stride() == t.stride() and torch.equal(back, t)
+    (tmp_path / "views.ipynb").write_text((ROOT / "solutions" / "01_strides_and_intensity.ipynb").read_text())
+    (sub,) = batch.grade([tmp_path], timeout=TIMEOUT)
+    assert (sub.passed, sub.total) == (5, 5), {name: v.reason for name, v in sub.exercises.items()}
+
+
+def test_a_broadcast_result_cannot_spend_the_graders_memory():
+    """A function exercise's result is rebuilt in the grader from the bytes of its storage: a broadcast view
+    (stride 0) of one element and 2^33 of them, 08.rmsnorm_train's output, which the grader clones, took 32 GiB
+    of the grader's own memory for 4 bytes sent (the sandbox's limits bound the sandbox only; 2^28 elements
+    measured +1.2 GiB). Neither side takes a broadcast result larger than its storage and remote.RESULT_MAX."""
+    from course_utils.grading import remote
+
+    big = torch.zeros(1).expand(remote.RESULT_MAX)  # 4 bytes an element: 4 x the limit
+    with pytest.raises(TypeError, match="cannot send a broadcast tensor"):
+        remote.Encoder(broadcast_max=remote.RESULT_MAX).encode(big)
+    meta = {"t": "tensor", "s": 0, "dtype": "float32", "size": [1 << 33], "stride": [0], "offset": 0}
+    with pytest.raises(remote.ProtocolError, match="a broadcast tensor of more elements than its storage"):
+        remote.Decoder.from_blobs([bytes(4)], "cpu", broadcast_max=remote.RESULT_MAX).decode(meta)
+    small = torch.zeros(1).expand(1823, 781)  # lesson 01's broadcasts, and any tensor its storage holds, pass
+    sent = remote.Encoder(broadcast_max=remote.RESULT_MAX).encode(small)
+    assert remote.Decoder.from_blobs([bytes(4)], "cpu", broadcast_max=remote.RESULT_MAX).decode(sent).shape == small.shape
+    # the grader's own inputs are no result: a case's broadcast operand (a GPU's sizes) goes as it is
+    assert remote.Decoder.from_blobs([bytes(4)], "cpu").decode(remote.Encoder().encode(big)).shape == big.shape
+
+
+def test_a_sandbox_whose_python_never_started_says_why():
+    """A notebook whose sandboxed Python could not start died with exit code 127 and no other word in the
+    report; the line of setpriv or of the loader that says why is kept, as a Fatal Python error is."""
+    for line in ("setpriv: failed to execute /opt/py/bin/python3: No such file or directory",
+                 "/opt/py/bin/python3: error while loading shared libraries: libpython3.12.so.1.0: cannot open "
+                 "shared object file: Permission denied"):
+        assert batch._last_words(f"print from the notebook\n{line}\n") == line
+    assert batch._last_words("a notebook's own words\n") == ""

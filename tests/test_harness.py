@@ -650,3 +650,36 @@ def test_an_output_re_pointed_with_set_is_named():
 
     failure("02.vector_add", re_pointed, "`out` is no longer the buffer the checker passed in",
             "swapped or resized")
+
+
+@triton.jit
+def _tuple_add_kernel(inputs, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(inputs[0] + offs, mask=mask) + tl.load(inputs[1] + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def _scaled_relu_kernel(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, tl.maximum(x * (scale * 2.0), 0.0), mask=offs < n)
+
+
+def test_tuples_of_tensors_and_numpy_floats_are_arguments_a_launch_takes():
+    """Honest launches the rule on arguments (and the interpreter's address check) took for mistakes: a
+    tuple of tensors (a tuple of pointers, Triton >= 3.3) had its loads refused as out of bounds, none of
+    its tensors known; 1 / np.sqrt(4.0), an np.float64, is a float to Triton's launcher, and was "not a
+    tensor, a number or a Triton object"."""
+    import numpy as np
+
+    def add_pair(x, y, out):
+        n = out.numel()
+        _tuple_add_kernel[(triton.cdiv(n, 1024),)]((x, y), out, n, BLOCK=1024)
+
+    def scaled_relu(x, out):
+        n = x.numel()
+        _scaled_relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, 1 / np.sqrt(4.0), BLOCK=1024)
+
+    check("02.vector_add", add_pair, seed=1, quiet=True)
+    check("02.relu", scaled_relu, seed=1, quiet=True)

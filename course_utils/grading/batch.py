@@ -238,9 +238,11 @@ def _exit_status(code: int | None) -> str:
 
 
 def _last_words(tail: str) -> str:
-    """What a dead process said about its death ("Fatal Python error: Segmentation fault"), if anything.
-    (Its output is the notebook's output too: only the interpreter's own last words are kept.)"""
-    fatal = [line.strip() for line in tail.splitlines() if line.startswith("Fatal Python error")]
+    """What a dead process said about its death ("Fatal Python error: Segmentation fault"), if anything, or
+    why its Python never started (setpriv or the loader: "error while loading shared libraries", exit code
+    127). (Its output is the notebook's output too: only these last words are kept.)"""
+    fatal = [line.strip() for line in tail.splitlines()
+             if line.startswith(("Fatal Python error", "setpriv: ")) or "error while loading shared libraries" in line]
     return fatal[0] if fatal else ""
 
 
@@ -528,7 +530,8 @@ class Grader:
                                                     if isinstance(r, list) and len(r) == 3])
             if ex.kernel:
                 return judge_kernel_case(ex, case, prepared, remote.facts_in(msg.get("facts")))
-            decoder = remote.Decoder.from_blobs(blobs[len(encoder.storages):], self.device, first=encoder.storages)
+            decoder = remote.Decoder.from_blobs(blobs[len(encoder.storages):], self.device, first=encoder.storages,
+                                                broadcast_max=remote.RESULT_MAX)
             value = msg.get("result")
             if isinstance(value, dict) and value.get("t") == "unsendable":
                 result = _Unsendable(str(value.get("type", "object")))

@@ -53,7 +53,7 @@ ALLOWED_IMPORTS = frozenset({
     "__future__", "torch", "triton", "numpy", "matplotlib", "course_utils",
     "math", "cmath", "functools", "itertools", "typing", "dataclasses", "collections", "time", "random",
     "statistics", "numbers", "fractions", "decimal", "operator", "heapq", "bisect", "json", "re", "string",
-    "textwrap", "copy", "enum", "abc", "contextlib", "warnings", "struct", "pprint",
+    "textwrap", "copy", "enum", "abc", "contextlib", "warnings", "struct", "pprint", "datetime",
 })
 # Modules that run code from bytes, strings or files, or reach the interpreter's own machinery, when
 # another module hands them over as an attribute (torch.serialization.pickle, typing.sys, random._os).
@@ -93,6 +93,10 @@ EXEC_ATTRS = frozenset({"exec", "__import__", "__builtins__", "exec_module", "ru
 # getattr by other names: string.Formatter().get_field("0.__closure__", (check,), {}) returns the object.
 BY_NAME = frozenset({"getattr", "setattr", "delattr"})
 RAW_FDS = "raw file descriptors"
+# What an honest notebook takes from os (`os.environ["TRITON_INTERPRET"] = "1"`, as Triton's tutorials do): the
+# os module used for these alone is no flag; any other use of it (an attribute not here, the module passed on
+# or bound to another name) is "imports os", as before.
+OS_HARMLESS = frozenset({"environ", "getenv", "path", "cpu_count", "getcwd", "sep"})
 OS_CALLS = {
     "kill": "os.kill", "killpg": "os.kill", "fork": "process spawning", "forkpty": "process spawning",
     "system": "process spawning", "popen": "process spawning", "posix_spawn": "process spawning",
@@ -121,6 +125,10 @@ MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes",
                 "_write_file": "tensor storage internals", "_make_subclass": SUBCLASS,
                 "_make_wrapper_subclass": SUBCLASS, "__torch_dispatch__": SUBCLASS,
                 "__array_interface__": "NumPy over raw memory", "__cuda_array_interface__": "NumPy over raw memory",
+                # np.lib.stride_tricks.as_strided checks no bounds: over a 1-byte array, with a stride that is the
+                # distance to x.data_ptr() (the array's own address from byte_bounds, or id() of a bytes), it
+                # reads and writes any memory of the process, x's and a scratch tensor's, with no ctypes
+                "stride_tricks": "NumPy over raw memory", "byte_bounds": "NumPy over raw memory",
                 "share_memory_": SHARED, "_share_filename_cpu_": SHARED, "_share_fd_cpu_": SHARED,
                 "_new_shared_filename_cpu": SHARED, "_new_shared_fd_cpu": SHARED}
 # Attributes that lead from an object to others it was not given: a function's module globals (the
@@ -221,6 +229,7 @@ class _Scan(ast.NodeVisitor):
         self.uses_ctypes_or_numpy = False
         self.data_ptr = False
         self.os_names: set[str] = {"os"}  # names bound to the os module (`import os as o`)
+        self.harmless_os: set[int] = set()  # ids of the os names used for an OS_HARMLESS attribute only
 
     def add(self, what: str) -> None:
         if what not in self.found:
@@ -232,11 +241,13 @@ class _Scan(ast.NodeVisitor):
         top = name.split(".")[0]
         if top in MODULES:
             self.add(MODULES[top])
-        elif top not in ALLOWED_IMPORTS:
+        elif top not in ALLOWED_IMPORTS and top != "os":  # os: judged by its uses (visit_Name, ImportFrom)
             self.add(imports(top))
         for part in name.split(".")[1:]:  # import torch._inductor.codecache: a door inside an allowed module
             if part in EXEC_ATTRS:
                 self.add("exec/eval")
+            if part in MODULE_ATTRS:  # from numpy.lib.stride_tricks import as_strided
+                self.add(MODULE_ATTRS[part])
         if top in ("ctypes", "numpy"):
             self.uses_ctypes_or_numpy = True
         if top == "course_utils" and name.split(".")[1:2] and name.split(".")[1] in GRADER_ATTRS:
@@ -266,6 +277,8 @@ class _Scan(ast.NodeVisitor):
             for alias in node.names:
                 if alias.name in OS_CALLS:
                     self.add(OS_CALLS[alias.name])
+            if module == "os" and not all(alias.name in OS_HARMLESS for alias in node.names):
+                self.add(imports("os"))
         if top == "sys" and any(alias.name == "modules" for alias in node.names):
             self.add("sys.modules")
         if top == "course_utils":
@@ -313,9 +326,13 @@ class _Scan(ast.NodeVisitor):
 
     def visit_Attribute(self, node):
         self._attribute(node.attr, node.value)
+        if isinstance(node.value, ast.Name) and node.value.id in self.os_names and node.attr in OS_HARMLESS:
+            self.harmless_os.add(id(node.value))
         self.generic_visit(node)
 
     def visit_Name(self, node):
+        if node.id in self.os_names and id(node) not in self.harmless_os:
+            self.add(imports("os"))
         if node.id in ("exec", "eval", "compile", "__import__", "__builtins__"):
             self.add("exec/eval")
         if node.id in ("get_ipython", "IPython"):  # what magics do not give: run_cell of a string

@@ -21,6 +21,7 @@ import functools
 import inspect
 import linecache
 import os
+import re
 import secrets
 import sys
 import sysconfig
@@ -210,6 +211,10 @@ class Watch:
     # as (message, kind), whether or not the code caught the exception: a refusal's message says where the
     # bad address was, so a kernel that loads at an address made of the data, caught, reads the data out
     refused: list[tuple[str, str]] = field(default_factory=list)
+    # Ways tensor data reached the host past every op and launch the checker sees, each said once: the
+    # process's memory read as a file (MEMORY_FILE), an exception out of a kernel that the code caught
+    # (_kernel_raised: an assert's message can be a whole block).
+    side_doors: list[str] = field(default_factory=list)
 
     def compute_ops(self) -> list[str]:
         """The torch ops that did arithmetic or copies (not allocation, views, metadata)."""
@@ -798,16 +803,97 @@ def _mine(watch: Watch) -> bool:
             or isinstance(threading.current_thread(), threading._DummyThread))
 
 
+# --- the process's memory as a file ---------------------------------------------------------------
+# /proc/self/mem is the whole memory of the process as a file: read at x.data_ptr() it hands over x's values,
+# written at a tensor's address it changes the tensor, and neither is a torch op, a host read or a kernel's
+# load or store. Host code that reads x and y there, adds in Python and writes the sums into a tensor made
+# before the call (which a kernel may be launched with) passed 02.vector_add, in a sandbox too, and with a
+# path put together from pieces the scan saw no "/proc/". A watch fails a call that opens such a file
+# (an audit hook sees every open, however the path is spelled) or starts with one open.
+MEMORY_FILE = ("read or wrote memory through /proc/self/mem (the process's memory as a file): what passes that "
+               "way is no torch op and no kernel's load or store, so nothing of it can be judged; let your "
+               "kernel read the tensors and store its results")
+_MEMORY_PATH = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/mem")
+
+
+def _is_memory_file(path) -> bool:
+    """Is `path` (as given to open: relative, through symbolic links, /proc/self/root/...) a process's memory?
+    A relative "mem" counts whatever the folder (os.open(..., dir_fd=) of /proc/self)."""
+    try:
+        path = os.fsdecode(os.fspath(path))
+    except TypeError:  # a file descriptor: raw, flagged by the grader's scan
+        return False
+    if not os.path.isabs(path) and os.path.basename(path) == "mem":
+        return True
+    return bool(_MEMORY_PATH.fullmatch(os.path.realpath(path)))
+
+
+def _count_memory_opens() -> Callable[[], int]:
+    """Install (once, at import: before a sandboxed notebook's first cell) an audit hook that counts the opens
+    of a process's memory file; returns the count's reader. An audit hook cannot be removed, and the count
+    lives in this closure only."""
+    opened = [0]
+    is_memory = _is_memory_file
+
+    def audit(event, args):
+        if event == "open" and args:
+            try:
+                if is_memory(args[0]):
+                    opened[0] += 1
+            except Exception:  # never fail an open for the checker's sake
+                pass
+
+    sys.addaudithook(audit)
+    return lambda: opened[0]
+
+
+_memory_opens = _count_memory_opens()
+
+
+def _memory_file_open() -> bool:
+    """Does the process hold a memory file open now (opened before the audit hook, or before the call)?"""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:  # no /proc here (macOS, Windows): nor a /proc/self/mem
+        return False
+    for fd in fds:
+        try:
+            if _MEMORY_PATH.fullmatch(os.readlink(f"/proc/self/fd/{fd}")):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _kernel_raised(kernel, exc: BaseException) -> None:
+    """An exception came out of an interpreted launch: recorded in each watch of the code running now, as
+    refusals are (_refusal). Python's `assert False, block` in a kernel body raises an AssertionError that
+    holds the loaded block, NumPy data and all: host code that catches it has read the tensor with no op the
+    recorder sees (02.vector_add passed with the sums computed in Python). Honest code lets it fail the
+    check; a call that returns after one is judged a side door. (A refusal is its own record.)"""
+    root = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if isinstance(root, Refused):
+        return
+    text = (f"caught the {type(root).__name__} that your kernel `{_kernel_name(kernel)}` raised and went on: "
+            "what a kernel raises carries what it held out to the host code (an assert's message can be a "
+            "whole block of data); let a kernel that fails fail the call")
+    for watch in _watches:
+        if _mine(watch) and text not in watch.side_doors:
+            watch.side_doors.append(text)
+
+
 def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops: list[str] = (),
                     threads: list[str] = (), reads: list[str] = (), fills: int = 0,
                     thread: int | None = None, subclasses: list[str] = (), unseen: list[str] = (),
-                    ledger: str = "", refused: list[tuple[str, str]] = ()) -> None:
+                    ledger: str = "", refused: list[tuple[str, str]] = (), side_doors: list[str] = ()) -> None:
     """Kernels launched elsewhere on this code's behalf (a sandbox running a student's backward for
     the batch grader's stand-in node): every active watch counts them as its own launches, each
     (name, module) as a launch with no shapes, and the torch ops, threads, host reads and part-by-part
-    fills that code made as its own, the ops its ledger found unseen and the launches refused there (unseen,
-    ledger, refused: Watch.unseen_ops, Watch.ledger_problem, Watch.refused). thread: the thread whose watches
-    they are (default: this one)."""
+    fills that code made as its own, the ops its ledger found unseen, the launches refused there and its side
+    doors (unseen, ledger, refused, side_doors: Watch.unseen_ops, Watch.ledger_problem, Watch.refused,
+    Watch.side_doors). thread: the thread whose watches they are (default: this one)."""
     for watch in _watches:
         if watch.thread != (threading.get_ident() if thread is None else thread):
             continue
@@ -818,6 +904,7 @@ def record_launches(names: list[str], launched: list[tuple[str, str]] = (), ops:
         watch.unseen_ops += [op for op in unseen if op not in watch.unseen_ops]
         watch.ledger_problem = watch.ledger_problem or ledger
         watch.refused += [r for r in refused if r not in watch.refused][:3]
+        watch.side_doors += [d for d in side_doors if d not in watch.side_doors][:3]
         watch.launches += names
         watch.launched += [Launch(name, module, ()) for name, module in launched]
         watch.torch_ops += [op for op in dict.fromkeys(ops) if op not in watch.torch_ops]
@@ -1012,11 +1099,14 @@ def _patch_interpreter():
             _refuse_interpreter_changes()
         names = self.arg_names
         ranges = []
-        for i, arg in enumerate(list(args) + list(kwargs.values())):
-            # a tensor, or a TensorDescriptor made on the host (its loads and stores address its base tensor)
+        for where, arg in kernel_source.flat_arguments(args, kwargs, launch=()):
+            # a tensor, or a TensorDescriptor made on the host (its loads and stores address its base tensor); in
+            # a tuple too (a tuple of tensors is a tuple of pointers: its loads were taken for out of bounds)
             tensor = arg if isinstance(arg, torch.Tensor) else getattr(arg, "base", None)
             if isinstance(tensor, torch.Tensor):
-                name = names[i] if i < len(names) else "tensor"
+                head, _, item = where.partition("[")  # "1[0]": the first item of the second argument
+                name = head if not head.isdigit() else names[int(head)] if int(head) < len(names) else "tensor"
+                name += f"[{item}" if item else ""
                 ranges.append((*_storage_range(tensor), name))
                 if _trackers and not _trackers[-1].tracks(tensor):
                     _trackers[-1].launched_with(tensor, _kernel_name(self.fn), name)
@@ -1025,6 +1115,9 @@ def _patch_interpreter():
         _active_ranges.append(ranges)
         try:
             return orig_call(self, *args, **kwargs)
+        except Exception as exc:
+            _kernel_raised(self.fn, exc)
+            raise
         finally:
             _active_ranges.pop()
 
@@ -1116,7 +1209,7 @@ def _user_hooks(tuner) -> list[str]:
 
 
 def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
-    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    tensors = [a for _, a in kernel_source.flat_arguments(args, kwargs) if isinstance(a, torch.Tensor)]
     return Launch(_kernel_name(kernel), _kernel_module(kernel), tuple(tuple(t.shape) for t in tensors),
                   tuple(_storage(t) in watch.input_storages for t in tensors),
                   tuple(watch.call_shapes.get(_storage(t), ()) for t in tensors),
@@ -1146,6 +1239,13 @@ def _interpreted(kernel) -> bool:
 
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
+
+
+def _plain_grid(grid) -> tuple[int, ...]:
+    """A launch's grid as a tuple of plain ints (operator.index of each entry: an int, a NumPy integer)."""
+    import operator
+
+    return tuple(operator.index(entry) for entry in grid)
 
 
 def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[[], None] | None = None):
@@ -1190,13 +1290,26 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
         host_code._course_unpaused = True
         return host_code
 
+    def grid_of_ints(grid):
+        """The grid, worked out as a tuple of plain ints with recording on. Triton reads a grid's entries
+        (int(), <, __index__) inside the launch, where recording is paused: an entry whose __index__ ran
+        `SUM.copy_(x + y)` computed unseen, and a kernel copied SUM into out (02.vector_add passed, in a
+        sandbox too). A grid callable's result is made plain as it returns, the same way."""
+        if getattr(grid, "_course_unpaused", False):
+            return grid
+        if callable(grid):
+            def grid_fn(*a, **k):
+                return _plain_grid(grid(*a, **k))
+            return unpaused(functools.wraps(grid)(grid_fn))
+        return unpaused(_plain_grid)(grid)
+
     def wrap(cls, orig):
         def run(self, *args, **kwargs):
             if not _mine(watch):
                 return orig(self, *args, **kwargs)
             counts = not (in_tuner and in_tuner[-1]) and not kwargs.get("warmup", False)
             if "grid" in kwargs:
-                kwargs["grid"] = unpaused(kwargs["grid"])
+                kwargs["grid"] = grid_of_ints(kwargs["grid"])
             jit = kernel_source._jit_function(self)
             hooks = list(getattr(jit, "pre_run_hooks", None) or ())
             if hooks and counts:
@@ -1212,9 +1325,12 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
             if counts:
                 watch.launches.append(_kernel_name(self))
                 watch.launched.append(_launch_record(self, watch, args, kwargs))
+                # Arguments in both modes: a GPU's launcher calls an object's data_ptr() (any object that has
+                # one is a pointer to it) inside the launch, where recording is paused
                 found = kernel_source.subclass_problems(self, args, kwargs)
+                found += kernel_source.argument_problems(self, args, kwargs)
                 if _interpreted(self):
-                    found += kernel_source.problems(self) + kernel_source.argument_problems(self, args, kwargs)
+                    found += kernel_source.problems(self)
                 watch.not_triton += [p for p in found if p not in watch.not_triton]
             in_tuner.append(isinstance(self, Autotuner))
             _launching.append([self, False])
@@ -1279,6 +1395,7 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
         _trackers.append(tracker)
     # The outermost watch of this thread keeps the ledger; a watch inside it shares that account.
     ledger = None if any(w.thread == watch.thread for w in _watches) else OpLedger()
+    memory_opens, memory_open = _memory_opens(), _memory_file_open()
     _watches.append(watch)
     try:
         with _RecordHostCalls(watch, recorder), recorder:
@@ -1291,6 +1408,8 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
                     watch.unseen_ops += ledger.stop()
                     watch.ledger_problem = ledger.problem
                     watch.host_reads += ["item"] * min(ledger.hidden_reads, 1)
+                if (memory_open or _memory_opens() != memory_opens) and MEMORY_FILE not in watch.side_doors:
+                    watch.side_doors.append(MEMORY_FILE)
     finally:
         _watches.remove(watch)
         if tracker is not None:

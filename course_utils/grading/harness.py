@@ -667,7 +667,8 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
 
 def _subclass_problems(watch, where: str = "") -> list[str]:
     """A tensor subclass or a dispatch mode of the notebook's own: Python beneath the recorder; torch ops
-    that went past it (guard.OpLedger); a launch the checker refused whose exception the code caught."""
+    that went past it (guard.OpLedger); data that went past everything (guard.Watch.side_doors: the memory
+    file, an exception out of a kernel caught); a launch the checker refused whose exception the code caught."""
     problems = []
     if watch.subclasses:
         problems.append(Problem(
@@ -680,6 +681,8 @@ def _subclass_problems(watch, where: str = "") -> list[str]:
             "runs past them is computation it cannot judge; call torch the ordinary way", "host"))
     if watch.ledger_problem:
         problems.append(Problem(where + watch.ledger_problem, "host"))
+    for text in getattr(watch, "side_doors", [])[:1]:
+        problems.append(Problem(where + text, "host"))
     for text, kind in getattr(watch, "refused", [])[:1]:
         problems.append(Problem(f"{where}{text} (your code caught the exception and went on: a launch the "
                                 "checker stopped fails the check all the same)", kind))

@@ -81,6 +81,8 @@ def _allowed(value) -> bool:
 
     if isinstance(value, ModuleType):
         return value.__name__.split(".")[0] in MODULES
+    if isinstance(value, tl.tuple):  # made on the host: a list inside (`.values`), the kernel's to append its
+        return False  # blocks to and the host's to read; a kernel is handed a Python tuple (or makes its own)
     if isinstance(value, tl.constexpr):  # what it wraps: tl.constexpr(a host function) calls it
         return value.value is not value and _allowed(value.value)
     if isinstance(value, (*_kernel_types(), tl.dtype)) or type(value) in (int, float, bool, str, type(None)):
@@ -135,14 +137,19 @@ def _triton_dir() -> str:
 
 
 def _attribute(node: ast.Attribute, scope: dict, local: set):
-    """The value of `a.b.c` when `a` is a module the kernel reaches (tl, triton, math), else None."""
+    """The value of `a.b.c` when `a` is a global name the kernel reaches: a module (tl, triton, math), a
+    @triton.jit function or a value a kernel may use (a namedtuple of constants); else None. What a global
+    holds is judged too: `helper.rewritten_fn` of a @triton.jit function is a dict, where a kernel could
+    leave its blocks for the host to read."""
     names = []
     while isinstance(node, ast.Attribute):
         names.append(node.attr)
         node = node.value
-    if not isinstance(node, ast.Name) or node.id in local or not isinstance(scope.get(node.id), ModuleType):
+    if not isinstance(node, ast.Name) or node.id in local or node.id not in scope:
         return None
     value = scope[node.id]
+    if not (isinstance(value, ModuleType) or _jit_function(value) is not None or _allowed(value)):
+        return None  # the name itself is refused (problems)
     for name in reversed(names):
         try:
             value = getattr(value, name)
@@ -151,24 +158,60 @@ def _attribute(node: ast.Attribute, scope: dict, local: set):
     return value
 
 
+def _plain_tuple(value) -> bool:
+    """A tuple, or a namedtuple with no methods of its own: Triton takes one as an argument (triton >= 3.3),
+    each item an argument of its own (a tuple of tensors is a tuple of pointers)."""
+    if type(value) is tuple:
+        return True
+    return isinstance(value, tuple) and hasattr(value, "_fields") and not (
+        set(vars(type(value))) - NAMEDTUPLE - set(value._fields))
+
+
+def flat_arguments(args, kwargs, launch=("grid", "warmup")) -> list[tuple[str, object]]:
+    """(where, value) of a launch's arguments, tuples opened ("1[0]" for the first item of the second), the
+    launcher's own keywords left out."""
+    found = []
+
+    def add(where: str, value) -> None:
+        if _plain_tuple(value):
+            for i, item in enumerate(value):
+                add(f"{where}[{i}]", item)
+        else:
+            found.append((where, value))
+
+    for where, value in [*enumerate(args), *((k, v) for k, v in kwargs.items() if k not in launch)]:
+        add(str(where), value)
+    return found
+
+
 def argument_problems(kernel, args, kwargs) -> list[str]:
     """Launch arguments a GPU's launcher would not take: a Python function or any other object whose
     methods the interpreter would run as Python (tensors, numbers, dtypes, Triton objects are fine)."""
     import torch
+    import triton.language as tl
 
     found = []
     jit = _jit_function(kernel)
     name = jit.fn.__name__ if jit is not None else "kernel"
-    launch = {"grid", "warmup"}  # the launcher's own keywords: a grid may be a function of the meta-parameters
-    for position, value in [*enumerate(args), *((k, v) for k, v in kwargs.items() if k not in launch)]:
+    # (the launcher's own keywords left out: a grid may be a function of the meta-parameters)
+    for position, value in flat_arguments(args, kwargs):
         if _jit_function(value) is not None:  # a @triton.jit function passed in: its body follows the rule
             found += problems(value)
-        elif not (isinstance(value, (torch.Tensor, torch.dtype)) or _allowed(value)):  # a kernel sees a
-            # tensor as a pointer (tensor subclasses: subclass_problems)
-            what = f"{type(value).__name__} {getattr(value, '__name__', '')}".strip()
-            found.append(f"`{name}` was launched with {what} as argument {position!r}, which is not a tensor, "
+        elif not (isinstance(value, (torch.Tensor, torch.dtype)) or _allowed(value) or _numpy_float(value)):
+            # a kernel sees a tensor as a pointer (tensor subclasses: subclass_problems)
+            what = ("a tl.tuple" if isinstance(value, tl.tuple)
+                    else f"{type(value).__name__} {getattr(value, '__name__', '')}".strip())
+            found.append(f"`{name}` was launched with {what} as argument {position}, which is not a tensor, "
                          "a number or a Triton object")
     return found
+
+
+def _numpy_float(value) -> bool:
+    """np.float64 (1 / np.sqrt(d)): a float whose methods are NumPy's C, which Triton's launcher takes as a float
+    (it takes no other NumPy scalar: np.float32, np.int64 and np.bool_ are refused on a GPU too)."""
+    import numpy as np
+
+    return type(value) is np.float64
 
 
 def subclass_problems(kernel, args, kwargs) -> list[str]:
@@ -179,8 +222,8 @@ def subclass_problems(kernel, args, kwargs) -> list[str]:
     jit = _jit_function(kernel)
     name = jit.fn.__name__ if jit is not None else "kernel"
     return [f"`{name}` was launched with a {type(value).__name__}, a tensor subclass whose Python methods run "
-            f"inside the launch, as argument {where!r}: pass the plain tensor"
-            for where, value in [*enumerate(args), *kwargs.items()]
+            f"inside the launch, as argument {where}: pass the plain tensor"
+            for where, value in flat_arguments(args, kwargs, launch=())
             if isinstance(value, torch.Tensor) and _python_tensor(type(value))]
 
 
@@ -262,10 +305,26 @@ def _problems(fn, seen: frozenset = frozenset()) -> tuple[str, ...]:
             found += _problems(jit, seen | {fn})
         return jit is not None
 
+    # Defaults of the parameters, as values: `sink=[]` is a list the interpreter's calls share (the rewritten
+    # function's own), where a kernel appends its blocks for the host to read; a GPU launches with none.
+    try:
+        parameters = inspect.signature(python).parameters.values()
+    except (TypeError, ValueError):
+        parameters = ()
+    for parameter in parameters:
+        value = parameter.default
+        if value is not parameter.empty and not followed(value) and not _allowed(value):
+            found.append(f"has a parameter `{parameter.name}` of `{python.__name__}` whose default is a "
+                         f"{type(value).__name__}, not a number, a string or a Triton object (a GPU's launcher "
+                         "takes none; the interpreter's calls of the kernel would all share it)")
     for node in body:
         if isinstance(node, UNSUPPORTED):
             found.append(f"has a {type(node).__name__}, which no Triton kernel can have, at {where(node)}")
-        if isinstance(node, ast.Attribute):  # module.name: what it is now (tl.exp can be reassigned)
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            # `tl.float32.leak = x`: the block left on an object the host reaches; Triton's compiler refuses it
+            found.append(f"assigns to the attribute `{ast.unparse(node)}`, which no Triton kernel can, at "
+                         f"{where(node)}")
+        elif isinstance(node, ast.Attribute):  # module.name: what it is now (tl.exp can be reassigned)
             value = _attribute(node, scope, local)
             if followed(value):
                 pass

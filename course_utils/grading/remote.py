@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import math
 import os
 import select
 import struct
@@ -34,6 +35,9 @@ RESULT_MAX = 256 << 20  # bytes of tensors a function exercise may return
 BLOBS_MAX = 4096  # storages in one message (a flood of empty ones would fill the grader's memory)
 LAUNCHES_MAX = 64  # kernel names a sandbox's backward reports (the grader needs to know there were some)
 OPS_MAX = 256  # torch ops a sandbox's backward reports (which ones, not how often)
+# Dimensions of a tensor sent either way: lesson 01's views have a case of 65, past NumPy's 64 (a limit of 8
+# refused the grader's own input there, and the course's solution got 1/5 in a batch)
+DIMS_MAX = 128
 
 
 class ProtocolError(Exception):
@@ -191,9 +195,10 @@ class Encoder:
     the other side too, so strides, offsets and guard regions arrive as they were.
     """
 
-    def __init__(self):
+    def __init__(self, broadcast_max: int | None = None):
         self.keys: dict[int, int] = {}
         self.storages: list = []  # uint8 tensors over each storage, in order
+        self.broadcast_max = broadcast_max  # a function's result: see Decoder
 
     def storage_index(self, t) -> int:
         key, raw = _storage_bytes(t)
@@ -208,6 +213,11 @@ class Encoder:
 
         if isinstance(value, torch.Tensor):
             with torch._C.DisableTorchFunctionSubclass():
+                limit = self.broadcast_max
+                if limit is not None and value.numel() * value.element_size() > max(
+                        _storage_bytes(value)[1].numel(), limit):
+                    raise TypeError(f"cannot send a broadcast tensor of {value.numel()} elements: more than "
+                                    f"its storage holds, and more than {limit >> 20} MiB")
                 meta = {"t": "tensor", "s": self.storage_index(value),
                         "dtype": str(value.dtype).replace("torch.", ""),
                         "size": list(value.shape), "stride": list(value.stride()),
@@ -236,17 +246,24 @@ class Encoder:
 class Decoder:
     """The other side of Encoder: storages from blobs (or existing ones), then values over them."""
 
-    def __init__(self, storages: list, device: str):
+    def __init__(self, storages: list, device: str, broadcast_max: int | None = None):
         self.storages = storages  # uint8 tensors
         self.device = device
+        # Set where the grader rebuilds what a sandbox returned (a function exercise's result, RESULT_MAX): a
+        # broadcast view (stride 0) holds more elements than its storage, and 4 bytes sent as a tensor of
+        # 2^33 elements, which the grader copies (08.rmsnorm_train's output: clone), were 32 GiB of the
+        # grader's own memory, past every limit of the sandbox's. At most its storage's bytes, or this many.
+        # (Not the grader's own inputs: a case's broadcast operand on a GPU may be larger.)
+        self.broadcast_max = broadcast_max
 
     @classmethod
-    def from_blobs(cls, blobs: list[bytes], device: str, *, first: list | None = None) -> Decoder:
+    def from_blobs(cls, blobs: list[bytes], device: str, *, first: list | None = None,
+                   broadcast_max: int | None = None) -> Decoder:
         import torch
 
         made = [torch.frombuffer(bytearray(b), dtype=torch.uint8).to(device) if b
                 else torch.empty(0, dtype=torch.uint8, device=device) for b in blobs]
-        return cls(list(first or []) + made, device)
+        return cls(list(first or []) + made, device, broadcast_max)
 
     def decode(self, value: Any, wrap_ok: bool = False) -> Any:
         import torch
@@ -282,13 +299,16 @@ class Decoder:
         size, stride, offset = _list(meta.get("size")), _list(meta.get("stride")), meta.get("offset")
         ints = [index, offset, *size, *stride]
         if (not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ints)
-                or len(size) != len(stride) or index >= len(self.storages) or len(size) > 8):
+                or len(size) != len(stride) or index >= len(self.storages) or len(size) > DIMS_MAX):
             raise ProtocolError("a tensor with an invalid layout")
         raw = self.storages[index]
         itemsize = torch.empty(0, dtype=dtype).element_size()
         last = offset + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else offset - 1
         if (last + 1) * itemsize > raw.numel():
             raise ProtocolError("a tensor that reaches past its storage")
+        limit = self.broadcast_max
+        if limit is not None and math.prod(size) * itemsize > max(raw.numel(), limit):
+            raise ProtocolError(f"a broadcast tensor of more elements than its storage and {limit >> 20} MiB")
         t = torch.empty(0, dtype=dtype, device=raw.device).set_(raw.untyped_storage(), offset, size, stride)
         if meta.get("grad") is True and dtype.is_floating_point:
             t.requires_grad_(True)
@@ -816,7 +836,8 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
                             refused=[(pair[0][:1000], pair[1] if pair[1] in KINDS else "host")
                                      for pair in _list(msg.get("refused", []))[:3]
                                      if isinstance(pair, list) and len(pair) == 2
-                                     and all(isinstance(x, str) for x in pair)])
+                                     and all(isinstance(x, str) for x in pair)],
+                            side_doors=[str(d)[:1000] for d in _list(msg.get("side_doors", []))[:3]])
             return (None, *[g for g, a in zip(grads, args) if any(a is p for p in inputs)])
 
     return Sandboxed.apply(y.detach(), *inputs)
@@ -871,7 +892,8 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                          "ops": list(dict.fromkeys(watch.torch_ops))[:OPS_MAX], "threads": watch.threads[:1],
                          "reads": list(dict.fromkeys(watch.host_reads))[:OPS_MAX], "fills": watch.host_fills,
                          "subclasses": watch.subclasses[:8], "unseen": watch.unseen_ops[:8],
-                         "ledger": watch.ledger_problem, "refused": [list(r) for r in watch.refused[:3]]}
+                         "ledger": watch.ledger_problem, "refused": [list(r) for r in watch.refused[:3]],
+                         "side_doors": watch.side_doors[:3]}
                 chan.send(_tampered(changed) if changed else reply, grads_enc.blobs())
                 continue
             if op == "signature":
@@ -885,7 +907,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
             decoder = Decoder.from_blobs(blobs, device)
             args = [decoder.decode(a, wrap_ok=True) for a in _list(msg.get("args"))]
             expect = msg.get("expect_raise")
-            result_enc = Encoder()
+            result_enc = Encoder(broadcast_max=RESULT_MAX)
             if expect is not None:  # a case the candidate must refuse by raising this (builtin) exception
                 kind = getattr(builtins, str(expect), None)
                 if not (isinstance(kind, type) and issubclass(kind, Exception)):

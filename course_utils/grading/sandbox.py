@@ -95,6 +95,27 @@ def probe() -> str:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return f"bwrap cannot create its namespaces here ({why}); on Ubuntu 24.04 and later: " \
                "sysctl kernel.apparmor_restrict_unprivileged_userns=0"
+    return _python_starts()
+
+
+def _python_starts() -> str:
+    """"" when this Python starts inside a sandbox as the sandbox's user; otherwise why not. A root grader's
+    sandboxes run as uids of their own (60001, ...): a Python installation, or a library it loads, that
+    only root may read would leave every notebook dead at its first cell (exit code 126 or 127)."""
+    limits = Limits()
+    with tempfile.TemporaryDirectory() as course, open(os.devnull, "rb") as empty:
+        cmd = command(Path(course), empty.fileno(), "probe.ipynb", gpu=False, limits=limits)
+        cmd = [*cmd[:cmd.index("-m")], "-c", "import encodings"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, pass_fds=(empty.fileno(),),
+                                  preexec_fn=lambda: _set_limits(limits))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"the sandbox's Python could not be started ({exc})"
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        user = f"uid {ROOT_UIDS}" if os.geteuid() == 0 else "the sandbox's user"
+        return (f"{sys.executable} does not start inside a sandbox as {user} ({why}); every folder and "
+                "library of the Python installation must be readable by all users")
     return ""
 
 
