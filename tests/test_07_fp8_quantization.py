@@ -655,6 +655,25 @@ def test_decode_with_torchs_float8_is_refused_by_name():
     assert "int() / float()) are all allowed" in str(info.value)
 
 
+
+@triton.jit
+def _copy_one_byte(src_ptr, dst_ptr):
+    tl.store(dst_ptr, tl.load(src_ptr))
+
+
+def test_decode_through_a_kernel_is_refused():
+    """On an H200, a kernel's own fp8 conversion (tl.load(p).to(tl.float8e4nv, bitcast=True).to(tl.float32))
+    decoded every pattern and passed: the hardware's decoder, not the student's. This exercise launches no
+    kernel at all (the one here only copies the byte: the interpreter's own fp8 refusal is not what fails it)."""
+    def decode_after_a_launch(bits):
+        src = torch.tensor([bits], dtype=torch.uint8, device=current().device)
+        dst = torch.empty_like(src)
+        _copy_one_byte[(1,)](src, dst)
+        return l07.decode_e4m3(int(dst.item()))
+
+    fails("07.decode_e4m3", decode_after_a_launch, "launched the Triton kernel `_copy_one_byte`",
+          "plain Python on the host")
+
 def test_quantize_amax_of_the_values_not_their_magnitudes_is_named():
     from helpers import mutant
 

@@ -340,6 +340,7 @@ register(Exercise(
     hint={"wrong": "sign = bit 7, exponent = bits 6-3 (bias 7), mantissa = bits 2-0; exponent 0 is subnormal "
                    "(M/8 * 2^-6), S 1111 111 is NaN, there is no infinity; return a Python float"},
     kernel=False,
+    max_launches=0,  # Triton's own fp8 (a bitcast to tl.float8e4nv in a kernel) is a decoder too: no kernels
     # A decoder built on torch's own fp8 (`.view(torch.float8_e4m3fn)`, `.to(...)`) would only check torch
     # against itself: any torch op that touches a float8 tensor (of any of torch's 8-bit float types:
     # e4m3fnuz decodes e4m3fn but for a factor 2) is refused, and so is a call of the course's own decoder.

@@ -199,7 +199,9 @@ class Exercise:
     forbidden_ops: tuple[str, ...] = ()  # aten ops this exercise may not call (e.g. "transpose")
     allowed_ops: tuple[str, ...] = ()  # extra aten ops a kernel exercise may call on the host
     stub_message: str = ""  # what the unsolved stub raises
-    # Kernel exercises: the most kernel launches one call may make (1: "in one kernel"); None: any.
+    # Kernel exercises: the most kernel launches one call may make (1: "in one kernel"); None: any. A function
+    # exercise of plain Python with 0 (07.decode_e4m3): no launch at all, since a kernel's own conversion
+    # (.to(tl.float8e4nv, bitcast=True)) is the hardware's decoder answering for the student's.
     max_launches: int | None = None
     fusion: Fusion | None = None  # a fused exercise: launches on the activations, no intermediate in memory
     # dtypes the host code may not touch, and why (07.decode_e4m3: torch's own float8 decoder)
@@ -1232,6 +1234,8 @@ def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[An
     used += [f"dtype:{str(dt).replace('torch.', '')}" for dt in ex.forbidden_dtypes if dt in watch.dtypes]
     if ex.needs_kernels:
         used += [] if watch.launches else ["launch:none"]
+    elif ex.max_launches == 0 and watch.launches:
+        used += [f"launch:{watch.launches[0]}"]
         refusal = course_solution(ex.id, None, watch.launched)
         used += [f"solution:{refusal}"] if refusal else []
     if not getattr(ex, "host_arithmetic", True):
@@ -1274,6 +1278,11 @@ def judge_function_case(ex: Exercise, case: Case, result: Any, used: list[str]) 
     if "launch:none" in used:
         return [Problem("no Triton kernel was launched: this function must run your Triton kernels, not "
                         "compute the answer with PyTorch", "host")]
+    launched = [u[7:] for u in used if u.startswith("launch:")]
+    if launched:
+        return [Problem(f"launched the Triton kernel `{launched[0]}`: this exercise is plain Python on the host; a "
+                        "kernel's own conversions (a bitcast to one of Triton's float types, then .to(tl.float32)) "
+                        "compute with the GPU's hardware, not with your code", "host")]
     solutions = [u[9:] for u in used if u.startswith("solution:")]
     if solutions:
         return [Problem(solutions[0], "host")]
