@@ -276,12 +276,22 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
                             "        return y.view(x.shape)"),
                            ("numpy_in_backward", "        return dx.view(x.shape), dw.to(weight.dtype), None",
                             "        dy.detach().cpu().numpy()\n"
-                            "        return dx.view(x.shape), dw.to(weight.dtype), None")):
+                            "        return dx.view(x.shape), dw.to(weight.dtype), None"),
+                           # rstd from the last forward, not its own: wrong once two forwards come before
+                           # their backwards (the sandbox keeps each call's output for its own backward)
+                           ("last_forwards_rstd", "        x, weight, rstd = ctx.saved_tensors",
+                            "        x, weight, _ = ctx.saved_tensors\n"
+                            "        rstd = RMSNormFunction.last_rstd"),
+                           ):
         nb = copy.deepcopy(solution)
         at = _index(nb, "class RMSNormFunction")
         source = "".join(nb["cells"][at]["source"])
         assert old in source
-        nb["cells"][at]["source"] = source.replace(old, new) if old else source
+        source = source.replace(old, new) if old else source
+        if name == "last_forwards_rstd":
+            keep = "        ctx.save_for_backward(x, weight, rstd)"
+            source = source.replace(keep, keep + "\n        RMSNormFunction.last_rstd = rstd")
+        nb["cells"][at]["source"] = source
         nb["cells"] = [c for c in nb["cells"] if 'check("08.' not in "".join(c["source"])
                        or 'check("08.rmsnorm_train"' in "".join(c["source"])]
         (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb))
@@ -303,6 +313,8 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
     assert "bytes a row, where rstd takes 4" in found["copy_in_halves.ipynb"].reason
     # and the host reads of its backward (autograd runs a backward outside the TorchFunctionMode)
     assert found["numpy_in_backward.ipynb"].status == batch.FAIL, found["numpy_in_backward.ipynb"]
+    assert found["last_forwards_rstd.ipynb"].status == batch.FAIL, found["last_forwards_rstd.ipynb"]
+    assert "the FIRST forward's" in found["last_forwards_rstd.ipynb"].reason, found["last_forwards_rstd.ipynb"]
     assert "the backward read tensor data into Python/NumPy" in found["numpy_in_backward.ipynb"].reason
 
 

@@ -465,10 +465,8 @@ def _train_verify(x, weight, eps, dy, pair: dict | None = None, role: str = ""):
                     "YourFunction.apply(x, weight, eps), a torch.autograd.Function"]
         problems = _saved_problems(fn, x, weight, rows, hidden, result)
         problems += compare("y", result.detach(), y64.view(x.shape), *tol_y)
-        # The batch grader differentiates only the output of a submission's last call: there the first of
-        # the pair is differentiated at once, as every other case is
-        sandboxed = hasattr(getattr(fn, "_forward_cls", None), "kept_in_sandbox")
-        if role == "first" and not problems and not sandboxed:
+        # (in the batch grader too: the sandbox keeps each call's output for the backward asked of it)
+        if role == "first" and not problems:
             pair["first"] = lambda: first_again(result)  # run by the second case
             return []
         if problems:

@@ -38,6 +38,7 @@ OPS_MAX = 256  # torch ops a sandbox's backward reports (which ones, not how oft
 # Dimensions of a tensor sent either way: lesson 01's views have a case of 65, past NumPy's 64 (a limit of 8
 # refused the grader's own input there, and the course's solution got 1/5 in a batch)
 DIMS_MAX = 128
+PENDING_MAX = 4  # autograd outputs a sandbox keeps for the grader's backwards (the latest calls of a check)
 
 
 class ProtocolError(Exception):
@@ -809,7 +810,8 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
         @staticmethod
         def backward(ctx, grad):
             enc = Encoder()
-            chan.send({"op": "backward", "device": device, "grad": enc.encode(grad)}, enc.blobs())
+            chan.send({"op": "backward", "call": info.get("call"), "device": device, "grad": enc.encode(grad)},
+                      enc.blobs())
             msg, blobs = chan.recv()
             if msg.get("op") == "raised":
                 raise RuntimeError(str(msg.get("raised") or msg.get("message", ""))[:2000])
@@ -858,7 +860,10 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
     from .harness import CandidateError, CheckFailed, _check_signature, call_function_candidate, call_kernel_candidate
     from .guard import Refused, watching
 
-    pending = (None, [])
+    # Autograd outputs of this check's calls, by call number, for the grader's stand-ins to differentiate: a
+    # check may run two forwards before their backwards, as a model does (08.rmsnorm_train). The last few.
+    pending: dict[int, tuple] = {}
+    calls = 0
 
     chan.send({"op": "check", "exercise": str(exercise_id)})
     while True:
@@ -874,8 +879,8 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
             chan.send(_tampered(changed))
             continue
         try:
-            if op == "backward":  # the check differentiates the output of the last call
-                result, fargs = pending
+            if op == "backward":  # the check differentiates the output of call number msg["call"]
+                result, fargs = pending.get(msg.get("call"), (None, []))
                 grad = Decoder.from_blobs(blobs, str(msg.get("device", "cpu"))).decode(msg.get("grad"))
                 try:
                     with watching() as watch:
@@ -947,8 +952,10 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                     encoded = {"t": "unsendable", "type": type(result).__name__, "why": str(exc)}
                 reply = {"op": "called", "result": encoded, "used": [str(u) for u in used]}
                 if isinstance(result, torch.Tensor) and result.grad_fn is not None:
-                    reply["autograd"] = autograd_out(result.grad_fn, args, result)
-                    pending = (result, args)
+                    calls += 1
+                    reply["autograd"] = {**autograd_out(result.grad_fn, args, result), "call": calls}
+                    pending[calls] = (result, args)
+                    pending.pop(calls - PENDING_MAX, None)
             reads = {str(i): [list(r) for r in a._reads] for i, a in enumerate(args) if hasattr(a, "_reads")}
             if reads:
                 reply["reads"] = reads
