@@ -635,3 +635,13 @@ def test_naive_on_a_2d_grid_fails_on_a_gpu_past_65535_columns():
     wrong = mutant("l03_matmul", "matmul_naive", ("m = pid % M", "m = tl.program_id(0)"),
                    ("n = pid // M", "n = tl.program_id(1)"), ("grid = (M * N,)", "grid = (M, N)"))
     failure("03.matmul_naive", wrong, "N = 65539: more output columns than a GPU grid's axis 1 holds")
+
+
+def test_linear_relu_refuses_a_strided_bias_by_name():
+    """The kernel reads bias[n] at bias + n: a bias sliced from a longer tensor (strides (2,)) would be read
+    at the wrong places, so it is refused with its name, as matmul's is (nn.Linear's bias is contiguous)."""
+    dev = current().device
+    x, w = torch.randn(8, 16, device=dev), torch.randn(12, 16, device=dev)
+    out = torch.empty(8, 12, device=dev)
+    with pytest.raises(ValueError, match="linear_relu needs contiguous tensors, and these are not: bias"):
+        linear_relu(x, w, torch.randn(24, device=dev)[::2], out)

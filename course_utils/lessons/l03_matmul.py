@@ -451,9 +451,11 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.
 
 # %%
 def linear_relu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
-    """out = relu(x @ w.T + bias); x (M, K), w (N, K), bias (N,), out (M, N); one kernel."""
+    """out = relu(x @ w.T + bias); x (M, K), w (N, K), bias (N,) contiguous (as nn.Linear's), out (M, N); one
+    kernel."""
     expect_shapes("linear_relu", w=(w, (w.shape[0], x.shape[1])), bias=(bias, (w.shape[0],)),
                   out=(out, (x.shape[0], w.shape[0])))
+    expect_contiguous("linear_relu", bias=bias)  # the kernel reads bias[n] at bias + n
     # BEGIN SOLUTION
     matmul(x, w.t(), out, bias=bias, relu=True)  # w.t(): a (K, N) view, strides (1, K)
     # END SOLUTION
