@@ -510,6 +510,24 @@ def test_matmul_with_an_fp16_accumulator_fails_the_long_k_case():
     assert not bool(((bad.double() - exact).abs() <= atol + rtol * exact.abs()).all()), "fp16 accumulation fails"
 
 
+def test_matmul_of_fp32_tiles_cast_to_fp16_fails_outside_fp16_range():
+    """tl.dot(a.to(tl.float16), b.to(tl.float16)) of fp32 inputs rounds them to 10 mantissa bits, as TF32 does:
+    within a GPU's fp32 tolerance at unit scale (the interpreter's exact fp32 dots catch it in every case).
+    Only values outside fp16's range show it there: the case of a near 1e5 and b near 1e-5."""
+    from course_utils.checks.l03_matmul import _matmul_cases
+
+    case = next(c for c in _matmul_cases(torch.Generator().manual_seed(1)) if "outside fp16's range" in c.label)
+    a, b, out = case.args
+    exact = case.expected["out"]
+    wrong = mutant("l03_matmul", "matmul", ("acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
+                                            "acc = tl.dot(a.to(tl.float16), b.to(tl.float16), acc)"))
+    for candidate, passes in ((matmul, True), (wrong, False)):
+        got = torch.empty(out.shape, dtype=out.dtype, device=a.device)
+        candidate(a, b, got)
+        close = bool(((got.double() - exact).abs() <= case.atol + case.rtol * exact.abs()).all())
+        assert close == passes, f"{candidate.__module__}: within the tolerance {close}, expected {passes}"
+
+
 @triton.jit
 def relu_inplace_kernel(out_ptr, n_elements, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -503,6 +503,16 @@ def test_attention_without_the_scale_fails():
     failure("05.attention", _buggy_attention(0, scale=LOG2E), "1/sqrt(D)")
 
 
+def test_attention_with_a_buffer_for_the_scores_fails():
+    """A kernel that stored the (S, S) scores and read them back in its one launch passed: the launch count
+    cannot see it. The buffer it needs can: an allocation that holds B * H * S * S values is refused."""
+    wrong = mutant("l05_online_softmax", "attention",
+                   ("qk_scale = LOG2E / math.sqrt(D)",
+                    "scores = torch.empty(B * H * S * S + 8, device=q.device)  # padded: still the scores\n"
+                    "    qk_scale = LOG2E / math.sqrt(D)"))
+    failure("05.attention", wrong, "room for the (B, H, S, S) scores", "never written")
+
+
 # --- the maths and the kernels beyond the checks --------------------------------------------------
 
 def test_merging_in_any_order_gives_logsumexp():
@@ -1058,3 +1068,18 @@ def test_online_stats_in_numpy_block_by_block_passes():
         return m, d
 
     check("05.online_softmax_stats", stats, seed=2, quiet=True)
+
+
+@pytest.mark.parametrize("product", ["q * qk_scale", "q.to(tl.float32) * qk_scale"])
+def test_attention_with_q_prescaled_in_fp16_is_named(product):
+    """q = (q * qk_scale).to(tl.float16), an older Triton tutorial's line: the scores stay fp32, so the
+    message that blamed fp16 scores, m, l or acc pointed at code the kernel did not have. (q * qk_scale
+    multiplies in fp16, the scale rounded too; q.to(tl.float32) * qk_scale in fp32.)"""
+    wrong = mutant("l05_online_softmax", "attention",
+                   ("q = tl.load(q_ptrs, mask=offs_m[:, None] < S, other=0.0)",
+                    "q = tl.load(q_ptrs, mask=offs_m[:, None] < S, other=0.0)\n"
+                    f"    q = ({product}).to(q_ptr.dtype.element_ty)"),
+                   ("S, qk_scale, 0, full_end", "S, 1.0, 0, full_end"),
+                   ("S, qk_scale, full_end, masked_end", "S, 1.0, full_end, masked_end"))
+    # on a GPU the bf16 cases come first: the same rounding, named in bf16
+    failure("05.attention", wrong, "q multiplied by the scale and rounded back", "scale the fp32 scores")

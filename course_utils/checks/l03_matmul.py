@@ -238,6 +238,13 @@ def _matmul_cases(gen, *, naive: bool = False):
         M, N, K = s["long K"]
         yield _mm_case(f"a long K = {K}: many steps of the K loop, M, N = {M}, {N}",
                        randn((M, K), gen=gen), randn((K, N), gen=gen))
+        # fp32 tiles cast to fp16 for tl.dot (as for fp16 inputs) round like TF32 (10 mantissa bits) and pass
+        # a GPU's TF32 tolerance; they fail only where fp16's range ends: 65504 overflows to inf, and below
+        # 6e-5 fp16 is subnormal (1e-5 keeps 7 bits). The products stay near 1, so does the tolerance.
+        M, N, K = size((257, 129, 300), (33, 17, 40))
+        yield _mm_case(f"fp32 a near 1e5 and b near 1e-5, outside fp16's range (65504 overflows, 1e-5 is "
+                       f"subnormal): give tl.dot the fp32 tiles (TF32 on a GPU), not fp16 copies, M, N, K = "
+                       f"{M}, {N}, {K}", randn((M, K), gen=gen, scale=1e5), randn((K, N), gen=gen, scale=1e-5))
         M, N, K = size((1024, 512, 96), (256, 128, 40))
         yield _mm_case(f"M, N = {M}, {N}: multiples of every tile size, no partial tile (tiles per axis: "
                        f"cdiv(M, BLOCK_M), not M // BLOCK_M + 1), K = {K}", randn((M, K), torch.float16, gen),

@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.harness import Speed, _as_int, _poison_value
+from ..grading.harness import Fusion, Speed, _as_int, _poison_value
 from ..grading.inputs import EPS, f64, randn
 from ..mode import current, size
 from ..roofline import Cost, softmax_cost
@@ -672,6 +672,22 @@ def _half_explain(outs: dict, case: Case) -> str:
     why = _attention_explain(outs, case)
     if why or not bool(torch.isfinite(got).all()):
         return why
+    # q multiplied by the scale before the dot and rounded back to fp16 (the older Triton tutorial's
+    # q = (q * qk_scale).to(tl.float16)): the scores are fp32, but every q lost 2^-11 on the way in. (By 1 /
+    # sqrt(D) alone, a power of 2 when D is a power of 4, the rounding is exact; log2(e) / sqrt(D) never is.)
+    # Triton multiplies an fp16 tensor by an fp32 scalar argument in fp16 (the scale rounded too), by an fp32
+    # tensor (q.to(tl.float32) * qk_scale) in fp32.
+    q, k, _, _, causal = case.args
+    D = q.shape[-1]
+    for scale, exp_scale in ((1 / (math.sqrt(D) * math.log(2)), math.log(2)), (1 / math.sqrt(D), 1.0)):
+        for q_scale in (float(torch.tensor(scale).to(q.dtype)), scale):
+            rounded = (f64(q) * q_scale).to(q.dtype)
+            if torch.allclose(got, _attention_scaled(rounded, k, v, causal, exp_scale),
+                              atol=2 * case.atol, rtol=2 * case.rtol):
+                return (f"that is what q multiplied by the scale and rounded back to {str(q.dtype)[6:]} gives "
+                        "(q = (q * qk_scale).to(tl.float16), as an older Triton tutorial wrote it): the scores "
+                        "are fp32, but every q is rounded once more, and at scores near 16 each p is up to 1% "
+                        "off. Load q as it is and scale the fp32 scores: s = tl.dot(q, k) * qk_scale")
     if float((got - want).abs().max()) <= 0.1 * float(want.abs().max()):
         return ("close, but off by more than fp16's rounding: the scores, m, l or acc went through fp16 "
                 "(tl.zeros(..., q.dtype), s.to(tl.float16)); keep them in fp32 and round only p, for the "
@@ -837,6 +853,16 @@ register(Exercise(
           "host": "torch.logsumexp and softmax do the whole reduction at once: build it from each block's "
                   "max and sum, merged with merge_stats",
           "input": "read x, never write into it (no in-place ops such as sub_ or exp_ on x or its slices)"}))
+
+
+def _attention_scores(case: Case) -> tuple[int, str] | None:
+    """The (B, H, S, S) scores, the intermediate FlashAttention never writes: an allocation that holds them is
+    refused. Only where S >= 2 D, so that an fp32 copy of out (S x D per head) or the per-row statistics
+    (m, l) take at most half of it: those a fused kernel may keep."""
+    B, H, S, D = case.args[0].shape
+    return (B * H * S * S, "the (B, H, S, S) scores") if S >= 2 * D else None
+
+
 def _half() -> torch.dtype:
     return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float16
 
@@ -880,7 +906,11 @@ register(Exercise(
                            "store; address q, k, v and out with their four strides each (they may be views)",
           "launches": "one kernel: QK^T, the online softmax and P @ V all stay in registers; the (S, S) "
                       "scores are never written",
-          "host": "no torch matmul or softmax outside your kernel: the scores exist only inside your kernel"},
+          "host": "no torch matmul or softmax outside your kernel: the scores exist only inside your kernel",
+          "fusion": "no (S, S) buffer: each tile of scores lives in registers, from tl.dot(q, k) to p @ v"},
+    # One launch, and no buffer for the scores: a kernel that stored them and read them back passed.
+    fusion=Fusion("QK^T, the online softmax and P @ V stay in registers, tile by tile: the (S, S) scores are "
+                  "never written", _attention_scores, own_temporaries=lambda case: ()),
     speed=Speed(lambda: (*(randn((4, 16, 4096, 128), _half()) for _ in range(3)),
                          Out("out", (4, 16, 4096, 128), _half()), False),
                 _attention_cost, "course_utils.lessons.l05_online_softmax:attention",
