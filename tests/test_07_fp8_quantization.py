@@ -421,6 +421,20 @@ def test_matmul_ignoring_b_strides_fails_on_the_transposed_view():
     fails("07.fp8_matmul", contiguous_b, "transposed view")
 
 
+@needs_fp8
+def test_matmul_ignoring_a_strides_fails_on_the_transposed_view():
+    """a has any strides too: a kernel that passes (K, 1) for them read every earlier case's a right."""
+    def contiguous_a(a, a_scale, b, b_scale, out):
+        M, K = a.shape
+        N = b.shape[0]
+        grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+        _matmul_variants[grid](a, a_scale, b, b_scale, out, M, N, K, K, 1, b.stride(0), b.stride(1),
+                               out.stride(0), out.stride(1), BLOCK=32, SCALES=True, B_AS_KN=False,
+                               MASK_K=True, SWAP_SCALES=False)
+
+    fails("07.fp8_matmul", contiguous_a, "a as the transposed view", "a.stride(0)")
+
+
 # --- 07.pack_int4 / 07.unpack_int4: wrong answers -----------------------------------------------
 
 def test_pack_wrong_answers():
@@ -839,3 +853,32 @@ def test_quantize_with_one_scale_for_the_whole_tensor_is_named():
                                        BLOCK=block)
 
     fails("07.quantize_rowwise", per_tensor, "the whole tensor's amax / 448, one scale for every row")
+
+
+@needs_fp8
+def test_quantize_whose_two_pass_path_stores_every_block_at_the_first_fails():
+    """The second pass stores each block at the row's start: the host takes that path only past 16384
+    columns, and the CPU's longest row was 5000, so it passed there; the CPU's row of 16500 catches it."""
+    wrong = mutant("l07_fp8_quantization", "quantize_rowwise",
+                   ("            tl.store(out_row + start + cols, q.to(out_ptr.dtype.element_ty), mask=mask)",
+                    "            tl.store(out_row + cols, q.to(out_ptr.dtype.element_ty), "
+                    "mask=cols < n_cols)"))
+    where = "longer than a block of 16384" if current().interpret else "a long row"
+    fails("07.quantize_rowwise", wrong, where)
+
+
+@needs_fp8
+def test_matmul_whose_grouped_order_is_right_for_one_group_only_fails():
+    """A grouped order that forgets first_pid_m, GROUP_M = 8 and tiles of 64 rows: every M of the CPU's cases
+    was at most 67, one group, and it passed there; the case of 2600 rows (the GPU's of 1823) catches it."""
+    wrong = mutant("l07_fp8_quantization", "fp8_matmul", (
+        "pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)",
+        "num_pid_n = tl.cdiv(N, BLOCK_N)\n"
+        "    group_size_m = tl.minimum(tl.cdiv(M, BLOCK_M), GROUP_M)  # the bug: no first_pid_m\n"
+        "    pid_m = (tl.program_id(0) % (GROUP_M * num_pid_n)) % group_size_m\n"
+        "    pid_n = (tl.program_id(0) % (GROUP_M * num_pid_n)) // group_size_m"))
+
+    def fp8_matmul(a, a_scale, b, b_scale, out):
+        wrong(a, a_scale, b, b_scale, out, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8)
+
+    fails("07.fp8_matmul", fp8_matmul, "never written", "2600 x 24 x 40" if current().interpret else "1823")

@@ -827,3 +827,13 @@ def test_rmsnorm_train_reshaping_after_apply_is_told_to_reshape_inside_forward()
 
     failure("08.rmsnorm_train", lambda x, w, eps: Rows.apply(x.reshape(-1, x.shape[-1]), w, eps).view(x.shape),
             "an op on your Function's output (a .view or .reshape after .apply?)", "reshape inside forward")
+
+
+def test_attention_backward_whose_even_s_path_drops_the_causal_mask_fails():
+    """EVEN_S (given: S % 128 == 0) read as "no mask at all", the causal diagonal's included: no case had S a
+    multiple of 128, so EVEN_S was never True in the check and this passed; the cases of S = 128 (256 on a
+    GPU) catch it."""
+    wrong = mutant("l08_backward_passes", "attention_backward",
+                   ("        if MASKED:  # j <= i < S also masks the keys past the end\n",
+                    "        if MASKED and not EVEN_S:\n"))
+    failure("08.attention_backward", wrong, "EVEN_S is True", "causal diagonal still needs its mask")

@@ -185,6 +185,11 @@ def _quantize_cases(gen):
     # number, whose inverse is finite: a kernel that multiplies by 1 / amax passed them all.
     yield _quantize_case("5 x 300, values around 1e-40, fp32 subnormals: 1 / amax overflows fp32 to inf",
                          randn((5, 300), gen=gen, scale=1e-40))
+    # The CPU's long row above (5000) fits one block of up to 16384 columns (the GPU's 20000 does not): a
+    # host that takes one pass up to there never ran its two-pass path, and a wrong one passed.
+    if not current().gpu:
+        yield _quantize_case("2 x 16500: longer than a block of 16384, two passes (amax, then quantize) that "
+                             "each loop over every block of the row", randn((2, 16500), gen=gen))
 
 
 # --- 07.fp8_matmul ----------------------------------------------------------------------------
@@ -218,8 +223,8 @@ def _matmul_explain(outs: dict, case: Case) -> str:
     return ""
 
 
-def _matmul_case(label, M, N, K, out_dtype, gen, b_transposed=False):
-    a = _fp8_matrix((M, K), gen)
+def _matmul_case(label, M, N, K, out_dtype, gen, b_transposed=False, a_transposed=False):
+    a = _fp8_matrix((K, M), gen).t() if a_transposed else _fp8_matrix((M, K), gen)
     b = _fp8_matrix((K, N), gen).t() if b_transposed else _fp8_matrix((N, K), gen)  # (N, K)
     a_scale = uniform((M,), 1e-3, 1e-2, gen=gen)
     b_scale = uniform((N,), 1e-3, 1e-2, gen=gen)
@@ -249,6 +254,16 @@ def _matmul_cases(gen):
     # one K block of 256, and a loop that never advances its pointers passed them all.
     yield _matmul_case("K = 600: several K blocks even of 256, the loop advances a's and b's pointers",
                        5, 7, 600, outs[0], gen)
+    # Every a above is contiguous, strides (K, 1): a kernel that passed K and 1 for a's strides passed them
+    # all.
+    yield _matmul_case("a as the transposed view of a (K, M) tensor: strides (1, 37)", 37, 20, 48, outs[0],
+                       gen, a_transposed=True)
+    # The CPU's M above is at most 67: a single group of tile rows for any GROUP_M >= 2 (the GPU's 1823 rows
+    # are two groups of 8 tile rows of 128), and a grouped order right for one group only passed.
+    if not current().gpu:
+        yield _matmul_case("2600 x 24 x 40: more tile rows than one group holds (GROUP_M = 8 of up to 256 rows), "
+                           "the last group partial: grouped_tile's first_pid_m = group_id * GROUP_M, group_size_m "
+                           "= min(num_pid_m - first_pid_m, GROUP_M)", 2600, 24, 40, outs[0], gen)
 
 
 # --- 07.pack_int4 / 07.unpack_int4 ------------------------------------------------------------
@@ -380,15 +395,16 @@ register(Exercise(
                 lambda args: Cost(matmul_cost(SPEED_MM, SPEED_MM, SPEED_MM, 1).flops,
                                   2 * SPEED_MM * SPEED_MM + 2 * SPEED_MM * SPEED_MM),
                 f"{SOLUTIONS}:fp8_matmul", f"{SPEED_MM} x {SPEED_MM} x {SPEED_MM}, e4m3 -> bf16", roof="fp8"),
-    hint={"wrong": "b is (N, K): load its tile as (BLOCK_N, BLOCK_K) with b.stride(0), b.stride(1) and use "
-                   "tl.dot(a, tl.trans(b)); mask the K tail; multiply the fp32 accumulator by a_scale[rows, "
-                   "None] and b_scale[None, cols] after the K loop",
+    hint={"wrong": "load a's tile with a.stride(0), a.stride(1); b is (N, K): load its tile as (BLOCK_N, "
+                   "BLOCK_K) with b.stride(0), b.stride(1) and use tl.dot(a, tl.trans(b)); mask the K tail; "
+                   "multiply the fp32 accumulator by a_scale[rows, None] and b_scale[None, cols] after the K loop",
           "nan": "a masked K-tail load without other= reads undefined values (NaN in the checker) into "
                  "tl.dot: give it other=0.0",
           "unwritten": "cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs, each storing its (BLOCK_M, BLOCK_N) tile "
                        "masked with rows < M and cols < N",
           "out_of_bounds": "mask the K tail of a and b (k < K) and the scales' loads (rows < M, cols < N), and "
-                           "the store; address b with its own strides (it may be a transposed view)",
+                           "the store; address a and b each with its own strides (either may be a transposed "
+                           "view)",
           "host": "no torch matmul or dequantization outside your kernel: the scales are applied to the fp32 "
                   "accumulator in your kernel"}))
 register(Exercise(

@@ -588,9 +588,40 @@ def _attention64(q, k, v, do, causal: bool):
     return o.detach(), lse.detach(), q64.grad, k64.grad, v64.grad
 
 
+def _attention_case(B, H, S, D, causal, dtype, gen, note=""):
+    eps = TF32_EPS if (dtype == torch.float32 and current().gpu) else EPS[dtype]
+    q, k, v, do = (randn((B, H, S, D), dtype, gen) for _ in range(4))
+    o, lse, dq, dk, dv = _attention64(q, k, v, do, causal)
+    slack = 64 if dtype == torch.float32 else 16
+    tols = {n: _tol(dtype, t, slack, eps, floor=1.0) for n, t in (("dq", dq), ("dk", dk), ("dv", dv))}
+    _, _, nq, nk, nv = _attention64(q, k, v, do, not causal) if S > 1 else (None,) * 5
+    wrong = [] if nq is None else [(nq, "dq"), (nk, "dk"), (nv, "dv")]
+
+    def diagnose(outs):
+        found = []
+        for name, want in (("dq", dq), ("dk", dk)):
+            if _same(outs[name], want * math.sqrt(D), tols[name]):
+                found.append(f"{name} lacks the scale 1/sqrt(D) (s = q k^T * scale: the chain rule "
+                             "multiplies ds by it)")
+        if wrong and all(_same(outs[name], alt, tols[name]) for alt, name in wrong):
+            found.append("the causal mask is " + ("missing" if causal else "applied where causal=False"))
+        return found
+
+    args = (q, k, v, o.to(dtype).to(q.device), lse.to(torch.float32).to(q.device), do,
+            Out("dq", (B, H, S, D), dtype), Out("dk", (B, H, S, D), dtype), Out("dv", (B, H, S, D), dtype),
+            causal)
+    label = f"({B}, {H}, {S}, {D}), {'causal' if causal else 'not causal'}"
+    if B > 1 and H > 1:
+        label += ": every (batch, head) pair its own programs (grid over B * H, offsets by both strides)"
+    if S % 16:
+        label += f": S = {S} is no multiple of a block, mask queries and keys"
+    if S > 128:
+        label += "; more than one tile of 128: loop over every query tile (dk, dv) and key tile (dq)"
+    return _case(f"{label}{note}, {_name(dtype)}", args, {"dq": dq, "dk": dk, "dv": dv}, tols, diagnose)
+
+
 def _attention_cases(gen):
     for dtype in _dtypes():
-        eps = TF32_EPS if (dtype == torch.float32 and current().gpu) else EPS[dtype]
         shapes = size(
             [((2, 3, 300, 64), False), ((2, 3, 300, 64), True), ((1, 2, 1023, 128), True), ((1, 1, 1, 64), False)],
             [((1, 2, 37, 16), False), ((1, 1, 33, 32), True), ((1, 1, 1, 16), False),
@@ -599,34 +630,16 @@ def _attention_cases(gen):
              # query tile (dk, dv) and every key tile (dq); loops with the causal bounds pass all above.
              ((1, 1, 150, 16), False)])
         for (B, H, S, D), causal in shapes:
-            q, k, v, do = (randn((B, H, S, D), dtype, gen) for _ in range(4))
-            o, lse, dq, dk, dv = _attention64(q, k, v, do, causal)
-            tols = {n: _tol(dtype, t, 64 if dtype == torch.float32 else 16, eps, floor=1.0) for n, t in (("dq", dq), ("dk", dk),
-                                                                                              ("dv", dv))}
-            _, _, nq, nk, nv = _attention64(q, k, v, do, not causal) if S > 1 else (None,) * 5
-            wrong = [] if nq is None else [(nq, "dq"), (nk, "dk"), (nv, "dv")]
-
-            def diagnose(outs, dq=dq, dk=dk, tols=tols, wrong=wrong, causal=causal, D=D):
-                found = []
-                for name, want in (("dq", dq), ("dk", dk)):
-                    if _same(outs[name], want * math.sqrt(D), tols[name]):
-                        found.append(f"{name} lacks the scale 1/sqrt(D) (s = q k^T * scale: the chain rule "
-                                     "multiplies ds by it)")
-                if wrong and all(_same(outs[name], alt, tols[name]) for alt, name in wrong):
-                    found.append("the causal mask is " + ("missing" if causal else "applied where causal=False"))
-                return found
-
-            args = (q, k, v, o.to(dtype).to(q.device), lse.to(torch.float32).to(q.device), do,
-                    Out("dq", (B, H, S, D), dtype), Out("dk", (B, H, S, D), dtype), Out("dv", (B, H, S, D), dtype),
-                    causal)
-            label = f"({B}, {H}, {S}, {D}), {'causal' if causal else 'not causal'}"
-            if B > 1 and H > 1:
-                label += ": every (batch, head) pair its own programs (grid over B * H, offsets by both strides)"
-            if S % 16:
-                label += f": S = {S} is no multiple of a block, mask queries and keys"
-            if S > 128:
-                label += "; more than one tile of 128: loop over every query tile (dk, dv) and key tile (dq)"
-            yield _case(f"{label}, {_name(dtype)}", args, {"dq": dq, "dk": dk, "dv": dv}, tols, diagnose)
+            yield _attention_case(B, H, S, D, causal, dtype, gen)
+    # Last, so that the cases above draw what they drew before these came. No S above is a multiple of 128:
+    # EVEN_S (S % 128 == 0, given) was never True, and a kernel whose EVEN_S path was wrong (EVEN_S read as
+    # "no mask at all", the causal diagonal's included) passed.
+    S, D = size((256, 64), (128, 16))
+    for causal in (True, False):
+        note = f": S = {S}, a multiple of 128, EVEN_S is True: no tile runs past the end"
+        if causal:
+            note += ", but the causal diagonal still needs its mask"
+        yield _attention_case(1, 1, S, D, causal, torch.float16, gen, note)
 
 
 register(Exercise(

@@ -157,8 +157,8 @@ def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
 # `out = (a * a_scale[:, None]) @ (b * b_scale[:, None]).T` where
 # - `a` (M, K) float8_e4m3fn, `a_scale` (M,) fp32: one scale per row of a (per token);
 # - `b` (N, K) float8_e4m3fn, `b_scale` (N,) fp32: the weight in `nn.Linear` layout, one scale per
-#   output channel. **Any strides**: pass `b.stride()` to the kernel (the check also hands you a `b`
-#   that is the transposed view of a (K, N) tensor);
+#   output channel. **Any strides**, for `a` and `b` alike: pass `a.stride()` and `b.stride()` to the
+#   kernel (the check also hands you an `a` and a `b` that are transposed views);
 # - `out` (M, N): bf16 on a GPU, fp32 or fp16 on the CPU; any M, N, K >= 1.
 #
 # The tiled matmul of lesson 03 with three changes. The loop multiplies raw e4m3 tiles with `tl.dot`
