@@ -1888,6 +1888,78 @@ def test_the_process_memory_read_as_a_file_fails_the_check(opened):
     assert bytes_read == x.view(torch.uint8).numpy().tobytes(), "x's bytes were read"
 
 
+class _LyingPath(str):
+    """A str whose own methods lie to whoever reads it with them (os.path's functions do): open() passes it on
+    as it is, and the system call reads its characters."""
+
+    def startswith(self, *args, **kwargs):
+        return True
+
+    def rfind(self, *args, **kwargs):
+        return 0
+
+    def split(self, *args, **kwargs):
+        return ["", "nothing"]
+
+    def endswith(self, *args, **kwargs):
+        return False
+
+    def __getitem__(self, index):
+        return "/nothing"
+
+
+class _TwoFacedPath:
+    """A path object whose __fspath__ names the memory file once (to FileIO's open) and then a harmless file
+    (to the audit hook, which FileIO hands the object itself)."""
+
+    def __init__(self, path):
+        self.answers = [path, "/tmp/nothing"]
+
+    def __fspath__(self):
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+@HOST_MEMORY
+@pytest.mark.parametrize("spelling", ["a str subclass", "a path object", "os.path.realpath replaced"])
+def test_the_process_memory_file_however_the_path_lies_fails_the_check(spelling, monkeypatch):
+    """The audit hook read the path it was given with the path's own methods and os.path's functions, looked up
+    at each open: a str subclass whose startswith/rfind/split lie, a path object that names the memory file to
+    the open and another file to the hook (FileIO, reached as type(open(...)), checks the object itself), or
+    os.path.realpath replaced for the length of the open (os.path is no flag) each opened /proc/self/mem
+    unseen, and 02.vector_add passed with the sums computed in Python, unflagged."""
+    from course_utils.grading import CheckFailed, check
+    from course_utils.lessons.l02_first_kernels import add as add_solution
+
+    path, read = "/" + "proc/self/" + "mem", []
+
+    def opened():
+        if spelling == "a str subclass":
+            return open(_LyingPath(path), "rb", buffering=0)
+        if spelling == "a path object":
+            with open(__file__, "rb", buffering=0) as f:
+                file_io = type(f)
+            return file_io(_TwoFacedPath(path), "rb")
+        real = os.path.realpath
+        monkeypatch.setattr(os.path, "realpath", lambda p, **kwargs: "/nothing")
+        try:
+            return open(path, "rb", buffering=0)
+        finally:
+            monkeypatch.setattr(os.path, "realpath", real)
+
+    def add(x, y, out):
+        with opened() as memory:
+            memory.seek(x.data_ptr())
+            read.append((x, memory.read(x.numel() * x.element_size())))
+        add_solution(x, y, out)
+
+    door = "opened a file through a path object of your own" if spelling == "a path object" else (
+        "read or wrote memory through /proc/self/mem")
+    with pytest.raises(CheckFailed, match=door):
+        check("02.vector_add", add, seed=1, quiet=True)
+    x, bytes_read = read[0]
+    assert bytes_read == x.view(torch.uint8).numpy().tobytes(), "x's bytes were read"
+
+
 @triton.jit
 def _assert_kernel(x_ptr, BLOCK: tl.constexpr):
     block = tl.load(x_ptr + tl.arange(0, BLOCK))
@@ -2008,12 +2080,14 @@ class _Programs:
     __hash__ = object.__hash__
 
 
-@pytest.mark.parametrize("how", ["a tuple", "a callable"])
+@pytest.mark.parametrize("how", ["a tuple", "a callable", "a callable marked as the checker's own"])
 def test_a_grid_entry_that_computes_is_host_code(how):
     """Triton reads a launch's grid inside the launch, where the op recorder pauses; only a grid callable
     was given back to it. An entry whose __index__ ran `SUM.copy_(x + y)` into a tensor made before the
     call, which a kernel then copied into out, passed 02.vector_add with host torch, in a sandbox too. The
-    grid is made plain ints with recording on: what its entries run is the function's own host code."""
+    grid is made plain ints with recording on: what its entries run is the function's own host code. The
+    checker knew its own wrapped grids by a mark, `_course_unpaused = True`, that a grid function of the
+    notebook's could carry too: handed on unwrapped, it passed; they are known by identity now."""
     from course_utils.grading import CheckFailed, check
 
     code = _candidate(_KERNELS + """
@@ -2022,9 +2096,12 @@ SUM = torch.zeros(1 << 21, device=current().device)  # made before the call: a k
 def add(x, y, out):
     n = out.numel()
     grid = (Programs(lambda: SUM[:n].copy_(x + y)),)
-    _touch[(lambda meta: grid) if HOW == "a callable" else grid](out)
+    def grid_fn(meta):
+        return grid
+    grid_fn._course_unpaused = HOW.endswith("own")
+    _touch[grid_fn if HOW.startswith("a callable") else grid](out)
     _copied(SUM, out)
-""", f"grid_{how.split()[1]}")
+""", f"grid_{how.split()[1]}_{len(how)}")
     code.update(Programs=_Programs, HOW=how)
     with pytest.raises(CheckFailed, match=r"computed with torch operations outside your Triton kernel \(torch.add"):
         check("02.vector_add", code["add"], seed=1, quiet=True)
@@ -2100,3 +2177,32 @@ def test_a_python_the_sandbox_user_cannot_start_is_reported_before_grading(monke
     monkeypatch.setattr(sandbox.sys, "executable", str(missing))
     why = sandbox.probe()
     assert str(missing) in why and "does not start inside a sandbox" in why, why
+
+
+class _ClaimsToBeTheStandIn(torch.autograd.Function):
+    """A Function of the notebook's with the batch grader's stand-in's attribute: "the sandbox found nothing"."""
+
+    kept_in_sandbox: dict = {}  # noqa: RUF012 - the attack
+
+    @staticmethod
+    def forward(ctx, x):
+        xhat = x * 2  # (rows, hidden), kept alive for the backward in a closure on ctx
+        ctx.later = lambda: xhat
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy
+
+
+def test_a_function_that_claims_to_be_the_grader_stand_in_is_still_searched():
+    """remote.kept_alive (08.rmsnorm_train's rule on what a forward keeps alive) answered for any Function class
+    with a `kept_in_sandbox` attribute with that attribute: a notebook's own saying `kept_in_sandbox = {}` kept
+    a (rows, hidden) copy of x-hat alive unseen, interactively and in the sandbox. Only the grader's own
+    stand-ins (remote.autograd_in) are taken at their word, known by identity."""
+    from course_utils.grading.remote import kept_alive
+
+    x = torch.randn(64, 32, requires_grad=True)
+    y = _ClaimsToBeTheStandIn.apply(x)
+    kept = kept_alive(y.grad_fn, {x.untyped_storage().data_ptr(), y.untyped_storage().data_ptr()})
+    assert list(kept.values()) == [(64 * 32 * 4, "(64, 32) float32")], kept

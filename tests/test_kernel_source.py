@@ -242,6 +242,30 @@ def test_what_honest_kernels_use_is_triton():
 
 
 @triton.jit
+def _instrument_kernel(x_ptr, BLOCK: tl.constexpr):
+    triton._instrumentation.instrument(point="p", backend="b")  # calls back what the host registered
+
+
+@triton.jit
+def _do_bench_kernel(x_ptr, BLOCK: tl.constexpr):
+    triton.testing.do_bench(x_ptr)
+
+
+@pytest.mark.parametrize("kernel, name", [(_instrument_kernel, "triton._instrumentation.instrument"),
+                                          (_do_bench_kernel, "triton.testing.do_bench")],
+                         ids=["instrumentation", "testing"])
+def test_host_functions_of_triton_files_are_not_triton(kernel, name):
+    """Every function of Triton's files passed for Triton, the host's utilities too: a kernel body that called
+    triton._instrumentation.instrument(point=..., backend=...) ran a Python function the host had registered
+    (register_instrumentation) inside the launch, where the checker pauses, and its `S.copy_(x + y)` passed
+    02.vector_add unseen, unflagged. Only Triton's language (and triton.cdiv's file) is Triton in a kernel."""
+    if name.startswith("triton._instrumentation"):
+        pytest.importorskip("triton._instrumentation")
+    assert any(f"uses `{name}`, which is not Triton" in p for p in kernel_source.problems(kernel)), (
+        kernel_source.problems(kernel))
+
+
+@triton.jit
 def _two_bodies_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):
     """The interpreter runs from the last line that starts with `def `, in a string or not:
 def _two_bodies_kernel(x_ptr, out_ptr, n, sxm, sxn, som, son, BLOCK: tl.constexpr):

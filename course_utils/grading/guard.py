@@ -21,11 +21,13 @@ import functools
 import inspect
 import linecache
 import os
+import pathlib
 import re
 import secrets
 import sys
 import sysconfig
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -816,35 +818,91 @@ MEMORY_FILE = ("read or wrote memory through /proc/self/mem (the process's memor
 _MEMORY_PATH = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/mem")
 
 
-def _is_memory_file(path) -> bool:
+# A path the checker cannot read: an object of the notebook's own with an __fspath__. FileIO and os.open convert it
+# once for the system call and hand the audit hook the object itself, whose second answer may name another file
+# (the memory file opened, "/tmp/nothing" said): 02.vector_add passed that way, unflagged.
+OPAQUE_PATH = ("opened a file through a path object of your own (its __fspath__ can name one file to the open and "
+               "another to the checker, which watches for the process's memory read as a file): open files by "
+               "their names, or better, let your kernel read the tensors and store its results")
+
+
+def _opened_path(path) -> str | None:
+    """The path an open was given, as the exact str the system call opens; None for a file descriptor; raises
+    ValueError for a path object of the notebook's own. A str or bytes subclass is copied into the plain type
+    first (its own startswith, rfind or split would answer for it, in the checks below and in posixpath), and
+    only pathlib's own classes are asked for their __fspath__."""
+    if isinstance(path, int):
+        return None
+    if type(path) in (pathlib.PurePosixPath, pathlib.PosixPath, pathlib.PureWindowsPath, pathlib.WindowsPath):
+        path = os.fspath(path)
+    if isinstance(path, str):
+        return str.__getitem__(path, slice(None))  # a plain str, whatever the class
+    if isinstance(path, bytes):
+        return os.fsdecode(bytes.__getitem__(path, slice(None)))
+    raise ValueError("a path object of the notebook's own")
+
+
+def _resolved(path: str, readlink: Callable, getcwd: Callable) -> str:
+    """`path` made absolute with its symbolic links followed (/proc/self -> /proc/1234), by the C functions given
+    (bound when the audit hook was installed) and plain str methods: os.path.realpath looks up os.path's join,
+    split and islink at each call, which a notebook may replace (os.path is no flag)."""
+    todo = path.split("/")[::-1] if path.startswith("/") else [*getcwd().split("/"), *path.split("/")][::-1]
+    done: list[str] = []
+    hops = 0
+    while todo:
+        part = todo.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            done = done[:-1]
+            continue
+        here = "/" + "/".join([*done, part])
+        try:
+            target = readlink(here)
+        except (OSError, ValueError):  # not a link (or not there, or a name with a NUL: no file)
+            done.append(part)
+            continue
+        hops += 1
+        if hops > 40:  # a loop of links: no file to open
+            return here
+        if target.startswith("/"):
+            done = []
+        todo += target.split("/")[::-1]
+    return "/" + "/".join(done)
+
+
+def _is_memory_file(path, readlink: Callable = os.readlink, getcwd: Callable = os.getcwd) -> bool:
     """Is `path` (as given to open: relative, through symbolic links, /proc/self/root/...) a process's memory?
-    A relative "mem" counts whatever the folder (os.open(..., dir_fd=) of /proc/self)."""
-    try:
-        path = os.fsdecode(os.fspath(path))
-    except TypeError:  # a file descriptor: raw, flagged by the grader's scan
+    A relative "mem" counts whatever the folder (os.open(..., dir_fd=) of /proc/self). ValueError: a path object
+    of the notebook's own (_opened_path)."""
+    path = _opened_path(path)
+    if path is None:  # a file descriptor: raw, flagged by the grader's scan
         return False
-    if not os.path.isabs(path) and os.path.basename(path) == "mem":
+    if not path.startswith("/") and path.rsplit("/", 1)[-1] == "mem":
         return True
-    return bool(_MEMORY_PATH.fullmatch(os.path.realpath(path)))
+    return bool(_MEMORY_PATH.fullmatch(_resolved(path, readlink, getcwd)))
 
 
-def _count_memory_opens() -> Callable[[], int]:
+def _count_memory_opens() -> Callable[[], tuple[int, int]]:
     """Install (once, at import: before a sandboxed notebook's first cell) an audit hook that counts the opens
-    of a process's memory file; returns the count's reader. An audit hook cannot be removed, and the count
-    lives in this closure only."""
-    opened = [0]
-    is_memory = _is_memory_file
+    of a process's memory file, and of a path object of the notebook's own; returns the counts' reader. An
+    audit hook cannot be removed, the counts live in this closure only, and the functions it calls are bound
+    now (os.readlink, os.getcwd: C functions)."""
+    opened = [0, 0]  # memory files, paths of the notebook's own
+    is_memory, readlink, getcwd = _is_memory_file, os.readlink, os.getcwd
 
     def audit(event, args):
         if event == "open" and args:
             try:
-                if is_memory(args[0]):
+                if is_memory(args[0], readlink, getcwd):
                     opened[0] += 1
+            except ValueError:
+                opened[1] += 1
             except Exception:  # never fail an open for the checker's sake
                 pass
 
     sys.addaudithook(audit)
-    return lambda: opened[0]
+    return lambda: (opened[0], opened[1])
 
 
 _memory_opens = _count_memory_opens()
@@ -1248,6 +1306,17 @@ def _plain_grid(grid) -> tuple[int, ...]:
     return tuple(operator.index(entry) for entry in grid)
 
 
+# The checker's own wrappers of host code (unpaused), by address: a launch already wrapped is handed on as it is.
+# Known by identity, never by a mark on the object: a grid function the notebook marked as the checker's own
+# (`grid._course_unpaused = True`, the mark this used to be) ran its torch ops inside the launch, where recording
+# is paused, unseen (02.vector_add passed with the sums computed by torch, unflagged).
+_UNPAUSED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _is_unpaused(fn) -> bool:
+    return _UNPAUSED.get(id(fn)) is fn
+
+
 def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[[], None] | None = None):
     """Count launches of @triton.jit functions (compiled or interpreted); pause op recording inside.
 
@@ -1276,7 +1345,7 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
     def unpaused(fn):
         """fn with op recording on while it runs: a grid callable, a heuristic or a config pruner is the
         submission's host code, which Triton calls from inside the launch (where recording is paused)."""
-        if not callable(fn) or getattr(fn, "_course_unpaused", False):
+        if not callable(fn) or _is_unpaused(fn):
             return fn
 
         @functools.wraps(fn)
@@ -1287,7 +1356,7 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
             finally:
                 recorder.paused = saved
 
-        host_code._course_unpaused = True
+        _UNPAUSED[id(host_code)] = host_code
         return host_code
 
     def grid_of_ints(grid):
@@ -1295,7 +1364,7 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
         (int(), <, __index__) inside the launch, where recording is paused: an entry whose __index__ ran
         `SUM.copy_(x + y)` computed unseen, and a kernel copied SUM into out (02.vector_add passed, in a
         sandbox too). A grid callable's result is made plain as it returns, the same way."""
-        if getattr(grid, "_course_unpaused", False):
+        if _is_unpaused(grid):
             return grid
         if callable(grid):
             def grid_fn(*a, **k):
@@ -1408,8 +1477,11 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
                     watch.unseen_ops += ledger.stop()
                     watch.ledger_problem = ledger.problem
                     watch.host_reads += ["item"] * min(ledger.hidden_reads, 1)
-                if (memory_open or _memory_opens() != memory_opens) and MEMORY_FILE not in watch.side_doors:
+                opens = _memory_opens()
+                if (memory_open or opens[0] != memory_opens[0]) and MEMORY_FILE not in watch.side_doors:
                     watch.side_doors.append(MEMORY_FILE)
+                if opens[1] != memory_opens[1] and OPAQUE_PATH not in watch.side_doors:
+                    watch.side_doors.append(OPAQUE_PATH)
     finally:
         _watches.remove(watch)
         if tracker is not None:

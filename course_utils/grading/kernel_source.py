@@ -90,11 +90,11 @@ def _allowed(value) -> bool:
     if isinstance(value, tuple):  # a tuple or a namedtuple of allowed values, with no methods of its own
         own = set(vars(type(value))) - NAMEDTUPLE - set(getattr(value, "_fields", ()))
         return (type(value) is tuple or hasattr(value, "_fields") and not own) and all(map(_allowed, value))
-    # Where its code lives, not what it says (a helper can set its own __module__): a function defined in
-    # Triton's files, math's built-in functions, and otherwise an object of a class of triton.language
+    # Where its code lives, not what it says (a helper can set its own __module__): a function of Triton's
+    # language (_language_code), math's built-in functions, and otherwise an object of a class of triton.language
     # whose every callable attribute is a function in Triton's files.
     if isinstance(value, (FunctionType, MethodType)):
-        return code_under(value, (_triton_dir(),))
+        return _language_code(value)
     if isinstance(value, BuiltinFunctionType):
         return getattr(value, "__module__", None) == "math"
     cls = value if isinstance(value, type) else type(value)
@@ -111,6 +111,19 @@ def _allowed(value) -> bool:
                     and not isinstance(getattr(f, "__self__", None), type)):
                 return False
     return True
+
+
+def _language_code(function) -> bool:
+    """Is `function` Triton's language (triton/language/: tl.*, tl.extra's libdevice) or one of triton's top-level
+    helpers (triton/__init__.py: triton.cdiv, triton.next_power_of_2)? Not any function of Triton's files: the
+    host's own utilities live there too, and triton._instrumentation.instrument(...), called in a kernel body,
+    ran a Python function the host had registered (register_instrumentation) inside the launch, where the
+    checker pauses: `S.copy_(x + y)` unseen, and a kernel copied S into out (02.vector_add passed, unflagged)."""
+    path = os.path.abspath(function.__code__.co_filename)
+    if path == os.path.join(_triton_dir(), "runtime", "interpreter.py"):  # tl.* as the interpreter patches them
+        return str(getattr(function, "__qualname__", "")).startswith("_patch_")  # while a kernel runs
+    return (path.startswith(os.path.join(_triton_dir(), "language") + os.sep)
+            or path == os.path.join(_triton_dir(), "__init__.py"))
 
 
 def _library_code(function) -> bool:
