@@ -409,30 +409,22 @@ def test_matmul_without_the_k_mask_fails():
 
 
 @needs_fp8
-def test_matmul_ignoring_b_strides_fails_on_the_transposed_view():
-    def contiguous_b(a, a_scale, b, b_scale, out):
+@pytest.mark.parametrize("operand, needles", [("a", ("a as the transposed view", "a.stride(0)")),
+                                              ("b", ("transposed view",))])
+def test_matmul_ignoring_an_operands_strides_fails_on_the_transposed_view(operand, needles):
+    """a and b have any strides: a kernel that passes (K, 1) for one of them reads that operand right in every
+    case until it comes as a transposed view."""
+    def contiguous(a, a_scale, b, b_scale, out):
         M, K = a.shape
         N = b.shape[0]
+        a_strides = (K, 1) if operand == "a" else a.stride()
+        b_strides = (K, 1) if operand == "b" else b.stride()
         grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
-        _matmul_variants[grid](a, a_scale, b, b_scale, out, M, N, K, a.stride(0), a.stride(1), K, 1,
+        _matmul_variants[grid](a, a_scale, b, b_scale, out, M, N, K, *a_strides, *b_strides,
                                out.stride(0), out.stride(1), BLOCK=32, SCALES=True, B_AS_KN=False,
                                MASK_K=True, SWAP_SCALES=False)
 
-    fails("07.fp8_matmul", contiguous_b, "transposed view")
-
-
-@needs_fp8
-def test_matmul_ignoring_a_strides_fails_on_the_transposed_view():
-    """a has any strides too: a kernel that passes (K, 1) for them read every earlier case's a right."""
-    def contiguous_a(a, a_scale, b, b_scale, out):
-        M, K = a.shape
-        N = b.shape[0]
-        grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
-        _matmul_variants[grid](a, a_scale, b, b_scale, out, M, N, K, K, 1, b.stride(0), b.stride(1),
-                               out.stride(0), out.stride(1), BLOCK=32, SCALES=True, B_AS_KN=False,
-                               MASK_K=True, SWAP_SCALES=False)
-
-    fails("07.fp8_matmul", contiguous_a, "a as the transposed view", "a.stride(0)")
+    fails("07.fp8_matmul", contiguous, *needles)
 
 
 # --- 07.pack_int4 / 07.unpack_int4: wrong answers -----------------------------------------------
