@@ -88,8 +88,7 @@ def _allowed(value) -> bool:
     if isinstance(value, (*_kernel_types(), tl.dtype)) or type(value) in (int, float, bool, str, type(None)):
         return True
     if isinstance(value, tuple):  # a tuple or a namedtuple of allowed values, with no methods of its own
-        own = set(vars(type(value))) - NAMEDTUPLE - set(getattr(value, "_fields", ()))
-        return (type(value) is tuple or hasattr(value, "_fields") and not own) and all(map(_allowed, value))
+        return _plain_tuple(value) and all(map(_allowed, value))
     # Where its code lives, not what it says (a helper can set its own __module__): a function of Triton's
     # language (_language_code), math's built-in functions, and otherwise an object of a class of triton.language
     # whose every callable attribute is a function in Triton's files.

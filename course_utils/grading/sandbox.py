@@ -85,17 +85,22 @@ def bwrap() -> str | None:
 
 
 def probe() -> str:
-    """"" when sandboxes work here; otherwise why not (bwrap missing, user namespaces refused)."""
+    """"" when sandboxes work here; otherwise why not (bwrap missing, user namespaces refused, the sandbox's
+    Python not starting)."""
     exe = bwrap()
     if exe is None:
         return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
     cmd = [exe, *_namespaces(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        return f"bwrap cannot create its namespaces here ({why}); on Ubuntu 24.04 and later: " \
+        return f"bwrap cannot create its namespaces here ({_last_line(done)}); on Ubuntu 24.04 and later: " \
                "sysctl kernel.apparmor_restrict_unprivileged_userns=0"
     return _python_starts()
+
+
+def _last_line(done: subprocess.CompletedProcess) -> str:
+    """The last line a failed probe printed on stderr, or its exit code."""
+    return (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
 
 
 def _python_starts() -> str:
@@ -112,10 +117,9 @@ def _python_starts() -> str:
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"the sandbox's Python could not be started ({exc})"
     if done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         user = f"uid {ROOT_UIDS}" if os.geteuid() == 0 else "the sandbox's user"
-        return (f"{sys.executable} does not start inside a sandbox as {user} ({why}); every folder and "
-                "library of the Python installation must be readable by all users")
+        return (f"{sys.executable} does not start inside a sandbox as {user} ({_last_line(done)}); every folder "
+                "and library of the Python installation must be readable by all users")
     return ""
 
 
