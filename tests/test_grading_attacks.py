@@ -411,7 +411,8 @@ import subprocess, sys
 subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.sleep(600)  # {MARKER}'],
                  start_new_session=True)
 """,
-    "allocate_4gib": "import torch\nbig = torch.ones(4 << 30, dtype=torch.uint8)",
+    # past the data limit of either mode (sandbox.Limits: 3 GiB on a CPU, GPU_MEMORY on a GPU)
+    "allocate_20gib": "import torch\nbig = torch.ones(20 << 30, dtype=torch.uint8)",
     "network": """
 import socket
 try:
@@ -662,8 +663,9 @@ def test_too_much_output_stops_that_notebook_only(graded):
 
 
 def test_the_big_allocation_failed_inside_its_sandbox(graded):
-    assert "cell" in graded["subs"]["harm_allocate_4gib.ipynb"]["notes"]
-    assert "raised" in graded["subs"]["harm_allocate_4gib.ipynb"]["notes"]
+    assert sandbox.Limits().memory < sandbox.GPU_MEMORY < 20 << 30, "the attack allocates past either limit"
+    assert "cell" in graded["subs"]["harm_allocate_20gib.ipynb"]["notes"]
+    assert "raised" in graded["subs"]["harm_allocate_20gib.ipynb"]["notes"]
 
 
 def test_submissions_and_course_files_are_unchanged(graded):
@@ -751,6 +753,70 @@ def test_a_sandbox_writes_only_into_its_size_limited_folders(user, tmp_path, mon
     mib = {folder: int(n) for folder, n in (line.split() for line in done.stdout.splitlines())}
     assert mib["/"] == mib["/dev"] == 0, (done.stdout, done.stderr)
     assert mib["/dev/shm"] <= 4 and 0 < mib["/tmp"] <= 8 and 0 < mib["/submission"] <= 8, done.stdout
+
+
+@needs_sandbox
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root grader's sandboxes switch uid with setpriv")
+def test_a_root_graders_sandbox_holds_no_capability_and_can_gain_none(tmp_path):
+    """setpriv empties the bounding set before it switches to the sandbox's uid. Without CAP_SETPCAP it
+    cannot: libcap-ng 0.8.3 (Debian 12) then left the bounding set full unsaid, and 0.8.4 (Ubuntu 24.04,
+    the GPU image) made setpriv exit 127, so that every notebook died at its first cell."""
+    course = sandbox.stage_package(tmp_path, 2)
+    with open(ROOT / "solutions" / "02_first_kernels.ipynb", "rb") as f:
+        cmd = sandbox.command(course, f.fileno(), "nb.ipynb", gpu=False, limits=sandbox.Limits())
+        done = subprocess.run([*cmd[:cmd.index("-m")], "-c", "print(open('/proc/self/status').read())"],
+                              pass_fds=(f.fileno(),), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    status = dict(line.split(":\t", 1) for line in done.stdout.splitlines() if ":\t" in line)
+    assert status["Uid"].split()[0] == str(sandbox.ROOT_UIDS) and status["NoNewPrivs"] == "1"
+    assert {status[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {"0" * 16}, status
+
+
+READ_ETC = """
+import os, subprocess, sys
+unread = []
+for path in sys.argv[1:]:
+    try:
+        os.listdir(path) if os.path.isdir(path) else open(path, "rb").close()
+    except OSError:
+        unread.append(path)
+print(subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True).returncode, unread)
+"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("user", ["root", "unprivileged"])
+def test_the_sandboxs_user_reads_the_system_files_bound_for_it(user, tmp_path, monkeypatch):
+    """bwrap makes the folders above a bound file 0700, root's: a root grader's sandbox (uid 60001) could
+    not read /etc/ld.so.cache, so `/sbin/ldconfig -p`, which Triton runs to find libcuda, failed, and with
+    it every kernel launch on the GPU image; nor the time zone, the certificates or the fonts."""
+    if user == "unprivileged":
+        monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    course = sandbox.stage_package(tmp_path, 2)
+    with open(ROOT / "solutions" / "02_first_kernels.ipynb", "rb") as f:
+        cmd = sandbox.command(course, f.fileno(), "nb.ipynb", gpu=False, limits=sandbox.Limits())
+        monkeypatch.undo()
+        done = subprocess.run([*cmd[:cmd.index("-m")], "-c", READ_ETC, *sandbox._etc_files()],
+                              pass_fds=(f.fileno(),), capture_output=True, text=True, timeout=60)
+    assert done.stdout.split(None, 1) == ["0", "[]\n"], (done.stdout, done.stderr)
+
+
+@needs_sandbox
+def test_triton_inside_a_gpu_sandbox_finds_the_driver_the_grader_found(tmp_path, monkeypatch):
+    """Triton finds libcuda with `/sbin/ldconfig -p` unless TRITON_LIBCUDA_PATH names its folder; inside the
+    sandboxes of the GPU image ldconfig failed, and every kernel launch with it. The grader passes on the
+    folder its own Triton found, and binds it when /usr does not hold it (here a stand-in under /tmp)."""
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "libcuda.so.1").write_bytes(b"")
+    monkeypatch.setattr(sandbox, "_libcuda_dirs", lambda: [str(driver)])
+    course = sandbox.stage_package(tmp_path, 2)
+    probe = "from triton.backends.nvidia.driver import libcuda_dirs; print(libcuda_dirs())"
+    with open(ROOT / "solutions" / "02_first_kernels.ipynb", "rb") as f:
+        cmd = sandbox.command(course, f.fileno(), "nb.ipynb", gpu=True, limits=sandbox.Limits())
+        done = subprocess.run([*cmd[:cmd.index("-m")], "-c", probe], pass_fds=(f.fileno(),),
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == repr([str(driver.resolve())]), done.stderr
 
 
 def _is_child(pid: int, parent: int) -> bool:

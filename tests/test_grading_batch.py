@@ -23,6 +23,7 @@ import torch
 from course_utils.__main__ import main as cli
 from course_utils.grading import batch
 from course_utils.mode import current
+from helpers import interpreter_only_because
 
 ROOT = Path(__file__).resolve().parent.parent
 # seconds per notebook: the solution needs about 15 on a 2-core CPU; on a GPU, compiling its kernels beside
@@ -435,6 +436,8 @@ def test_a_notebook_can_neither_retry_its_way_to_a_pass_nor_write_into_the_repor
     assert len(rows) == 3 and not any(cell[:1] in "=+-@" for row in rows for cell in row if cell)
 
 
+@interpreter_only_because("only the interpreter sees a store of the value already there; on a GPU such a store "
+                          "leaves nothing to compare")
 def test_stores_into_the_cache_outside_the_new_row_are_seen_in_the_sandbox(tmp_path):
     """09.kv_append with the right values but every row of the cache rewritten: the sandbox's interpreter sees
     the stores (harness._stores_outside), told by the grader which elements may change (Out.writable)."""
@@ -788,3 +791,18 @@ def test_a_sandbox_whose_python_never_started_says_why():
                  "shared object file: Permission denied"):
         assert batch._last_words(f"print from the notebook\n{line}\n") == line
     assert batch._last_words("a notebook's own words\n") == ""
+
+
+def test_the_largest_call_a_gpu_check_sends_is_taken_by_the_sandbox(monkeypatch):
+    """09.kv_append's last case on a GPU, (16, 8, 4100, 128) caches, sends a sandbox more bytes of inputs
+    than a result may hold (RESULT_MAX): the sandbox refused the message and died, graded "kernel died". The
+    case is built at its GPU size here (on the CPU) and encoded as the grader sends it."""
+    from course_utils.checks import l09_decoding
+    from course_utils.grading import REGISTRY, remote
+
+    monkeypatch.setattr(l09_decoding, "size", lambda gpu, cpu: gpu)
+    ex = REGISTRY["09.kv_append"]
+    case = list(ex.cases(torch.Generator().manual_seed(0)))[-1]
+    _, encoder, _, _ = batch.call_message(ex, case, remote.spec_of(ex), "cpu")
+    sent = sum(len(blob) for blob in encoder.blobs())
+    assert remote.RESULT_MAX < sent <= remote.ARGS_MAX

@@ -683,3 +683,39 @@ def test_tuples_of_tensors_and_numpy_floats_are_arguments_a_launch_takes():
 
     check("02.vector_add", add_pair, seed=1, quiet=True)
     check("02.relu", scaled_relu, seed=1, quiet=True)
+
+
+def test_marks_made_on_another_thread_leave_the_grading_codes_state_as_it_was():
+    """Autograd runs a CUDA tensor's backward on a device thread of its own, where the op recorder marks
+    what it sees. Counted apart from the one ledger on, those marks changed the grading code's module state,
+    and the sandbox's integrity check failed 08.rmsnorm_train's honest solution on a GPU ("the notebook
+    changed the checker's own code ... _marks_elsewhere"). A thread stands in for the device thread here."""
+    import threading
+
+    from course_utils.grading import guard, remote
+
+    integrity = remote.Integrity()
+    ledger = guard.OpLedger()
+    ledger.start()
+
+    def mark():
+        with guard._counted_range(guard.OpLedger.MARK):
+            pass
+
+    thread = threading.Thread(target=mark)
+    thread.start()
+    thread.join()
+    ledger.stop()
+    assert integrity.restore() == []
+
+
+def test_the_graders_stand_in_for_a_sandboxed_node_saves_on_the_calls_device():
+    """The stand-ins of what a sandbox's autograd node saved were made on the CPU whatever the device: on a
+    GPU, 08.rmsnorm_train's check compared one with x (a saved copy of x?) and the grader raised, so a
+    forward that saves a copy of x got "error" instead of its message. "meta" stands in for "cuda" here."""
+    from course_utils.grading import remote
+
+    x = torch.randn(4, 8, device="meta", requires_grad=True)
+    info = {"function": True, "saved": [{"input": 0}, {"shape": [4, 8], "dtype": "float32"}]}
+    y = remote.autograd_in(None, x.detach(), info, [x], "meta")
+    assert [t.device.type for t in y.grad_fn.saved_tensors] == ["meta", "meta"]

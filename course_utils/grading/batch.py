@@ -69,6 +69,31 @@ CHECK_CALL = re.compile(r"""\bcheck\s*\(\s*(?:exercise_id\s*=\s*)?(['"])(\d+\.\w
 EXERCISE_ID = re.compile(r"\d+\.\w+")
 
 
+def call_message(ex, case, spec: dict, device: str) -> tuple[dict, remote.Encoder, list, object]:
+    """The "call" message of one case (its header and encoder), the arguments it sends, and a kernel
+    exercise's prepared buffers (None for a function exercise)."""
+    import torch
+
+    from .harness import _function_args, prepare_kernel_case, writable_of
+
+    encoder, prepared = remote.Encoder(), None
+    header = {"op": "call", "spec": spec, "device": device}
+    if ex.kernel:
+        prepared = prepare_kernel_case(ex, case, device)
+        args = prepared.call_args
+    else:  # copies: what the sandbox sends back lands in them, never in the case's own inputs
+        args = list(_function_args(case.args))
+    header["args"] = [encoder.encode(a) for a in args]
+    if getattr(case, "raises", None) is not None:
+        header["expect_raise"] = case.raises.__name__
+    if ex.kernel:
+        position = {id(a): i for i, a in enumerate(args)}
+        header["outputs"] = {name: [encoder.storage_index(view), position[id(view)]]
+                             for name, (_, view, _) in prepared.buffers.items()}
+        header["writable"] = {name: [encoder.encode(mask.to(torch.uint8)), what]
+                              for name, (mask, what) in writable_of(case).items()}
+    return header, encoder, args, prepared
+
 class UsageError(Exception):
     """Bad command-line input: reported in one line, exit code 2."""
 
@@ -491,25 +516,9 @@ class Grader:
         def run_case(case) -> list[str]:
             import torch
 
-            from .harness import (_function_args, judge_function_case, judge_kernel_case, modified_inputs,
-                                  prepare_kernel_case, writable_of)
+            from .harness import judge_function_case, judge_kernel_case, modified_inputs
 
-            encoder = remote.Encoder()
-            header = {"op": "call", "spec": spec, "device": self.device}
-            if ex.kernel:
-                prepared = prepare_kernel_case(ex, case, self.device)
-                args = prepared.call_args
-            else:  # copies: what the sandbox sends back lands in them, never in the case's own inputs
-                args = list(_function_args(case.args))
-            header["args"] = [encoder.encode(a) for a in args]
-            if getattr(case, "raises", None) is not None:
-                header["expect_raise"] = case.raises.__name__
-            if ex.kernel:
-                position = {id(a): i for i, a in enumerate(args)}
-                header["outputs"] = {name: [encoder.storage_index(view), position[id(view)]]
-                                     for name, (_, view, _) in prepared.buffers.items()}
-                header["writable"] = {name: [encoder.encode(mask.to(torch.uint8)), what]
-                                      for name, (mask, what) in writable_of(case).items()}
+            header, encoder, args, prepared = call_message(ex, case, spec, self.device)
             sent = sum(raw.numel() for raw in encoder.storages)
             chan.send(header, encoder.blobs())
             msg, blobs = chan.recv(blob_limit=sent + remote.RESULT_MAX)

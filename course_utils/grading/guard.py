@@ -475,9 +475,12 @@ class OpLedger:
 
 
 _ledgers_on = [0]  # > 0 while a ledger keeps its account (the recorder marks each op it sees)
-# Marks made, by name: per thread with a ledger, and on threads without one (autograd runs a CUDA tensor's
+# Marks made, by name: per thread with a ledger, and on threads without one. Autograd runs a CUDA tensor's
 # backward on a device thread of its own, where torch carries the profiler along: its marks land in the
-# ledger of the thread that called backward)
+# profile of the thread that called backward, and count for that thread's ledger when it is the only one
+# on. With several on, nobody knows whose they are: they count for any (_marks_elsewhere). (Counted there
+# with one ledger on, they changed the grading code's state in the sandbox's eyes, and its integrity check
+# failed 08.rmsnorm_train's honest solution on a GPU.)
 _marks_made: dict[int, dict[str, int]] = {}
 _marks_elsewhere: dict[str, int] = {}
 
@@ -485,7 +488,10 @@ _marks_elsewhere: dict[str, int] = {}
 @contextlib.contextmanager
 def _counted_range(name: str):
     """A profiler range of the ledger's (OpLedger.MARK, OpLedger.TORCHS_OWN), counted as it opens."""
-    made = _marks_made.get(threading.get_ident(), _marks_elsewhere)
+    made = _marks_made.get(threading.get_ident())
+    if made is None:
+        ledgers = list(_marks_made.values())
+        made = ledgers[0] if len(ledgers) == 1 else _marks_elsewhere
     made[name] = made.get(name, 0) + 1
     with _RecordFunctionFast(name):
         yield

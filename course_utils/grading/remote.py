@@ -33,6 +33,10 @@ from typing import Any
 
 HEADER_MAX = 4 << 20  # a JSON header larger than this is a broken (or hostile) sandbox
 RESULT_MAX = 256 << 20  # bytes of tensors a function exercise may return
+# bytes of one call's inputs, which the grader sends (keyed): 09.kv_append's largest case on a GPU sends two
+# (16, 8, 4100, 128) bf16 caches and the masks of their writable rows, 0.4 GB (RESULT_MAX refused it: every
+# notebook's kernel "died" at that check)
+ARGS_MAX = 1 << 30
 BLOBS_MAX = 4096  # storages in one message (a flood of empty ones would fill the grader's memory)
 LAUNCHES_MAX = 64  # kernel names a sandbox's backward reports (the grader needs to know there were some)
 OPS_MAX = 256  # torch ops a sandbox's backward reports (which ones, not how often)
@@ -793,7 +797,8 @@ def autograd_in(chan: Channel, y, info: dict, args: list, device: str):
         shape = _list(meta.get("shape"))
         if not all(isinstance(n, int) and 0 <= n < 1 << 40 for n in shape) or len(shape) > 8:
             raise ProtocolError("a saved tensor with an invalid shape")
-        return torch.zeros(1, dtype=_dtype(meta.get("dtype"))).expand(shape)  # its numel, no memory
+        # its numel and device (a check may set it beside x), no memory
+        return torch.zeros(1, dtype=_dtype(meta.get("dtype")), device=device).expand(shape)
 
     class Sandboxed(torch.autograd.Function):
         # what the sandbox's node keeps alive (kept_alive there), for the check's own kept_alive(fn)
@@ -872,7 +877,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
 
     chan.send({"op": "check", "exercise": str(exercise_id)})
     while True:
-        msg, blobs = chan.recv()
+        msg, blobs = chan.recv(blob_limit=ARGS_MAX)
         op = msg.get("op")
         if op == "done":
             return

@@ -205,6 +205,18 @@ def _etc_files() -> list[str]:
     return [f"/etc/{n}" for n in names if os.path.exists(f"/etc/{n}")]
 
 
+def _libcuda_dirs() -> list[str]:
+    """The folders holding the CUDA driver's libcuda.so.1, as the grader's Triton finds them. Triton links
+    each kernel's launcher against libcuda, found by TRITON_LIBCUDA_PATH or else by `/sbin/ldconfig -p`:
+    the sandbox's clean environment drops the variable, and its ldconfig reads only the cache in /etc. The
+    grader asks once, outside, and tells each sandbox. [] without a CUDA driver."""
+    try:
+        from triton.backends.nvidia.driver import libcuda_dirs
+        return list(libcuda_dirs())
+    except (ImportError, AssertionError, OSError, subprocess.CalledProcessError):
+        return []
+
+
 def command(course: Path, notebook_fd: int, notebook_name: str, *, gpu: bool, limits: Limits,
             slot: int = 0) -> list[str]:
     """The bwrap command line of one sandbox running `python -m course_utils.grading.remote`."""
@@ -216,13 +228,16 @@ def command(course: Path, notebook_fd: int, notebook_name: str, *, gpu: bool, li
             cmd += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             cmd += ["--ro-bind", top, top]
-    cmd += ["--ro-bind", "/usr", "/usr"]
+    cmd += ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]  # not bwrap's 0700: root's only
     for path in _etc_files():
         cmd += ["--ro-bind", path, path]
     # The private /tmp first: a checkout (and its .venv) that lives under /tmp is bound on top of it below.
     cmd += ["--perms", "1777", "--size", str(limits.tmpfs), "--tmpfs", "/tmp"]
+    libcuda = _libcuda_dirs()[:1] if gpu else []
+    # the CUDA driver's folder, unless /usr holds it (the sandbox sees /usr already)
+    driver = [os.path.realpath(p) for p in libcuda if not os.path.realpath(p).startswith("/usr/")]
     made: set[str] = set()
-    for path in _python_paths():
+    for path in [*_python_paths(), *driver]:
         for parent in reversed(Path(path).parents[:-1]):  # bwrap would make them 0700: root's only
             if str(parent) not in made:
                 made.add(str(parent))
@@ -243,11 +258,16 @@ def command(course: Path, notebook_fd: int, notebook_name: str, *, gpu: bool, li
     cmd += ["--perms", "1777", "--size", str(limits.shm), "--tmpfs", "/dev/shm",
             "--remount-ro", "/dev", "--remount-ro", "/"]
     if os.geteuid() == 0:
-        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        # setpriv needs SETUID and SETGID to switch to the sandbox's uid, and SETPCAP to empty the bounding
+        # set first: libcap-ng 0.8.4 (Ubuntu 24.04) refuses `--bounding-set=-all` without it (exit 127,
+        # "apply bounding set: Operation not permitted"), and 0.8.3 (Debian 12) skipped it unsaid.
+        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "USER": "student", "LANG": "C.UTF-8",
            "PYTHONPATH": COURSE, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
            "MPLBACKEND": "Agg", "TRITON_CACHE_DIR": "/tmp/triton", "XDG_CACHE_HOME": "/tmp/cache",
            "COURSE_MODE": "gpu" if gpu else "interpret"}
+    if libcuda:
+        env["TRITON_LIBCUDA_PATH"] = libcuda[0]
     for name in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"):
         if name in os.environ:
             env[name] = os.environ[name]
