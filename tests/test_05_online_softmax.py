@@ -513,6 +513,57 @@ def test_attention_with_a_buffer_for_the_scores_fails():
     failure("05.attention", wrong, "room for the (B, H, S, S) scores", "never written")
 
 
+@triton.jit
+def _scores_round_trip(q, k, v, out, scores, S, scale, sq, sk, sv, so, D: tl.constexpr, CAUSAL: tl.constexpr,
+                       BLOCK: tl.constexpr):
+    """Two passes over the keys: the scores stored into `scores` (one (S, S) block per head), then read back
+    for the exponentials and P @ V. Right values, one launch, the (S, S) scores in memory."""
+    bh, H = tl.program_id(1), tl.num_programs(2)
+    b, h = bh // H, bh % H
+    rows, d = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), tl.arange(0, D)
+    block = scores + bh * S * S + rows[:, None] * S  # this program's rows of the head's (S, S) scores
+    qt = tl.load(q + b * sq[0] + h * sq[1] + rows[:, None] * sq[2] + d[None, :] * sq[3],
+                 mask=rows[:, None] < S, other=0.0)
+    m = tl.full((BLOCK,), float("-inf"), tl.float32)
+    for n0 in range(0, S, BLOCK):
+        keys = n0 + tl.arange(0, BLOCK)
+        kt = tl.load(k + b * sk[0] + h * sk[1] + keys[None, :] * sk[2] + d[:, None] * sk[3],
+                     mask=keys[None, :] < S, other=0.0)
+        seen = (keys[None, :] < S) & ((keys[None, :] <= rows[:, None]) | (not CAUSAL))
+        s = tl.where(seen, tl.dot(qt, kt) * scale, float("-inf"))
+        m = tl.maximum(m, tl.max(s, 1))
+        tl.store(block + keys[None, :], s, mask=(rows[:, None] < S) & (keys[None, :] < S))
+    m = tl.where(m == float("-inf"), 0.0, m)
+    acc, l = tl.zeros((BLOCK, D), tl.float32), tl.zeros((BLOCK,), tl.float32)
+    for n0 in range(0, S, BLOCK):
+        keys = n0 + tl.arange(0, BLOCK)
+        s = tl.load(block + keys[None, :], mask=(rows[:, None] < S) & (keys[None, :] < S), other=float("-inf"))
+        p = tl.exp(s - m[:, None])
+        l += tl.sum(p, 1)
+        vt = tl.load(v + b * sv[0] + h * sv[1] + keys[:, None] * sv[2] + d[None, :] * sv[3],
+                     mask=keys[:, None] < S, other=0.0)
+        acc += tl.dot(p.to(vt.dtype), vt)
+    tl.store(out + b * so[0] + h * so[1] + rows[:, None] * so[2] + d[None, :] * so[3],
+             (acc / l[:, None]).to(out.dtype.element_ty), mask=rows[:, None] < S)
+
+
+_KEPT_SCORES = torch.empty(1 << 24, device=current().device)  # made once, before any call: no allocation of one
+
+
+def _attention_through_kept_scores(q, k, v, out, causal):
+    B, H, S, D = q.shape
+    grid = (triton.cdiv(S, 16), B * H, H)
+    _scores_round_trip[grid](q, k, v, out, _KEPT_SCORES, S, 1 / math.sqrt(D), q.stride(), k.stride(), v.stride(),
+                             out.stride(), D=D, CAUSAL=causal, BLOCK=16)
+
+
+def test_attention_with_the_scores_in_a_buffer_kept_from_call_to_call_fails():
+    """The round trip through the (S, S) scores, with a buffer made once at import: no allocation in the call,
+    one launch, right values. The launch itself gets a tensor with room for the scores, none of the call's."""
+    failure("05.attention", _attention_through_kept_scores, "room for the (B, H, S, S) scores",
+            "kept from call to call", "never written")
+
+
 # --- the maths and the kernels beyond the checks --------------------------------------------------
 
 def test_merging_in_any_order_gives_logsumexp():

@@ -857,10 +857,11 @@ register(Exercise(
 
 def _attention_scores(case: Case) -> tuple[int, str] | None:
     """The (B, H, S, S) scores, the intermediate FlashAttention never writes: an allocation that holds them is
-    refused. Only where S >= 2 D, so that an fp32 copy of out (S x D per head) or the per-row statistics
-    (m, l) take at most half of it: those a fused kernel may keep."""
+    refused, and so is a buffer kept from call to call that holds them in 16-bit floats (Fusion.kept_buffers).
+    Only where S > 2 D, so that an fp32 copy of out (4 S D bytes per head) or the per-row statistics (m, l)
+    take less than either: those a fused kernel may keep."""
     B, H, S, D = case.args[0].shape
-    return (B * H * S * S, "the (B, H, S, S) scores") if S >= 2 * D else None
+    return (B * H * S * S, "the (B, H, S, S) scores") if S > 2 * D else None
 
 
 def _half() -> torch.dtype:
@@ -910,7 +911,7 @@ register(Exercise(
           "fusion": "no (S, S) buffer: each tile of scores lives in registers, from tl.dot(q, k) to p @ v"},
     # One launch, and no buffer for the scores: a kernel that stored them and read them back passed.
     fusion=Fusion("QK^T, the online softmax and P @ V stay in registers, tile by tile: the (S, S) scores are "
-                  "never written", _attention_scores, own_temporaries=lambda case: ()),
+                  "never written", _attention_scores, own_temporaries=lambda case: (), kept_buffers=True),
     speed=Speed(lambda: (*(randn((4, 16, 4096, 128), _half()) for _ in range(3)),
                          Out("out", (4, 16, 4096, 128), _half()), False),
                 _attention_cost, "course_utils.lessons.l05_online_softmax:attention",

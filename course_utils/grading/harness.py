@@ -182,6 +182,11 @@ class Fusion:
     # buffer holds it just as well), except allocations of the counts this returns: the temporaries the
     # fused answer itself makes (06.rmsnorm_mlp: h and the packed weights). None: only the exact count.
     own_temporaries: Callable[["Case"], tuple[int, ...]] | None = None
+    # True: a tensor a launch gets that is none of the call's own counts as well when its storage holds the
+    # intermediate in 16-bit floats or wider: a buffer made before the call (at import, kept from call to
+    # call) is no allocation the call makes, and a kernel can store the intermediate there and read it back.
+    # Only where the fused answer needs no scratch of that size (05.attention).
+    kept_buffers: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -816,6 +821,16 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
                     f"{description}. Fused means that intermediate never goes to memory: "
                     f"{ex.fusion.meaning}", "fusion"))
                 break
+        kept = [(launch.name, shape, nbytes) for launch in launched
+                for shape, base, nbytes in zip(launch.shapes, launch.bases, launch.storage_bytes)
+                if not base and nbytes >= 2 * numel] if ex.fusion.kept_buffers else []
+        if kept and not any(p.kind == "fusion" for p in problems):
+            name, shape, nbytes = kept[0]
+            problems.append(Problem(
+                f"launched {name} with a {shape} tensor that is none of the call's own: its storage of {nbytes} "
+                f"bytes has room for {description} in 16-bit floats (a buffer made before the call and kept "
+                f"from call to call is still memory). Fused means that intermediate never goes to memory: "
+                f"{ex.fusion.meaning}", "fusion"))
     return problems
 
 
