@@ -240,6 +240,54 @@ def test_silu_mul_two_kernels_fails_as_not_one_kernel():
     failure("04.silu_mul", silu_mul_two_kernels, "launched 2 kernels", "one kernel")
 
 
+@triton.jit
+def _sin4_through_memory(x_ptr, t_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    """One launch, but each sine stored to t and loaded back: 4 x the traffic of the fused kernel."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(t_ptr + offs, tl.sin(tl.load(x_ptr + offs, mask=m).to(tl.float32)), mask=m)
+    for _ in tl.static_range(2):
+        tl.store(t_ptr + offs, tl.sin(tl.load(t_ptr + offs, mask=m)), mask=m)
+    tl.store(o_ptr + offs, tl.sin(tl.load(t_ptr + offs, mask=m)), mask=m)
+
+
+@triton.jit
+def _silu_mul_through_memory(g_ptr, u_ptr, t_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    """One launch, but silu(g) stored to t and loaded back, as F.silu and a separate multiply would."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    g = tl.load(g_ptr + offs, mask=m).to(tl.float32)
+    tl.store(t_ptr + offs, g * tl.sigmoid(g), mask=m)
+    s = tl.load(t_ptr + offs, mask=m) * tl.load(u_ptr + offs, mask=m).to(tl.float32)
+    tl.store(o_ptr + offs, s.to(o_ptr.dtype.element_ty), mask=m)
+
+
+_KEPT = torch.empty(1 << 22, device=current().device)  # made once, before any call
+
+
+def _through_memory(kept: bool):
+    """sin4 and silu_mul whose intermediate goes through a buffer: made in each call, or kept from call to
+    call (made before any, so that no allocation of the call holds it)."""
+    def scratch(like):
+        return _KEPT if kept else torch.empty(like.numel(), dtype=torch.float32, device=like.device)
+
+    def sin4(x, out):
+        n = x.numel()
+        _sin4_through_memory[(triton.cdiv(n, 1024),)](x, scratch(x), out, n, BLOCK=1024)
+
+    def silu_mul(g, u, out):
+        n = g.numel()
+        _silu_mul_through_memory[(triton.cdiv(n, 1024),)](g, u, scratch(g), out, n, BLOCK=1024)
+    return {"04.sin4": sin4, "04.silu_mul": silu_mul}
+
+
+@pytest.mark.parametrize("exercise_id", ["04.sin4", "04.silu_mul"])
+@pytest.mark.parametrize("kept, says", [(False, "allocated a"), (True, "kept from call to call")])
+def test_an_intermediate_stored_and_loaded_back_in_the_one_launch_fails(exercise_id, kept, says):
+    """The launch count alone passed these: one launch, right values, the intermediate in memory."""
+    failure(exercise_id, _through_memory(kept)[exercise_id], says, "never goes to memory", "in registers")
+
+
 def test_silu_mul_in_torch_fails():
     failure("04.silu_mul", silu_mul_with_torch, "no Triton kernel was launched")
 

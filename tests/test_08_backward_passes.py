@@ -3,6 +3,7 @@ the mistake, and the toy Llama with our autograd Functions trains like the Huggi
 from __future__ import annotations
 
 import math
+import weakref
 
 import pytest
 import torch
@@ -588,6 +589,37 @@ def test_rmsnorm_train_keeping_a_hidden_copy_is_judged_by_the_memory_kept(how):
     failure("08.rmsnorm_train", lambda x, w, eps: Keeps.apply(x, w, eps), "bytes a row, where rstd takes 4")
 
 
+_KEPT_GLOBALLY: list = []
+_KEPT_BY_CTX: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Ways to keep the copy where nothing reachable from ctx holds it
+_COPIES_OUTSIDE_CTX = {
+    "in a module's list": lambda ctx, copy: _KEPT_GLOBALLY.append(copy),
+    "in a WeakKeyDictionary keyed by ctx": lambda ctx, copy: _KEPT_BY_CTX.__setitem__(ctx, copy.view(-1)),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_COPIES_OUTSIDE_CTX))
+def test_rmsnorm_train_keeping_a_copy_outside_ctx_is_judged_by_the_memory_kept(how):
+    """The copy of x-hat kept where a search from ctx never goes (it follows no module globals): still memory
+    the forward made and something holds once it returned."""
+    class KeepsOutside(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps):
+            y = l08.RMSNormFunction.forward(ctx, x, weight, eps)
+            _COPIES_OUTSIDE_CTX[how](ctx, y.clone())
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):
+            return l08.RMSNormFunction.backward(ctx, dy)
+
+    try:
+        failure("08.rmsnorm_train", lambda x, w, eps: KeepsOutside.apply(x, w, eps),
+                "made by the forward and held outside ctx", "bytes a row, where rstd takes 4")
+    finally:
+        _KEPT_GLOBALLY.clear()
+
+
 def test_rmsnorm_train_ignoring_dys_strides_fails_on_the_transposed_gradient():
     wrong = mutant("l08_backward_passes", "rmsnorm_train",
                    ("dy_rows = dy.reshape(rows.shape).contiguous()", "dy_rows = dy.reshape(rows.shape)"))
@@ -762,19 +794,21 @@ _LAST_FORWARD: dict = {}
 
 
 class _BackwardFromGlobals(torch.autograd.Function):
-    """Right for one forward followed by its backward; but the backward reads x's rows and rstd from a module
-    global that the LAST forward set, not from its own ctx (where they are saved all the same)."""
+    """Right for one forward followed by its backward; but the backward reads x and rstd from a module global
+    that the LAST forward set, not from its own ctx (where they are saved all the same). (x itself: a
+    contiguous copy kept there is memory the forward made and something holds, refused earlier.)"""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        rows, y, rstd = _forward_kernel(x.contiguous(), weight, eps)
+        _, y, rstd = _forward_kernel(x.contiguous(), weight, eps)
         ctx.save_for_backward(x, weight, rstd)
-        _LAST_FORWARD.update(rows=rows, weight=weight, rstd=rstd, shape=x.shape)
+        _LAST_FORWARD.update(x=x, weight=weight, rstd=rstd, shape=x.shape)
         return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
-        rows, weight, rstd = _LAST_FORWARD["rows"], _LAST_FORWARD["weight"], _LAST_FORWARD["rstd"]
+        x, weight, rstd = _LAST_FORWARD["x"], _LAST_FORWARD["weight"], _LAST_FORWARD["rstd"]
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
         dx, dw = torch.empty_like(rows), torch.empty(rows.shape[1], device=rows.device)
         l08.rmsnorm_backward(dy.reshape(rows.shape).contiguous(), rows, weight, rstd, dx, dw)
         return dx.view(_LAST_FORWARD["shape"]), dw.to(weight.dtype), None

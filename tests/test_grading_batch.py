@@ -272,6 +272,8 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
                             "dy_rows = dy.reshape(rows.shape)"),
                            ("copy_in_a_list", "        return y.view(x.shape)",
                             "        ctx.cache = {'rows': [y.clone()]}\n        return y.view(x.shape)"),
+                           ("copy_in_a_global", "        return y.view(x.shape)",
+                            "        KEPT.append(y.clone())\n        return y.view(x.shape)"),
                            ("copy_in_halves", "        return y.view(x.shape)",
                             "        ctx.halves = (lambda c: lambda: c)(list(y.clone().view(-1).chunk(2)))\n"
                             "        return y.view(x.shape)"),
@@ -289,6 +291,8 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
         source = "".join(nb["cells"][at]["source"])
         assert old in source
         source = source.replace(old, new) if old else source
+        if name == "copy_in_a_global":
+            source = "KEPT = []\n" + source
         if name == "last_forwards_rstd":
             keep = "        ctx.save_for_backward(x, weight, rstd)"
             source = source.replace(keep, keep + "\n        RMSNormFunction.last_rstd = rstd")
@@ -312,6 +316,9 @@ def test_an_autograd_exercise_is_differentiated_in_the_sandbox(tmp_path):
     # in halves inside a closure: no tensor on ctx, but the bytes the sandbox's node keeps alive
     assert found["copy_in_halves.ipynb"].status == batch.FAIL, found["copy_in_halves.ipynb"]
     assert "bytes a row, where rstd takes 4" in found["copy_in_halves.ipynb"].reason
+    # in a module's list: reachable from nothing the node holds, but made by the forward and alive after it
+    assert found["copy_in_a_global.ipynb"].status == batch.FAIL, found["copy_in_a_global.ipynb"]
+    assert "held outside ctx" in found["copy_in_a_global.ipynb"].reason
     # and the host reads of its backward (autograd runs a backward outside the TorchFunctionMode)
     assert found["numpy_in_backward.ipynb"].status == batch.FAIL, found["numpy_in_backward.ipynb"]
     assert found["last_forwards_rstd.ipynb"].status == batch.FAIL, found["last_forwards_rstd.ipynb"]

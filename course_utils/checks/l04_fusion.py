@@ -1,10 +1,12 @@
 """Exercises of lesson 04: traffic of elementwise chains, sin^4 in one kernel, silu(g) * u."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.harness import Speed
+from ..grading.harness import Fusion, Speed
 from ..grading.inputs import EPS, f64, randn, tolerance, uniform
 from ..mode import current, size
 from ..roofline import elementwise_cost
@@ -109,8 +111,22 @@ def _sin4_cases(gen):
         yield Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": _sin4_expected(x)}, atol, rtol)
 
 
+def _intermediate(what: str):
+    """The intermediate a fused elementwise chain keeps in registers: one value per element of out, of any
+    dtype (`what` names it). Refused as an allocation of the call and as a buffer kept from call to call that
+    a launch gets (a store and a load back in the one launch passed). From 4096 elements on: below that an
+    allocation is more likely a scalar or a small table than the chain's step."""
+    def temporary(case: Case) -> tuple[int, str] | None:
+        numel = math.prod(next(a for a in case.args if isinstance(a, Out)).shape)
+        return (numel, what) if numel >= 4096 else None
+    return temporary
+
+
 register(Exercise(
     "04.sin4", "sin(sin(sin(sin(x)))) in one kernel", "sin4(x, out)", _sin4_cases, max_launches=1,
+    fusion=Fusion("the four sines are applied to each loaded value in registers, one load of x and one store of "
+                  "out per element", _intermediate("sin(x) (or a later step) of every element"),
+                  own_temporaries=lambda case: (), kept_buffers=True),
     # memory-bound: 8 bytes per fp32 element (read x, write out); each sin counted as one FLOP
     speed=Speed(lambda: (randn(SPEED_N), Out("out", (SPEED_N,), torch.float32)),
                 lambda args: elementwise_cost(SPEED_N, 4, flops_per_element=4.0),
@@ -125,6 +141,8 @@ register(Exercise(
                  "lane stores them: mask the store too",
           "launches": "one kernel: four tl.sin calls on the values in registers; a one-sin kernel launched "
                       "four times moves four times the bytes",
+          "fusion": "no buffer between the steps: y = tl.sin(y) four times on the loaded values, one tl.store "
+                    "of the last",
           "host": "torch.sin outside your kernel is the eager chain this exercise replaces: all four "
                   "sins belong in your kernel"}))
 
@@ -173,6 +191,8 @@ def _silu_mul_cases(gen):
 
 register(Exercise(
     "04.silu_mul", "silu(g) * u in one kernel", "silu_mul(g, u, out)", _silu_mul_cases, max_launches=1,
+    fusion=Fusion("silu(g) * u is computed in registers from one load of g and of u, and stored once",
+                  _intermediate("silu(g) of every element"), own_temporaries=lambda case: (), kept_buffers=True),
     # memory-bound: read g and u, write out, 2 bytes each; ~5 FLOPs per element
     speed=Speed(lambda: (randn((SPEED_ROWS, SPEED_INTER), _half()), randn((SPEED_ROWS, SPEED_INTER), _half()),
                          Out("out", (SPEED_ROWS, SPEED_INTER), _half())),
@@ -187,5 +207,7 @@ register(Exercise(
           "out_of_bounds": "mask = offsets < n (n = numel) on both loads and the store",
           "launches": "one kernel: silu and the product on the values in registers; F.silu then * is two "
                       "kernels and a temporary",
+          "fusion": "no buffer for silu(g): s = g * tl.sigmoid(g) stays in registers and multiplies u there; "
+                    "store only out",
           "host": "F.silu, torch.sigmoid and * outside your kernel are the eager version: compute in "
                   "your kernel"}))

@@ -184,6 +184,7 @@ class Watch:
     launched: list[Launch] = field(default_factory=list)
     # Tensors the host code allocated (outside launches): what a fused exercise must not need.
     allocations: list[Allocation] = field(default_factory=list)
+    made: dict[int, int] = field(default_factory=dict)  # {storage address: bytes} of those allocations
     dtypes: set = field(default_factory=set)  # dtypes of every tensor the host code's torch ops touched
     # Host functions an autotuned kernel runs around its launches ("pre_hook of `k`"): host code the
     # op recorder does not watch (it pauses inside launches).
@@ -339,6 +340,7 @@ class _RecordOps(TorchDispatchMode):
             if t.numel() and _storage_ptr(t) not in owned:
                 site = student_site(3)
                 self.watch.allocations.append(Allocation(name, tuple(t.shape), t.dtype, site))
+                self.watch.made[_storage_ptr(t)] = t.untyped_storage().nbytes()
                 if _trackers:
                     if name.startswith(("empty", "new_empty")):
                         _poison_storage(t)
@@ -472,6 +474,25 @@ class OpLedger:
                 continue
             else:
                 self._look(_Range("", [child]), unseen)
+
+
+# {an autograd node a watched call returned: {storage address: bytes} of what its torch ops allocated}: what
+# the forward made that is still alive once it returned, held by anything (remote.kept_alive). Not a dict:
+# the sandbox's integrity check compares the contents of this module's dicts before and after each call.
+_MADE_BY_CALL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def note_made(node, made: dict[int, int]) -> None:
+    """Remember what the call that returned autograd node `node` allocated (Watch.made)."""
+    with contextlib.suppress(TypeError):  # a node of torch's own C++ class takes no weak reference
+        _MADE_BY_CALL[node] = dict(made)
+
+
+def made_by_call(node) -> dict[int, int]:
+    try:
+        return dict(_MADE_BY_CALL.get(node) or {})
+    except TypeError:
+        return {}
 
 
 _ledgers_on = [0]  # > 0 while a ledger keeps its account (the recorder marks each op it sees)

@@ -30,7 +30,7 @@ import torch
 
 from ..mode import current
 from . import kernel_source
-from .guard import HOST_OPS, TORCH_NAMES, CannotWatch, Refused, Tracker, watching
+from .guard import HOST_OPS, TORCH_NAMES, CannotWatch, Refused, Tracker, note_made, watching
 from .provenance import course_solution, course_solutions_allowed
 
 GUARD_ELEMENTS = 1 << 16  # guard region on each side of an output: larger than any block a kernel uses
@@ -797,7 +797,7 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
     problems = []
     names = [launch.name for launch in launched]
     limit, counted, what = ex.max_launches, names, "kernels"
-    if ex.fusion is not None:
+    if ex.fusion is not None and ex.max_launches is None:  # else every launch counts, as max_launches says
         limit = ex.fusion.kernels
         counted = _launches_on_the_rows(ex.fusion, launched, _rows(case))
         what = "kernels on the activations"
@@ -1244,6 +1244,8 @@ def call_function_candidate(ex: Exercise, candidate: Callable, args) -> tuple[An
             result = _plain(candidate(*args))
         except Exception as exc:
             raise _candidate_error(exc) from None
+    if isinstance(result, torch.Tensor) and result.grad_fn is not None:  # what its forward made (kept_alive)
+        note_made(result.grad_fn, watch.made)
     used = [f"call:{name}" for name in called] + [f"thread:{site}" for site in watch.threads[:1]]
     used += [op for op in ex.forbidden_ops if op in watch.torch_ops]
     used += [f"dtype:{str(dt).replace('torch.', '')}" for dt in ex.forbidden_dtypes if dt in watch.dtypes]

@@ -703,15 +703,17 @@ def kept_alive(fn, skip: set[int]) -> dict[int, tuple[int, str]]:
     """{address: (bytes, what)} of the memory an autograd node keeps alive, however the forward stored it:
     its saved tensors, and every tensor, storage or NumPy array reachable from ctx's attributes and from
     its Function class's data attributes (inside containers, objects, closures, generators, attributes put
-    on tensors),
-    each storage counted once, whole (a 1-element view keeps all of it). Module globals, classes and
-    frames are not followed. skip: storage addresses not counted (x, weight, the output). The batch
-    grader's stand-in for a node that lives in a sandbox answers with what the sandbox found (autograd_out)."""
+    on tensors), each storage counted once, whole (a 1-element view keeps all of it). Module globals, classes
+    and frames are not followed; but what the call that returned the node allocated (guard.note_made) counts
+    wherever it is held. skip: storage addresses not counted (x, weight, the output). The batch grader's
+    stand-in for a node that lives in a sandbox answers with what the sandbox found (autograd_out)."""
     import gc
     import sys
 
     import numpy as np
     import torch
+
+    from .guard import made_by_call
 
     forward_cls = getattr(fn, "_forward_cls", None)
     if _STAND_INS.get(id(forward_cls)) is forward_cls:  # the grader's own stand-in: the sandbox looked
@@ -752,6 +754,22 @@ def kept_alive(fn, skip: set[int]) -> dict[int, tuple[int, str]]:
         elif not isinstance(obj, type | types.ModuleType | types.CodeType | types.FrameType
                             | types.TracebackType | str | bytes):
             stack += gc.get_referents(obj)
+    # What the forward allocated and something still holds, wherever: a module's global, a cache keyed by ctx
+    # (a WeakKeyDictionary), a class elsewhere. A live tensor at an address the call allocated is that
+    # allocation (two live storages never share an address).
+    made = {address: nbytes for address, nbytes in made_by_call(fn).items()
+            if address not in skip and address not in found}
+    if made:
+        gc.collect()  # what only garbage cycles hold (the Triton interpreter's copies of launch arguments)
+    for obj in gc.get_objects() if made else ():
+        if isinstance(obj, torch.Tensor | torch.UntypedStorage):
+            with contextlib.suppress(RuntimeError, NotImplementedError):
+                address = (obj.untyped_storage() if isinstance(obj, torch.Tensor) else obj).data_ptr()
+                if address in made and address not in found:
+                    what = (f"{tuple(obj.shape)} {str(obj.dtype)[6:]}" if isinstance(obj, torch.Tensor)
+                            else "a storage")
+                    found[address] = (made[address], f"{what} made by the forward and held outside ctx "
+                                                     "(a global or a cache?)")
     return found
 
 
