@@ -620,6 +620,13 @@ def test_rmsnorm_train_keeping_a_copy_outside_ctx_is_judged_by_the_memory_kept(h
         _KEPT_GLOBALLY.clear()
 
 
+def test_rmsnorm_train_check_shows_the_student_no_warning_of_its_own(recwarn):
+    """Its search of every live object for memory the forward kept once asked each object isinstance, and
+    torch's deprecated `distributed.reduce_op` answers that with a FutureWarning in the student's notebook."""
+    check("08.rmsnorm_train", l08.rmsnorm_train, seed=0, quiet=True)
+    assert [str(w.message) for w in recwarn if "reduce_op" in str(w.message)] == []
+
+
 def test_rmsnorm_train_ignoring_dys_strides_fails_on_the_transposed_gradient():
     wrong = mutant("l08_backward_passes", "rmsnorm_train",
                    ("dy_rows = dy.reshape(rows.shape).contiguous()", "dy_rows = dy.reshape(rows.shape)"))
@@ -711,6 +718,25 @@ def test_cross_entropy_with_the_first_blocks_max_as_the_rows_fails_on_a_late_out
                     '        m = tl.full((BLOCK_N,), float("-inf"), tl.float32)\n'
                     '        x0 = tl.load(logits_row + offs_n, mask=offs_n < n_cols, other=float("-inf")).to(tl.float32)'))
     failure("08.cross_entropy", wrong, "one logit of 120 in each row's last block")
+
+
+def test_silu_backward_loading_u_after_storing_du_fails_in_place():
+    """Right with separate buffers; in place (du is u, as the training step calls it) the u it loads after
+    storing du is already the gradient."""
+    load_u = "    u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)\n"
+    store_du = "    tl.store(du_ptr + offs, (dh * silu).to(du_ptr.dtype.element_ty), mask=mask)\n"
+    wrong = mutant("l08_backward_passes", "silu_mul_backward", (load_u, ""), (store_du, store_du + load_u))
+    failure("08.silu_mul_backward", wrong, "dg IS g and du IS u (in place", "`dg`")
+
+
+def test_cross_entropy_reading_the_target_logit_after_the_gradient_overwrote_it_fails_in_place():
+    """Right with separate buffers, wrong in place (the training step's call, dlogits = logits): the loss read
+    logits[target] after pass 2 had stored the gradient there (a training run's losses 7.78 for 6.74)."""
+    loss = ("        x_t = tl.load(logits_row + target).to(tl.float32)\n"
+            "        tl.store(loss_ptr + row, lse - x_t)\n")
+    grad = "            tl.store(dlogits_row + cols, grad.to(dlogits_ptr.dtype.element_ty), mask=cols < n_cols)\n"
+    wrong = mutant("l08_backward_passes", "cross_entropy", (loss, ""), (grad, grad + loss))
+    failure("08.cross_entropy", wrong, "dlogits IS logits (in place", "`loss`")
 
 
 # --- mistakes that passed every case before (a third review of the checks) -----------------------

@@ -813,3 +813,19 @@ def test_the_largest_call_a_gpu_check_sends_is_taken_by_the_sandbox(monkeypatch)
     _, encoder, _, _ = batch.call_message(ex, case, remote.spec_of(ex), "cpu")
     sent = sum(len(blob) for blob in encoder.blobs())
     assert remote.RESULT_MAX < sent <= remote.ARGS_MAX
+
+
+def test_an_output_that_overwrites_an_input_reaches_the_sandbox_as_one_tensor():
+    """08.cross_entropy's in-place case passes one buffer as logits and as dlogits (Out.alias): encoded for the
+    sandbox and decoded there, the two arguments must still share their memory."""
+    from course_utils.grading import REGISTRY, remote
+
+    ex = REGISTRY["08.cross_entropy"]
+    cases = ex.cases(torch.Generator().manual_seed(0))
+    case = next(c for c in cases if c.label.startswith("dlogits IS logits"))
+    header, encoder, args, _ = batch.call_message(ex, case, remote.spec_of(ex), "cpu")
+    assert args[0] is args[3]
+    decoder = remote.Decoder.from_blobs(encoder.blobs(), "cpu")
+    logits, _, _, dlogits = [decoder.decode(a, wrap_ok=True) for a in header["args"]]
+    dlogits.fill_(0.5)
+    assert logits.data_ptr() == dlogits.data_ptr() and bool((logits == 0.5).all())

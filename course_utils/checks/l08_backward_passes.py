@@ -228,6 +228,18 @@ def _silu_cases(gen):
             args = (dh, g, u, Out("dg", shape, dtype), Out("du", shape, dtype))
             yield _case(f"{label}, {_name(dtype)}", args, {"dg": dg, "du": du}, tols,
                         _silu_mistakes(dh, g, u, tols["dg"], tols["du"]))
+    # The training step's backward writes dg and du into g's and u's own memory (eagerly, in place): a kernel
+    # that loads g or u after storing a gradient over it passed every case above.
+    dtype = _dtypes()[-1]
+    shape = (rows, hidden)
+    dh, g, u = randn(shape, dtype, gen), randn(shape, dtype, gen, 2.0), randn(shape, dtype, gen)
+    s = torch.sigmoid(f64(g))
+    dg, du = f64(dh) * f64(u) * s * (1 + f64(g) * (1 - s)), f64(dh) * f64(g) * s
+    tols = {"dg": _tol(dtype, dg), "du": _tol(dtype, du)}
+    args = (dh, g, u, Out("dg", shape, dtype, init=g, alias="g"), Out("du", shape, dtype, init=u, alias="u"))
+    yield _case(f"dg IS g and du IS u (in place, as the training step calls it): load g and u before storing "
+                f"either gradient, ({rows}, {hidden}), {_name(dtype)}", args, {"dg": dg, "du": du}, tols,
+                _silu_mistakes(dh, g, u, tols["dg"], tols["du"]))
 
 
 register(Exercise(
@@ -358,9 +370,15 @@ def _ce_cases(gen):
         yield _ce_case(f"{rows} rows, vocab {v2}, every logit near -120: exp(x) underflows to 0 unless the "
                        f"row max is subtracted (a running max that starts at -inf, not 0), {_name(dtype)}",
                        randn((rows, v2), dtype, gen, 2.0, -120.0), _targets(rows, v2, gen, ignored=1))
+    # The training step passes the logits as dlogits too (mean_loss_grad_in_place): a kernel that reads a
+    # logit after its row's gradient overwrote it (logits[target] after pass 2) passed every case above.
+    dtype = _dtypes()[-1]
+    yield _ce_case(f"dlogits IS logits (in place, as the training step calls it): read every logit you need "
+                   f"before the row's gradient overwrites it, {rows} rows, vocab {v2}, {_name(dtype)}",
+                   randn((rows, v2), dtype, gen, 2.0), _targets(rows, v2, gen, ignored=1), in_place=True)
 
 
-def _ce_case(label: str, logits: torch.Tensor, targets: torch.Tensor) -> Case:
+def _ce_case(label: str, logits: torch.Tensor, targets: torch.Tensor, in_place: bool = False) -> Case:
     dtype = logits.dtype
     loss, dl, _, n = _ce64(logits, targets)
     big = float(f64(logits).abs().max())
@@ -371,7 +389,9 @@ def _ce_case(label: str, logits: torch.Tensor, targets: torch.Tensor) -> Case:
     tol_d = (max(cancel, 2.0**-24 if dtype == torch.float16 else 1e-30), rtol_d)
     tol_loss = (2.0**-20 * (1 + big), 2.0**-20)
     rows, vocab = logits.shape
-    args = (logits, targets, Out("loss", (rows,), torch.float32), Out("dlogits", (rows, vocab), dtype))
+    dlogits = (Out("dlogits", (rows, vocab), dtype, init=logits, alias="logits") if in_place
+               else Out("dlogits", (rows, vocab), dtype))
+    args = (logits, targets, Out("loss", (rows,), torch.float32), dlogits)
     return _case(label, args, {"loss": loss, "dlogits": dl}, {"loss": tol_loss, "dlogits": tol_d},
                  _ce_mistakes(logits, targets, tol_loss, tol_d))
 

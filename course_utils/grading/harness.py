@@ -137,6 +137,9 @@ class Out:
     # else, even the value that was there, fails (checked in the interpreter, which sees every store).
     writable: torch.Tensor | None = field(default=None, compare=False)
     what: str = ""  # what the writable elements are, for the failure ("row positions[b] of each sequence")
+    # The input parameter this output overwrites in place (08.cross_entropy: dlogits in the logits' own
+    # memory). The candidate gets this buffer in both positions; it starts as a copy of `init`, that input.
+    alias: str = ""
 
 
 @dataclass
@@ -877,6 +880,10 @@ def prepare_kernel_case(ex: Exercise, case: Case, device: str) -> Prepared:
             prepared.call_args.append(copy)
         else:
             prepared.call_args.append(arg)
+    for arg in case.args:
+        if isinstance(arg, Out) and arg.alias:  # one tensor in both positions: the input is this output now
+            prepared.call_args[ex.params.index(arg.alias)] = prepared.buffers[arg.name][1]
+            prepared.inputs = [entry for entry in prepared.inputs if entry[0] != arg.alias]
     return prepared
 
 

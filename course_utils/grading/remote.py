@@ -762,7 +762,9 @@ def kept_alive(fn, skip: set[int]) -> dict[int, tuple[int, str]]:
     if made:
         gc.collect()  # what only garbage cycles hold (the Triton interpreter's copies of launch arguments)
     for obj in gc.get_objects() if made else ():
-        if isinstance(obj, torch.Tensor | torch.UntypedStorage):
+        # by type(obj), not isinstance: some objects answer isinstance's __class__ with a warning (torch's
+        # deprecated distributed.reduce_op), which the student would see
+        if issubclass(type(obj), torch.Tensor | torch.UntypedStorage):
             with contextlib.suppress(RuntimeError, NotImplementedError):
                 address = (obj.untyped_storage() if isinstance(obj, torch.Tensor) else obj).data_ptr()
                 if address in made and address not in found:
