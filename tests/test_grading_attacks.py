@@ -732,24 +732,31 @@ for folder in ("/", "/dev", "/dev/shm", "/tmp", "/submission"):
 """
 
 
+def _python_in_sandbox(tmp_path, code: str, *argv: str, user: str = "", gpu: bool = False,
+                       limits: sandbox.Limits | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`python -c code *argv` in a sandbox of lesson 02's staged course, the solution notebook its submission.
+    user="unprivileged": the command of a grader that is not root (bwrap makes a user namespace), whoever
+    runs the test."""
+    course = sandbox.stage_package(tmp_path, 2)
+    with open(ROOT / "solutions" / "02_first_kernels.ipynb", "rb") as f:
+        with pytest.MonkeyPatch.context() as patch:
+            if user == "unprivileged":
+                patch.setattr(sandbox.os, "geteuid", lambda: 1000)
+            cmd = sandbox.command(course, f.fileno(), "nb.ipynb", gpu=gpu, limits=limits or sandbox.Limits())
+        return subprocess.run([*cmd[:cmd.index("-m")], "-c", code, *argv], pass_fds=(f.fileno(),),
+                              capture_output=True, text=True, timeout=timeout)
+
+
 @needs_sandbox
 @pytest.mark.parametrize("user", ["root", "unprivileged"])
-def test_a_sandbox_writes_only_into_its_size_limited_folders(user, tmp_path, monkeypatch):
+def test_a_sandbox_writes_only_into_its_size_limited_folders(user, tmp_path):
     """A grader run by an ordinary user gives each sandbox a user namespace, where the tmpfs that bwrap makes
     for the root and for /dev (half the machine's memory each: tmpfs pages are no process's data, past
     the memory limit) belonged to the sandbox: a notebook could fill the machine's memory through them.
     Only /tmp and /submission, of `limits.tmpfs` bytes, and /dev/shm, of `limits.shm`, take writes."""
-    if user == "unprivileged":  # the command of a grader that is not root: bwrap makes a user namespace
-        monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
     limits = sandbox.Limits(tmpfs=8 << 20)
     limits.shm = 4 << 20
-    course = sandbox.stage_package(tmp_path, 2)
-    with open(ROOT / "solutions" / "02_first_kernels.ipynb", "rb") as f:
-        cmd = sandbox.command(course, f.fileno(), "nb.ipynb", gpu=False, limits=limits)
-        monkeypatch.undo()
-        python = cmd.index("-m")
-        done = subprocess.run([*cmd[:python], "-c", WRITE_EVERYWHERE], pass_fds=(f.fileno(),),
-                              capture_output=True, text=True, timeout=60)
+    done = _python_in_sandbox(tmp_path, WRITE_EVERYWHERE, user=user, limits=limits)
     mib = {folder: int(n) for folder, n in (line.split() for line in done.stdout.splitlines())}
     assert mib["/"] == mib["/dev"] == 0, (done.stdout, done.stderr)
     assert mib["/dev/shm"] <= 4 and 0 < mib["/tmp"] <= 8 and 0 < mib["/submission"] <= 8, done.stdout
@@ -761,11 +768,7 @@ def test_a_root_graders_sandbox_holds_no_capability_and_can_gain_none(tmp_path):
     """setpriv empties the bounding set before it switches to the sandbox's uid. Without CAP_SETPCAP it
     cannot: libcap-ng 0.8.3 (Debian 12) then left the bounding set full unsaid, and 0.8.4 (Ubuntu 24.04,
     the GPU image) made setpriv exit 127, so that every notebook died at its first cell."""
-    course = sandbox.stage_package(tmp_path, 2)
-    with open(ROOT / "solutions" / "02_first_kernels.ipynb", "rb") as f:
-        cmd = sandbox.command(course, f.fileno(), "nb.ipynb", gpu=False, limits=sandbox.Limits())
-        done = subprocess.run([*cmd[:cmd.index("-m")], "-c", "print(open('/proc/self/status').read())"],
-                              pass_fds=(f.fileno(),), capture_output=True, text=True, timeout=60)
+    done = _python_in_sandbox(tmp_path, "print(open('/proc/self/status').read())")
     assert done.returncode == 0, done.stderr
     status = dict(line.split(":\t", 1) for line in done.stdout.splitlines() if ":\t" in line)
     assert status["Uid"].split()[0] == str(sandbox.ROOT_UIDS) and status["NoNewPrivs"] == "1"
@@ -786,18 +789,11 @@ print(subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True).returncode, 
 
 @needs_sandbox
 @pytest.mark.parametrize("user", ["root", "unprivileged"])
-def test_the_sandboxs_user_reads_the_system_files_bound_for_it(user, tmp_path, monkeypatch):
+def test_the_sandboxs_user_reads_the_system_files_bound_for_it(user, tmp_path):
     """bwrap makes the folders above a bound file 0700, root's: a root grader's sandbox (uid 60001) could
     not read /etc/ld.so.cache, so `/sbin/ldconfig -p`, which Triton runs to find libcuda, failed, and with
     it every kernel launch on the GPU image; nor the time zone, the certificates or the fonts."""
-    if user == "unprivileged":
-        monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
-    course = sandbox.stage_package(tmp_path, 2)
-    with open(ROOT / "solutions" / "02_first_kernels.ipynb", "rb") as f:
-        cmd = sandbox.command(course, f.fileno(), "nb.ipynb", gpu=False, limits=sandbox.Limits())
-        monkeypatch.undo()
-        done = subprocess.run([*cmd[:cmd.index("-m")], "-c", READ_ETC, *sandbox._etc_files()],
-                              pass_fds=(f.fileno(),), capture_output=True, text=True, timeout=60)
+    done = _python_in_sandbox(tmp_path, READ_ETC, *sandbox._etc_files(), user=user)
     assert done.stdout.split(None, 1) == ["0", "[]\n"], (done.stdout, done.stderr)
 
 
@@ -810,12 +806,8 @@ def test_triton_inside_a_gpu_sandbox_finds_the_driver_the_grader_found(tmp_path,
     driver.mkdir()
     (driver / "libcuda.so.1").write_bytes(b"")
     monkeypatch.setattr(sandbox, "_libcuda_dirs", lambda: [str(driver)])
-    course = sandbox.stage_package(tmp_path, 2)
     probe = "from triton.backends.nvidia.driver import libcuda_dirs; print(libcuda_dirs())"
-    with open(ROOT / "solutions" / "02_first_kernels.ipynb", "rb") as f:
-        cmd = sandbox.command(course, f.fileno(), "nb.ipynb", gpu=True, limits=sandbox.Limits())
-        done = subprocess.run([*cmd[:cmd.index("-m")], "-c", probe], pass_fds=(f.fileno(),),
-                              capture_output=True, text=True, timeout=120)
+    done = _python_in_sandbox(tmp_path, probe, gpu=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == repr([str(driver.resolve())]), done.stderr
 
 

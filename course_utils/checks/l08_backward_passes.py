@@ -206,6 +206,19 @@ def _silu_mistakes(dh, g, u, tol_dg, tol_du):
     return diagnose
 
 
+def _silu_case(label: str, dh: torch.Tensor, g: torch.Tensor, u: torch.Tensor, in_place: bool = False) -> Case:
+    """in_place: dg and du are g and u themselves (Out.alias), as the training step's backward passes them."""
+    shape, dtype = tuple(g.shape), g.dtype
+    s = torch.sigmoid(f64(g))
+    dg = f64(dh) * f64(u) * s * (1 + f64(g) * (1 - s))
+    du = f64(dh) * f64(g) * s
+    tols = {"dg": _tol(dtype, dg), "du": _tol(dtype, du)}
+    outs = ((Out("dg", shape, dtype, init=g, alias="g"), Out("du", shape, dtype, init=u, alias="u")) if in_place
+            else (Out("dg", shape, dtype), Out("du", shape, dtype)))
+    return _case(f"{label}, {_name(dtype)}", (dh, g, u, *outs), {"dg": dg, "du": du}, tols,
+                 _silu_mistakes(dh, g, u, tols["dg"], tols["du"]))
+
+
 def _silu_cases(gen):
     rows, hidden = size((1823, 781), (37, 80))
     for dtype in _dtypes():
@@ -220,27 +233,14 @@ def _silu_cases(gen):
         if current().gpu:
             shapes.append(("(64, 14336), Llama-3-8B's MLP width", (64, 14336), 2.0))
         for label, shape, spread in shapes:
-            dh, g, u = randn(shape, dtype, gen), randn(shape, dtype, gen, spread), randn(shape, dtype, gen)
-            s = torch.sigmoid(f64(g))
-            dg = f64(dh) * f64(u) * s * (1 + f64(g) * (1 - s))
-            du = f64(dh) * f64(g) * s
-            tols = {"dg": _tol(dtype, dg), "du": _tol(dtype, du)}
-            args = (dh, g, u, Out("dg", shape, dtype), Out("du", shape, dtype))
-            yield _case(f"{label}, {_name(dtype)}", args, {"dg": dg, "du": du}, tols,
-                        _silu_mistakes(dh, g, u, tols["dg"], tols["du"]))
+            yield _silu_case(label, randn(shape, dtype, gen), randn(shape, dtype, gen, spread),
+                             randn(shape, dtype, gen))
     # The training step's backward writes dg and du into g's and u's own memory (eagerly, in place): a kernel
     # that loads g or u after storing a gradient over it passed every case above.
-    dtype = _dtypes()[-1]
-    shape = (rows, hidden)
-    dh, g, u = randn(shape, dtype, gen), randn(shape, dtype, gen, 2.0), randn(shape, dtype, gen)
-    s = torch.sigmoid(f64(g))
-    dg, du = f64(dh) * f64(u) * s * (1 + f64(g) * (1 - s)), f64(dh) * f64(g) * s
-    tols = {"dg": _tol(dtype, dg), "du": _tol(dtype, du)}
-    args = (dh, g, u, Out("dg", shape, dtype, init=g, alias="g"), Out("du", shape, dtype, init=u, alias="u"))
-    yield _case(f"dg IS g and du IS u (in place, as the training step calls it): load g and u before storing "
-                f"either gradient, ({rows}, {hidden}), {_name(dtype)}", args, {"dg": dg, "du": du}, tols,
-                _silu_mistakes(dh, g, u, tols["dg"], tols["du"]))
-
+    dtype, shape = _dtypes()[-1], (rows, hidden)
+    yield _silu_case(f"dg IS g and du IS u (in place, as the training step calls it): load g and u before storing "
+                     f"either gradient, ({rows}, {hidden})", randn(shape, dtype, gen), randn(shape, dtype, gen, 2.0),
+                     randn(shape, dtype, gen), in_place=True)
 
 register(Exercise(
     "08.silu_mul_backward", "SwiGLU backward, the sigmoid recomputed", "silu_mul_backward(dh, g, u, dg, du)",

@@ -94,6 +94,7 @@ def call_message(ex, case, spec: dict, device: str) -> tuple[dict, remote.Encode
                               for name, (mask, what) in writable_of(case).items()}
     return header, encoder, args, prepared
 
+
 class UsageError(Exception):
     """Bad command-line input: reported in one line, exit code 2."""
 

@@ -233,9 +233,10 @@ def command(course: Path, notebook_fd: int, notebook_name: str, *, gpu: bool, li
         cmd += ["--ro-bind", path, path]
     # The private /tmp first: a checkout (and its .venv) that lives under /tmp is bound on top of it below.
     cmd += ["--perms", "1777", "--size", str(limits.tmpfs), "--tmpfs", "/tmp"]
-    libcuda = _libcuda_dirs()[:1] if gpu else []
-    # the CUDA driver's folder, unless /usr holds it (the sandbox sees /usr already)
-    driver = [os.path.realpath(p) for p in libcuda if not os.path.realpath(p).startswith("/usr/")]
+    # The CUDA driver's folder, its links followed (the sandbox has its own /lib link, no other), bound
+    # unless /usr holds it (the sandbox sees /usr already)
+    libcuda = [os.path.realpath(p) for p in _libcuda_dirs()[:1]] if gpu else []
+    driver = [p for p in libcuda if not p.startswith("/usr/")]
     made: set[str] = set()
     for path in [*_python_paths(), *driver]:
         for parent in reversed(Path(path).parents[:-1]):  # bwrap would make them 0700: root's only
