@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -100,6 +103,34 @@ def test_strides_from_torchs_own_helper_are_refused():
           "torch._higher_order_ops.flex_attention._construct_strides", "a library's helper")
 
 
+def test_strides_from_inductors_layout_are_refused_without_the_check_loading_it():
+    """Inductor is not loaded with torch, and the check does not load it (seconds): a function that imports
+    it and asks FlexibleLayout for the strides is still refused. In a fresh interpreter, where no other
+    test has loaded it."""
+    script = textwrap.dedent("""
+        import sys
+        from course_utils.grading import CheckFailed, check
+        from course_utils.lessons import l01_strides_and_intensity as solution
+
+        def from_inductor(shape):
+            from torch._inductor.ir import FlexibleLayout
+            return tuple(int(s) for s in FlexibleLayout.contiguous_strides(shape))
+
+        check("01.contiguous_strides", solution.contiguous_strides, seed=0, quiet=True, course=True)
+        assert "torch._inductor.ir" not in sys.modules, "checking the solution loaded Inductor"
+        try:
+            check("01.contiguous_strides", from_inductor, seed=0, quiet=True)
+        except CheckFailed as failed:
+            print(failed)
+        else:
+            print("PASSED")
+        """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "torch._inductor.ir.FlexibleLayout.contiguous_strides" in run.stdout, run.stdout
+    assert "a library's helper" in run.stdout, run.stdout
+
+
 def _numpy_over(t):
     """A NumPy int8 array with t's shape and element strides (no memory of t's: only its layout)."""
     return np.lib.stride_tricks.as_strided(np.zeros(1, dtype=np.int8), shape=t.shape, strides=t.stride())
@@ -112,6 +143,17 @@ def _swapped(t, dim0, dim1):
     size[dim0], size[dim1] = size[dim1], size[dim0]
     stride[dim0], stride[dim1] = stride[dim1], stride[dim0]
     return size, stride
+
+
+def test_transpose_solution_takes_a_scalar_as_torch_does():
+    """torch lets a 0-d tensor be transposed with dims 0 and -1; the solution must not divide by its 0 dims."""
+    storage = torch.arange(5.0)
+    scalar = storage[3]
+    for dim0, dim1 in ((0, 0), (-1, 0), (0, -1)):
+        view = sol.transpose_view(scalar, dim0, dim1)
+        expected = scalar.transpose(dim0, dim1)
+        assert (view.shape, view.stride(), view.storage_offset()) == (expected.shape, (), 3)
+        assert view.untyped_storage().data_ptr() == storage.untyped_storage().data_ptr()
 
 
 def test_transpose_copy_is_rejected():

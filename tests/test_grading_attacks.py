@@ -2234,7 +2234,19 @@ def test_a_python_the_sandbox_user_cannot_start_is_reported_before_grading(monke
     missing = tmp_path / "elsewhere" / "python3"
     monkeypatch.setattr(sandbox.sys, "executable", str(missing))
     why = sandbox.probe()
-    assert str(missing) in why and "does not start inside a sandbox" in why, why
+    assert str(missing) in why and "does not start and import torch, triton inside a sandbox" in why, why
+
+
+def test_a_library_the_sandbox_user_cannot_import_is_reported_before_grading(monkeypatch):
+    """A Python that starts is not enough: libraries installed by a root whose umask was 077 are root's alone,
+    and every notebook would die at its first import, graded 0. The probe imports what the notebooks import;
+    here one more module, which no sandbox can import, stands in for a library it cannot read."""
+    if sandbox.probe():
+        pytest.skip(f"no sandbox here: {sandbox.probe()}")
+    monkeypatch.setattr(sandbox, "PROBE_IMPORTS", (*sandbox.PROBE_IMPORTS, "course_utils_not_installed"))
+    why = sandbox.probe()
+    assert "import torch, triton, course_utils_not_installed" in why, why
+    assert "ModuleNotFoundError: No module named 'course_utils_not_installed'" in why, why
 
 
 class _ClaimsToBeTheStandIn(torch.autograd.Function):

@@ -25,10 +25,15 @@ EXPAND_OPS = ("expand", "expand_as", "broadcast_to", "broadcast_tensors", "broad
 # permutation of the subscripts returns a transposed view. What the profiler never sees (an ndarray made
 # with np.ndarray(...), its .T and .mT, np.nditer's views: a type's call and attributes written in C) is
 # answered by the cases instead: one view has more dimensions than any NumPy array can have.
-# (flex_attention's _construct_strides(shape, fill_order) with the dims in reverse order: row-major strides;
-# both modules are loaded with torch, so naming them here costs no import.)
+# (flex_attention's _construct_strides(shape, fill_order) with the dims in reverse order: row-major strides.
+# Inductor's layouts compute them too, as sympy integers; that module is not loaded with torch, and the
+# check knows its functions by name without loading it.)
 STRIDE_HELPERS = ("torch._prims_common:make_contiguous_strides_for",
                   "torch._higher_order_ops.flex_attention:_construct_strides",
+                  "torch._inductor.ir:FlexibleLayout.contiguous_strides",
+                  "torch._inductor.ir:FlexibleLayout.fill_ordered",
+                  "torch._inductor.ir:FlexibleLayout.stride_ordered",
+                  "torch._inductor.kernel.flex.common:construct_strides",
                   "numpy.lib.stride_tricks:as_strided")
 TRANSPOSE_HELPERS = ("numpy:swapaxes", "numpy:transpose", "numpy:moveaxis", "numpy:rollaxis",
                      "numpy:ndarray.swapaxes", "numpy:ndarray.transpose",  # methods in C: seen as c_call

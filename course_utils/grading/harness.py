@@ -1175,26 +1175,31 @@ def _plain(value: Any) -> Any:
     return type(kind.__name__, (Unplain,), {"__module__": __name__})()
 
 
-def _functions(targets: Iterable[str]) -> tuple[dict, dict]:
+def _functions(targets: Iterable[str]) -> tuple[dict, dict, dict]:
     """The functions named "module:name" (skipped if absent): {code object: target} for Python functions,
-    {(class, method name): target} for methods written in C (numpy:ndarray.swapaxes), which have no code."""
-    import importlib
+    {(class, method name): target} for methods written in C (numpy:ndarray.swapaxes), which have no code.
+    A module not loaded yet is not imported (torch._inductor.ir takes seconds): its functions are known by
+    {(module, qualified name): target}, as the frame of a call shows them, should the code inside load it."""
+    import sys
 
-    codes, methods = {}, {}
+    codes, methods, names = {}, {}, {}
     for target in targets:
         module, _, name = target.partition(":")
+        if module not in sys.modules:
+            names[(module, name)] = target
+            continue
+        fn = sys.modules[module]
         try:
-            fn = importlib.import_module(module)
             for part in name.split("."):
                 fn = getattr(fn, part)
-        except (ImportError, AttributeError):
+        except AttributeError:
             continue
         fn = inspect.unwrap(fn)
         if hasattr(fn, "__code__"):
             codes[fn.__code__] = target
         elif isinstance(getattr(fn, "__objclass__", None), type):
             methods[(fn.__objclass__, fn.__name__)] = target
-    return codes, methods
+    return codes, methods, names
 
 
 @contextlib.contextmanager
@@ -1204,14 +1209,17 @@ def _calls_to(targets: Iterable[str], seen: list[str]):
     when the code inside replaced the hook."""
     import sys
 
-    codes, methods = _functions(targets)
-    if not codes and not methods:
+    codes, methods, names = _functions(targets)
+    if not codes and not methods and not names:
         yield
         return
 
     def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes and codes[frame.f_code] not in seen:
-            seen.append(codes[frame.f_code])
+        if event == "call":
+            code = frame.f_code
+            target = codes.get(code) or (names and names.get((frame.f_globals.get("__name__"), code.co_qualname)))
+            if target and target not in seen:
+                seen.append(target)
         elif event == "c_call" and methods:  # arg: the C function called, bound to its object for a method
             name = getattr(arg, "__name__", None)
             for cls in type(getattr(arg, "__self__", None)).__mro__:

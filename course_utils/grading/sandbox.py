@@ -103,14 +103,28 @@ def _last_line(done: subprocess.CompletedProcess) -> str:
     return (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
 
 
+# What every notebook's first cell loads. Installed by a root whose umask was 077, these files are root's
+# alone: the sandbox's Python starts, and every notebook dies at its first import.
+PROBE_IMPORTS = ("torch", "triton")
+_started: dict[tuple[str, tuple[str, ...]], str] = {}  # the probe's answer per Python and imports (seconds)
+
+
 def _python_starts() -> str:
-    """"" when this Python starts inside a sandbox as the sandbox's user; otherwise why not. A root grader's
-    sandboxes run as uids of their own (60001, ...): a Python installation, or a library it loads, that
-    only root may read would leave every notebook dead at its first cell (exit code 126 or 127)."""
+    """"" when this Python starts inside a sandbox as the sandbox's user and imports what the notebooks
+    need; otherwise why not. A root grader's sandboxes run as uids of their own (60001, ...): a Python
+    installation, or a library it loads, that only root may read would leave every notebook dead at its
+    first cell (exit code 126 or 127, or an ImportError)."""
+    key = (sys.executable, PROBE_IMPORTS)
+    if key not in _started:
+        _started[key] = _start_python()
+    return _started[key]
+
+
+def _start_python() -> str:
     limits = Limits()
     with tempfile.TemporaryDirectory() as course, open(os.devnull, "rb") as empty:
         cmd = command(Path(course), empty.fileno(), "probe.ipynb", gpu=False, limits=limits)
-        cmd = [*cmd[:cmd.index("-m")], "-c", "import encodings"]
+        cmd = [*cmd[:cmd.index("-m")], "-c", f"import {', '.join(PROBE_IMPORTS)}"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, pass_fds=(empty.fileno(),),
                                   preexec_fn=lambda: _set_limits(limits))
@@ -118,8 +132,9 @@ def _python_starts() -> str:
             return f"the sandbox's Python could not be started ({exc})"
     if done.returncode != 0:
         user = f"uid {ROOT_UIDS}" if os.geteuid() == 0 else "the sandbox's user"
-        return (f"{sys.executable} does not start inside a sandbox as {user} ({_last_line(done)}); every folder "
-                "and library of the Python installation must be readable by all users")
+        return (f"{sys.executable} does not start and import {', '.join(PROBE_IMPORTS)} inside a sandbox as "
+                f"{user} ({_last_line(done)}); every folder and library of the Python installation must be "
+                "readable by all users")
     return ""
 
 
