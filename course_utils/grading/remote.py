@@ -194,6 +194,12 @@ def _storage_bytes(t) -> tuple[int, Any]:
     return storage.data_ptr(), raw
 
 
+def _past_broadcast_max(view_bytes: int, storage_bytes: int, limit: int | None) -> bool:
+    """Whether a view's elements, in bytes, pass both its storage and `limit` (a broadcast that would
+    become that many bytes once materialized); no limit: never."""
+    return limit is not None and view_bytes > max(storage_bytes, limit)
+
+
 class Encoder:
     """Turns call arguments (tensors, numbers, tuples...) into JSON plus one blob per storage.
 
@@ -220,8 +226,8 @@ class Encoder:
         if isinstance(value, torch.Tensor):
             with torch._C.DisableTorchFunctionSubclass():
                 limit = self.broadcast_max
-                if limit is not None and value.numel() * value.element_size() > max(
-                        _storage_bytes(value)[1].numel(), limit):
+                if _past_broadcast_max(value.numel() * value.element_size(), _storage_bytes(value)[1].numel(),
+                                       limit):
                     raise TypeError(f"cannot send a broadcast tensor of {value.numel()} elements: more than "
                                     f"its storage holds, and more than {limit >> 20} MiB")
                 meta = {"t": "tensor", "s": self.storage_index(value),
@@ -313,7 +319,7 @@ class Decoder:
         if (last + 1) * itemsize > raw.numel():
             raise ProtocolError("a tensor that reaches past its storage")
         limit = self.broadcast_max
-        if limit is not None and math.prod(size) * itemsize > max(raw.numel(), limit):
+        if _past_broadcast_max(math.prod(size) * itemsize, raw.numel(), limit):
             raise ProtocolError(f"a broadcast tensor of more elements than its storage and {limit >> 20} MiB")
         t = torch.empty(0, dtype=dtype, device=raw.device).set_(raw.untyped_storage(), offset, size, stride)
         if meta.get("grad") is True and dtype.is_floating_point:
