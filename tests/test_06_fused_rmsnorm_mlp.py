@@ -108,6 +108,35 @@ def test_rmsnorm_in_torch_on_the_host_is_rejected():
     assert "no Triton kernel was launched" in message
 
 
+@triton.jit
+def _rows_times_kernel(x_ptr, s_ptr, out_ptr, n_cols, stride_xm, stride_om, eps, RSTD: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    """out[row] = x[row] * rsqrt(mean(x[row]**2) + eps) (RSTD) or x[row] * s (a weight), one row a program."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    if RSTD:
+        y = x * tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    else:
+        y = x * tl.load(s_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_om + cols, y.to(out_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+def test_rmsnorm_in_two_launches_through_out_fails():
+    """x * rstd stored to out, then out read back and multiplied by the weight: right values (within the
+    tolerance of two roundings), but two passes over the rows where the lesson asks for one."""
+    def rmsnorm(x, weight, eps, out):
+        rows, hidden = x.shape
+        block = triton.next_power_of_2(hidden)
+        _rows_times_kernel[(rows,)](x, weight, out, hidden, x.stride(0), out.stride(0), eps, RSTD=True,
+                                    BLOCK_N=block)
+        _rows_times_kernel[(rows,)](out, weight, out, hidden, out.stride(0), out.stride(0), eps, RSTD=False,
+                                    BLOCK_N=block)
+
+    failure("06.rmsnorm", rmsnorm, "launched 2 kernels (_rows_times_kernel, _rows_times_kernel)",
+            "the statistics and the normalization of a row happen in the same program")
+
+
 def test_rmsnorm_on_a_contiguous_copy_of_x_is_named_a_copy():
     """x.contiguous() of a strided x computes nothing, it copies: the message and the hint say so and point
     at the strides, not at statistics computed outside the kernel."""
@@ -600,6 +629,45 @@ def test_gate_up_silu_as_two_matmuls_and_a_silu_mul_is_not_fused():
             "rows x intermediate", "one kernel computes both")
 
 
+@triton.jit
+def _gate_up_round_trip_kernel(x_ptr, wg_ptr, wu_ptr, t_ptr, out_ptr, M, N, K, stride_xm, stride_tm, stride_om,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One launch, but x @ w_gate.T stored to t and loaded back before the silu, as a separate silu kernel
+    would read it (contiguous weights, x rows of stride_xm)."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + rk
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + k[None, :], mask=(rm[:, None] < M) & (k[None, :] < K),
+                    other=0.0)
+        w_mask = (rn[None, :] < N) & (k[:, None] < K)
+        acc_g = tl.dot(x, tl.load(wg_ptr + rn[None, :] * K + k[:, None], mask=w_mask, other=0.0), acc_g)
+        acc_u = tl.dot(x, tl.load(wu_ptr + rn[None, :] * K + k[:, None], mask=w_mask, other=0.0), acc_u)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(t_ptr + rm[:, None] * stride_tm + rn[None, :], acc_g, mask=mask)
+    g = tl.load(t_ptr + rm[:, None] * stride_tm + rn[None, :], mask=mask, other=0.0)
+    tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], (g * tl.sigmoid(g) * acc_u).to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+def test_gate_up_silu_through_a_padded_scratch_in_its_one_launch_is_not_fused():
+    """g = x @ w_gate.T to a (rows, intermediate + 1) buffer and back in the one launch: one column more than
+    the intermediate's count, which alone was refused, so it passed. Any allocation of rows x intermediate
+    elements or more is refused now, but the weights repacked (hidden x intermediate, or twice that)."""
+    def gate_up_silu(x, w_gate, w_up, out):
+        (M, K), N = x.shape, w_gate.shape[0]
+        t = torch.empty((M, N + 1), dtype=torch.float32, device=x.device)
+        _gate_up_round_trip_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](
+            x, w_gate, w_up, t, out, M, N, K, x.stride(0), t.stride(0), out.stride(0),
+            BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+
+    failure("06.gate_up_silu", gate_up_silu, "(16, 137) float32 temporary", "room for x @ w_gate.T",
+            "one kernel computes both")
+
+
 def test_rmsnorm_mlp_writing_the_normalized_rows_is_not_fused():
     def unfused(x, norm_weight, w_gate, w_up, w_down, eps, out):
         n = torch.empty_like(out)
@@ -622,6 +690,25 @@ def test_rmsnorm_mlp_with_the_statistics_pre_pass_passes():
 
     with course_solutions_allowed():
         check("06.rmsnorm_mlp", rmsnorm_mlp, seed=SEED, quiet=True)
+
+
+def test_rmsnorm_mlp_pre_pass_taking_x_columns_as_contiguous_fails_the_many_rows_strided_case():
+    """The pre-pass (row_rstd, above 64 rows) given stride 1 for x's columns: the strided case of 37 rows never
+    ran it in the interpreter, so the check passed; the case of 100 strided rows does. That case alone, run
+    by hand: the solution is within its tolerance, the mistake is not."""
+    from course_utils.checks.l06_fused_rmsnorm_mlp import _mlp_cases
+
+    case = next(c for c in _mlp_cases(torch.Generator().manual_seed(1)) if "statistics pre-pass over many rows"
+                in c.label)
+    *args, out = case.args
+    want = case.expected["out"]
+    wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp", (
+        "(x, rstd, n_rows, n_cols, x.stride(0), x.stride(1), eps,", "(x, rstd, n_rows, n_cols, x.stride(0), 1, eps,"))
+    for candidate, passes in ((l06.rmsnorm_mlp, True), (wrong, False)):
+        got = torch.empty(out.shape, dtype=out.dtype, device=DEVICE)
+        candidate(*args, got)
+        close = bool(((got.double() - want).abs() <= case.atol + case.rtol * want.abs()).all())
+        assert close == passes, f"{candidate.__module__}: within the tolerance {close}, expected {passes}"
 
 
 def test_rmsnorm_mlp_normalizing_into_out_first_is_not_fused():

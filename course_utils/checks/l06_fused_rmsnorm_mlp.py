@@ -170,6 +170,9 @@ def _rmsnorm_cases(gen):
 
 register(Exercise(
     "06.rmsnorm", "RMSNorm with fp32 statistics", "rmsnorm(x, weight, eps, out)", _rmsnorm_cases,
+    # one pass, as the lesson asks: a statistics launch and a normalizing one (or x * rstd stored to out and
+    # multiplied by the weight in a second launch) read the rows twice, and passed when launches went uncounted
+    max_launches=1,
     hint={"wrong": "per row: load the whole row (mask cols < n_cols, other=0.0), convert to fp32 BEFORE "
                    "squaring, mean = sum(x * x, axis=1) / n_cols (n_cols, not the block size), then "
                    "x * rsqrt(mean + eps) * weight; address x with its strides",
@@ -277,11 +280,22 @@ def _gate_up_temporary(case: Case) -> tuple[int, str] | None:
         if rows * inter >= 64 else None
 
 
+def _gate_up_own_temporaries(case: Case) -> tuple[int, ...]:
+    """Element counts a fused gate/up may allocate whatever their size against rows x intermediate: weights
+    repacked by a kernel of its own, one transposed (hidden, intermediate) or both side by side. Any other
+    allocation of rows x intermediate elements or more has room for g or u: a padded (rows, intermediate + 1)
+    scratch that the one launch stores x @ w_gate.T to and loads back passed when only the exact count was
+    refused."""
+    hidden, inter = case.args[0].shape[1], case.args[1].shape[0]
+    return hidden * inter, 2 * hidden * inter
+
+
 register(Exercise(
     "06.gate_up_silu", "gate and up matmuls with SiLU, one kernel", "gate_up_silu(x, w_gate, w_up, out)",
     _gate_up_cases,
     fusion=Fusion("one kernel computes both x @ w_gate.T and x @ w_up.T tiles in fp32 accumulators and "
-                  "applies silu(g) * u to them before its one store of out", _gate_up_temporary),
+                  "applies silu(g) * u to them before its one store of out", _gate_up_temporary,
+                  own_temporaries=_gate_up_own_temporaries),
     speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), _weights_speed(INTER, HIDDEN),
                          _weights_speed(INTER, HIDDEN), Out("out", (ROWS, INTER), _half())),
                 lambda args: Cost(4.0 * ROWS * INTER * HIDDEN, 2 * (ROWS * HIDDEN + 2 * INTER * HIDDEN
@@ -359,6 +373,18 @@ def _mlp_cases(gen):
         _weights(hidden, inter, half, gen)
     expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
     yield Case(f"{TALL_LABEL}, float16",
+               (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
+               {"out": expected}, *_dot_tolerance(half))
+    # The strided case above has 37 rows on the CPU, where the statistics come from the gate/up kernel's own
+    # second pass over x: a pre-pass (row_rstd, above 64 rows) that took x's columns as contiguous passed
+    # there. 100 rows of a strided x, last (the cases above draw what they drew before it came).
+    rows, hidden, inter = 100, 40, 136
+    x, norm_weight = _wider(rows, hidden, half, gen), uniform((hidden,), 0.5, 1.5, half, gen)
+    w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
+        _weights(hidden, inter, half, gen)
+    expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
+    yield Case(f"{rows} rows, {_wider_label(hidden)}; a statistics pre-pass over many rows reads x with both "
+               "strides too, float16",
                (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
                {"out": expected}, *_dot_tolerance(half))
 

@@ -70,7 +70,7 @@ def rmsnorm_mlp_ref(x, norm_weight, w_gate, w_up, w_down, eps):
 # One program normalizes `BLOCK_M` whole rows: it loads a `(BLOCK_M, BLOCK_N)` tile with
 # `BLOCK_N = next_power_of_2(hidden)` (mask the columns past `hidden`, with `other=0.0` so they add
 # nothing to the sum), squares and sums **in fp32** along axis 1, and writes the scaled rows.
-# One pass: every element is read once and written once, so the traffic is 2 x rows x hidden
+# One launch, one pass: every element is read once and written once, so the traffic is 2 x rows x hidden
 # elements, and the floor is that divided by the memory bandwidth. Short rows (hidden 1024 in bf16
 # is 2 KB) leave a one-row program too little to load at once: take several rows per program.
 
