@@ -15,7 +15,7 @@ from course_utils.mode import current
 from course_utils.lessons import l08_backward_passes as l08
 from course_utils.llama import toy_config, toy_llama
 
-from helpers import failure, mutant, recorded_launches
+from helpers import failure, flat_copy_kernel, mutant, recorded_launches
 
 SEED = 1234
 DEVICE = current().device  # the tests draw on the CPU (same values in both modes), then move there
@@ -61,6 +61,10 @@ def _rmsnorm_bwd_bug_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, n_co
     xhat = x * rstd
     if BUG == "no mean term":
         dx = rstd * dy * w
+    elif BUG == "mean over the block":  # the padded lanes counted as elements of the row
+        dx = rstd * (dy * w - xhat * tl.sum(dy * w * xhat, axis=0) / BLOCK_N)
+    elif BUG == "no outer rstd":
+        dx = dy * w - xhat * tl.sum(dy * w * xhat, axis=0) / n_cols
     else:
         dx = rstd * (dy * w - xhat * tl.sum(dy * w * xhat, axis=0) / n_cols)
     tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
@@ -87,6 +91,8 @@ def test_buggy_rmsnorm_backward_without_bug_passes():
 
 @pytest.mark.parametrize("bug, says", [
     ("no mean term", "the mean's gradient term is missing from dx"),
+    ("mean over the block", "the mean divides by the block size 64, not by hidden = 48"),
+    ("no outer rstd", "dx lacks the outer rstd"),
     ("dw twice", "dw summed twice"),
     ("dw stored, not added", "dw not summed across all rows"),
 ])
@@ -897,3 +903,90 @@ def test_attention_backward_whose_even_s_path_drops_the_causal_mask_fails():
                    ("        if MASKED:  # j <= i < S also masks the keys past the end\n",
                     "        if MASKED and not EVEN_S:\n"))
     failure("08.attention_backward", wrong, "EVEN_S is True", "causal diagonal still needs its mask")
+
+
+# --- a sixth review -------------------------------------------------------------------------------
+
+_KEPT_IN_THE_OUTPUT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _output_of_a_larger_buffer(ctx, x, y):
+    """y returned as the first half of a buffer whose second half keeps a copy (held by a dict keyed by ctx)."""
+    n = y.numel()
+    buf = torch.empty(2 * n, device=y.device, dtype=y.dtype)
+    for half in (buf[:n], buf[n:]):
+        flat_copy_kernel[(triton.cdiv(n, 1024),)](y, half, n, BLOCK=1024)
+    _KEPT_IN_THE_OUTPUT[ctx] = buf[n:]
+    return buf[:n].view(x.shape)
+
+
+def _xs_storage_grown(ctx, x, y):
+    """x's own storage grown (resize_ keeps its values), the copy stored after x's values."""
+    n, storage = y.numel(), x.untyped_storage()
+    start = storage.nbytes()
+    storage.resize_(start + n * y.element_size())
+    tail = torch.empty(0, dtype=y.dtype, device=y.device).set_(storage, start // y.element_size(), (n,), (1,))
+    flat_copy_kernel[(triton.cdiv(n, 1024),)](y, tail, n, BLOCK=1024)
+    return y
+
+
+# A (rows, hidden) copy kept in a storage that the memory search skips as x's, weight's or the output's own: it
+# passed. The rest of such a storage, beyond what its tensor takes (or had before the call), counts.
+_COPIES_IN_OWN_STORAGE = {
+    "the output a view of a larger buffer": (_output_of_a_larger_buffer,
+                                             "bytes more than the output takes: a view of a larger buffer"),
+    "x's storage grown": (_xs_storage_grown, "bytes more than x had before the call"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_COPIES_IN_OWN_STORAGE))
+def test_rmsnorm_train_keeping_a_copy_in_a_skipped_storage_is_named(how):
+    keep, says = _COPIES_IN_OWN_STORAGE[how]
+
+    class KeepsInOwnStorage(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps):
+            return keep(ctx, x, l08.RMSNormFunction.forward(ctx, x, weight, eps))
+
+        @staticmethod
+        def backward(ctx, dy):
+            return l08.RMSNormFunction.backward(ctx, dy)
+
+    failure("08.rmsnorm_train", lambda x, w, eps: KeepsInOwnStorage.apply(x, w, eps), says,
+            "bytes a row, where rstd takes 4")
+
+
+def test_cross_entropy_zeroing_one_block_of_an_ignored_row_fails():
+    """The ignored row's zeros stored over its first block only (no loop in that branch), blocks of 4096: every
+    CPU case with an ignored row had a vocabulary of one block, so it passed there; the case of vocab 32000
+    whose second row is ignored catches it (the GPU's cases of 32000 with ignored rows did already)."""
+    wrong = mutant("l08_backward_passes", "cross_entropy",
+                   ("        for n0 in range(0, n_cols, BLOCK_N):\n            zero = tl.zeros",
+                    "        for n0 in range(0, BLOCK_N, BLOCK_N):\n            zero = tl.zeros"))
+
+    def cross_entropy(logits, targets, loss, dlogits):
+        wrong(logits, targets, loss, dlogits, BLOCK_N=4096)
+
+    failure("08.cross_entropy", cross_entropy, "ignored", "never written", "an ignored row's zeros")
+
+
+class _Fp32Output(torch.autograd.Function):
+    """Right values, but y allocated in fp32 whatever x's dtype: an fp16 model's next Linear refuses it."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        y, rstd = torch.empty(rows.shape, device=x.device), torch.empty(rows.shape[0], device=x.device)
+        l08.rmsnorm_forward(rows, weight, eps, y, rstd)
+        ctx.save_for_backward(x, weight, rstd)
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return l08.RMSNormFunction.backward(ctx, dy.to(ctx.saved_tensors[0].dtype))
+
+
+def test_rmsnorm_train_returning_fp32_for_an_fp16_x_fails():
+    """y's values were compared, its dtype was not: an fp32 y for an fp16 x passed."""
+    failure("08.rmsnorm_train", lambda x, w, eps: _Fp32Output.apply(x, w, eps), "float16",
+            "returned a float32 tensor for a float16 x")

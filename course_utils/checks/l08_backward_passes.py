@@ -99,7 +99,14 @@ def _rmsnorm_mistakes(dy, x, weight, rstd, tol_dx, tol_dw):
          "xhat is dy * w"),
         (r * (wdy - xhat * (wdy * xhat).sum(-1, keepdim=True)), "dx uses the SUM of dy * w * xhat where the "
          "MEAN goes (divide by hidden)"),
+        (wdy - xhat * (wdy * xhat).mean(-1, keepdim=True), "dx lacks the outer rstd: dx = rstd * (dy * w - xhat * "
+         "mean(dy * w * xhat)), since xhat = x * rstd"),
     ]
+    block = 1 << (x.shape[-1] - 1).bit_length()  # the row's block, padded to a power of 2
+    if block != x.shape[-1]:
+        dx_wrong.append((r * (wdy - xhat * (wdy * xhat).sum(-1, keepdim=True) / block),
+                         f"the mean divides by the block size {block}, not by hidden = {x.shape[-1]}: the padded "
+                         "lanes (masked, 0) are no elements of the row"))
     dw_wrong = [
         (2 * dw, "dw summed twice: each row's dy * xhat must be added exactly once (overlapping row ranges, "
          "or the partial sums added on top of a total?)"),
@@ -358,9 +365,12 @@ def _ce_cases(gen):
                            _targets(many, 16, gen, ignored=100, ends=True)))
         if not current().gpu and dtype == _dtypes()[-1]:  # last: the cases above draw what they drew before
             # The CPU's vocabularies above fit in one block of 4096 (the GPU's block): a kernel that never
-            # loops over a row passed them all. The GPU's cases have 32000 and 50257 already.
-            inputs.append(("2 rows, vocab 32000 (Llama's): more than one block of 4096, loop over the whole "
-                           "row in both passes", randn((2, 32000), dtype, gen, 2.0), _targets(2, 32000, gen)))
+            # loops over a row passed them all, and so did one whose ignored rows were zeroed over one block
+            # (no loop in that branch). The GPU's cases have 32000 and 50257 already.
+            logits, targets = randn((2, 32000), dtype, gen, 2.0), _targets(2, 32000, gen)
+            targets[1] = IGNORE  # set, not drawn: the cases after this one draw what they drew before
+            inputs.append(("2 rows, vocab 32000 (Llama's), the second ignored: more than one block of 4096, loop "
+                           "over the whole row in both passes, and in the ignored row's zeros", logits, targets))
         for label, logits, targets in inputs:
             yield _ce_case(f"{label}, {_name(dtype)}", logits, targets)
     # Last, so that the cases above draw what they drew before it came. In every case above each row has a
@@ -404,7 +414,8 @@ register(Exercise(
                    "lse = m + log(d) merged over lanes, loss = lse - logits[target]; pass 2 writes (exp(x - "
                    "lse) - (col == target)) / n",
           "unwritten": "every row writes its loss and every column of its dlogits row (zeros for a target of "
-                       "-100); rows longer than one block loop over all their blocks in both passes",
+                       "-100); rows longer than one block loop over all their blocks in both passes, and so "
+                       "does the writing of an ignored row's zeros",
           "out_of_bounds": "mask columns >= vocab on every load (other=-inf) and store; load logits[target] only "
                            "for targets != -100",
           "nan": "a lane that saw only -inf has m = -inf: subtract 0 there, not -inf; ignored rows (target -100) "
@@ -423,6 +434,7 @@ def _train_verify(x, weight, eps, dy, pair: dict | None = None, role: str = ""):
     y64, dx64, dw64, rstd = _rmsnorm_grads(x, weight, eps, dy)
     dtype, hidden = x.dtype, x.shape[-1]
     rows = x.numel() // hidden
+    given = {"x": x.untyped_storage().nbytes(), "weight": weight.untyped_storage().nbytes()}  # before the call
     tol_y, tol_dx = _tol(dtype, y64), _tol(dtype, dx64)
     tol_dw = _dw_tol(dy, x, rstd)
     if weight.dtype != torch.float32:  # dw is returned in weight's dtype: one more rounding
@@ -473,6 +485,9 @@ def _train_verify(x, weight, eps, dy, pair: dict | None = None, role: str = ""):
         if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(x.shape):
             return [f"returned {type(result).__name__} {getattr(result, 'shape', '')}; expected a tensor of "
                     f"x's shape {tuple(x.shape)}"]
+        if result.dtype != x.dtype:  # a model's next layer (an fp16 Linear) takes x's dtype, not fp32
+            return [f"returned a {_name(result.dtype)} tensor for a {_name(x.dtype)} x: y has x's dtype, as "
+                    "RMSNorm's output feeds the next layer (allocate y with torch.empty_like(rows))"]
         fn = result.grad_fn
         if not isinstance(fn, torch.autograd.function.BackwardCFunction):
             inner = fn.next_functions[0][0] if fn is not None and fn.next_functions else None
@@ -483,7 +498,7 @@ def _train_verify(x, weight, eps, dy, pair: dict | None = None, role: str = ""):
                         "YourFunction.apply(x, weight, eps) as it is"]
             return [f"the output's grad_fn is {type(fn).__name__ if fn else None}: return "
                     "YourFunction.apply(x, weight, eps), a torch.autograd.Function"]
-        problems = _saved_problems(fn, x, weight, rows, hidden, result)
+        problems = _saved_problems(fn, x, weight, rows, hidden, result, given)
         problems += compare("y", result.detach(), y64.view(x.shape), *tol_y)
         # (in the batch grader too: the sandbox keeps each call's output for the backward asked of it)
         if role == "first" and not problems:
@@ -505,9 +520,10 @@ KEPT_PER_ROW, KEPT_SLACK = 16, 256
 
 
 def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden: int,
-                    output: torch.Tensor) -> list[str]:
+                    output: torch.Tensor, given: dict[str, int]) -> list[str]:
     """What the forward kept for the backward: ctx.save_for_backward's tensors and any ctx attribute, and
-    (remote.kept_alive) the bytes of all it keeps alive, which must grow with the rows, not with rows x hidden."""
+    (remote.kept_alive) the bytes of all it keeps alive, which must grow with the rows, not with rows x hidden.
+    given: the bytes of x's and weight's storages before the call."""
     try:
         saved = list(fn.saved_tensors)
     except RuntimeError as exc:
@@ -529,6 +545,18 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
         problems.append(f"the forward keeps a (rows, hidden) tensor besides x ({shapes}): {advice}")
     else:
         kept = kept_alive(fn, inputs | {output.untyped_storage().data_ptr()})
+        # The storages of x, weight and the output are skipped above as theirs: but the output may be a view of
+        # a larger buffer, or an input's storage grown in the forward (resize_), whose rest (a copy of x-hat,
+        # say) lives as long as they do. That rest counts.
+        own = {"x": (x, given["x"]), "weight": (weight, given["weight"]),
+               "the output": (output, output.numel() * output.element_size())}
+        for name, (t, nbytes) in own.items():
+            storage = t.untyped_storage()
+            beyond = storage.nbytes() - nbytes
+            if beyond > 0:
+                grown = "had before the call" if name != "the output" else "takes: a view of a larger buffer"
+                kept.setdefault(storage.data_ptr(), (beyond, f"{name}'s storage, {beyond} bytes more than {name} "
+                                                             f"{grown}"))
         total = sum(nbytes for nbytes, _ in kept.values())
         if total > KEPT_PER_ROW * rows + KEPT_SLACK:
             shown = ", ".join(what for _, what in sorted(kept.values(), key=lambda k: -k[0])[:4])

@@ -385,11 +385,12 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss: torch.Tenso
 # (rows,) fp32; **not** `xhat` or any other (rows, hidden) copy. Its `backward` gets `dy` and returns
 # one gradient per forward input (`None` for `eps`), computed by your `rmsnorm_backward`; `dw` comes out
 # fp32, return it in `weight`'s dtype. `x` may be (batch, seq, hidden): work on
-# `x.reshape(-1, hidden).contiguous()` and give `y` and `dx` `x`'s shape. The kernels read a row's
-# elements as consecutive, so a transposed `x` (or a non-contiguous `dy`) must be made contiguous first
-# (`.contiguous()` copies only when the layout is not contiguous already). A model runs every layer's
-# forward before the first backward, and so does the check: each backward reads only what its own forward
-# saved on `ctx` (no module globals), and each forward returns and saves tensors of its own. Return
+# `x.reshape(-1, hidden).contiguous()` and give `y` and `dx` `x`'s shape (and `y` `x`'s dtype: the next
+# layer takes it). The kernels read a row's elements as consecutive, so a transposed `x` (or a
+# non-contiguous `dy`) must be made contiguous first (`.contiguous()` copies only when the layout is not
+# contiguous already). A model runs every layer's forward before the first backward, and so does the
+# check: each backward reads only what its own forward saved on `ctx` (no module globals), and each
+# forward returns and saves tensors of its own. Return
 # `apply`'s output itself (reshape inside `forward`, not after `apply`): the check reads what your forward
 # saved from the output's `grad_fn`.
 # ([lesson section](../notebooks/08_backward_passes.ipynb#torch.autograd.Function:-what-a-backward-may-keep))
