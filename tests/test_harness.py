@@ -591,6 +591,24 @@ def test_masked_lanes_of_a_load_without_other_are_undefined_not_zero(scratch_exe
             "NaN where a number was expected")
 
 
+@triton.jit
+def double_in_one_lane_blocks_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    pad = tl.load(x_ptr + offsets, mask=offsets < 0, other=0.0)  # every lane masked off: other, 0
+    x = tl.load(x_ptr + offsets, mask=offsets < n_elements)
+    tl.store(out_ptr + offsets, 2 * x + pad, mask=offsets < n_elements)
+
+
+def test_other_zero_on_a_block_of_one_lane_is_still_given(scratch_exercises):
+    """Triton's semantic.load passes `other.handle if other else None`: in the interpreter a one-element block
+    is as true as its value, so other=0.0 arrived as None and the checker read the masked lane as NaN, a false
+    failure of a kernel with BLOCK = 1 (a GPU keeps the 0)."""
+    scratch_exercises(Exercise("99.double_one_lane", "double", "double(x, out)", _double_cases))
+    check("99.double_one_lane",
+          lambda x, out: double_in_one_lane_blocks_kernel[(x.numel(),)](x, out, x.numel(), BLOCK=1),
+          seed=0, quiet=True)
+
+
 def test_a_mistyped_exercise_id_is_answered_with_the_closest_one():
     with pytest.raises(KeyError, match=r"did you mean '02\.vector_add'\?"):
         check("02.vector_ad", add, seed=0, quiet=True)

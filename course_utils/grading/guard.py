@@ -1059,6 +1059,14 @@ def _check_addresses(ptrs: np.ndarray, mask: np.ndarray, itemsize: int, what: st
     ))
 
 
+def _falsy_other_given(caller) -> bool:
+    """Whether tl.load was given an `other` that Triton's semantic.load dropped: it passes `other.handle if other
+    else None`, and in the interpreter a one-element block's truth is its value, so other=0.0 on a block of one
+    lane arrives as None. Its value was then 0, which is what the interpreter fills in for None."""
+    given = caller.f_locals.get("other") if caller.f_code.co_name == "load" else None
+    return given is not None and hasattr(given, "handle")
+
+
 def _undefined(dtype: np.dtype):
     """What a masked-off lane of a load without other= reads in the checker: NaN for floats, a large
     garbage value for integers (not 0, which would pass for the neutral element of a sum)."""
@@ -1172,7 +1180,7 @@ def _patch_interpreter():
         _check_addresses(ptrs.data, mask.data, dtype_np.itemsize, "tl.load")
         if _trackers:
             _trackers[-1].before_read(_addresses(ptrs.data, mask.data), dtype_np.itemsize, "tl.load")
-        if other is None and not bool(np.all(mask.data)):
+        if other is None and not bool(np.all(mask.data)) and not _falsy_other_given(sys._getframe(1)):
             # Triton leaves masked lanes without other= undefined (on a GPU: whatever the register held);
             # the interpreter would give 0, which hides a missing other= feeding a sum, max or dot.
             other = interp.TensorHandle(np.full(np.shape(ptrs.data), _undefined(dtype_np), dtype=dtype_np),
