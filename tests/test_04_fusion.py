@@ -290,6 +290,39 @@ def test_an_intermediate_stored_and_loaded_back_in_the_one_launch_fails(exercise
     failure(exercise_id, _through_memory(kept)[exercise_id], says, "never goes to memory", "in registers")
 
 
+@triton.jit
+def _sin4_through_quarters(x_ptr, p0, p1, p2, p3, o_ptr, n, quarter, BLOCK: tl.constexpr):
+    """sin4 whose sines go through four buffers of a quarter of the elements each, stored and loaded back."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    part, r = offs // quarter, offs % quarter
+    y = tl.sin(tl.load(x_ptr + offs, mask=m).to(tl.float32))
+    for _ in tl.static_range(3):
+        tl.store(p0 + r, y, mask=m & (part == 0))
+        tl.store(p1 + r, y, mask=m & (part == 1))
+        tl.store(p2 + r, y, mask=m & (part == 2))
+        tl.store(p3 + r, y, mask=m & (part == 3))
+        y = tl.sin(tl.load(p0 + r, mask=m & (part == 0), other=0.0) + tl.load(p1 + r, mask=m & (part == 1), other=0.0)
+                   + tl.load(p2 + r, mask=m & (part == 2), other=0.0)
+                   + tl.load(p3 + r, mask=m & (part == 3), other=0.0))
+    tl.store(o_ptr + offs, y, mask=m)
+
+
+_KEPT_QUARTERS = [torch.empty(1 << 21, device=current().device) for _ in range(4)]  # 2^23 elements in all
+
+
+@pytest.mark.parametrize("kept, says", [(False, "4 temporaries"), (True, "and 3 more such tensors")])
+def test_an_intermediate_split_over_four_buffers_fails(kept, says):
+    """Each quarter is below the intermediate's size, one allocation or one storage at a time: it passed."""
+    def sin4(x, out):
+        n = x.numel()
+        quarter = triton.cdiv(n, 4)
+        parts = _KEPT_QUARTERS if kept else [torch.empty(quarter, device=x.device) for _ in range(4)]
+        _sin4_through_quarters[(triton.cdiv(n, 1024),)](x, *parts, out, n, quarter, BLOCK=1024)
+
+    failure("04.sin4", sin4, says, "never goes to memory", "in registers")
+
+
 def test_silu_mul_in_torch_fails():
     failure("04.silu_mul", silu_mul_with_torch, "no Triton kernel was launched")
 

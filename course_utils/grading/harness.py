@@ -824,17 +824,33 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
                     f"{description}. Fused means that intermediate never goes to memory: "
                     f"{ex.fusion.meaning}", "fusion"))
                 break
-        kept = [(launch.name, shape, nbytes) for launch in launched
-                for shape, base, nbytes in zip(launch.shapes, launch.bases, launch.storage_bytes)
-                if not base and nbytes >= 2 * numel] if ex.fusion.kept_buffers else []
-        if kept and not any(p.kind == "fusion" for p in problems):
-            name, shape, nbytes = kept[0]
+        # The intermediate split over several buffers (four quarters) is in memory all the same: their sum counts
+        pieces = [alloc for alloc in allocations if alloc.numel not in allowed] if own is not None else []
+        if len(pieces) > 1 and sum(a.numel for a in pieces) >= numel and not _fused_problem(problems):
+            shapes = ", ".join(str(a.shape) for a in pieces[:4]) + (", ..." if len(pieces) > 4 else "")
             problems.append(Problem(
-                f"launched {name} with a {shape} tensor that is none of the call's own: its storage of {nbytes} "
-                f"bytes has room for {description} in 16-bit floats (a buffer made before the call and kept "
-                f"from call to call is still memory). Fused means that intermediate never goes to memory: "
-                f"{ex.fusion.meaning}", "fusion"))
+                f"allocated {len(pieces)} temporaries ({shapes}) of {sum(a.numel for a in pieces)} elements in "
+                f"all: together room for {description}. Fused means that intermediate never goes to memory, "
+                f"in one buffer or in pieces: {ex.fusion.meaning}", "fusion"))
+        kept: dict[int, tuple[str, tuple, int]] = {}  # storage address -> (kernel, shape, bytes): each storage once
+        for launch in launched if ex.fusion.kept_buffers else ():
+            for shape, base, address, nbytes in zip(launch.shapes, launch.bases, launch.storages,
+                                                    launch.storage_bytes):
+                if not base:
+                    kept.setdefault(address, (launch.name, shape, nbytes))
+        if sum(nbytes for *_, nbytes in kept.values()) >= 2 * numel and not _fused_problem(problems):
+            name, shape, nbytes = max(kept.values(), key=lambda k: k[2])
+            more = f" (and {len(kept) - 1} more such tensors)" if len(kept) > 1 else ""
+            problems.append(Problem(
+                f"launched {name} with a {shape} tensor that is none of the call's own{more}: storages of "
+                f"{sum(k[2] for k in kept.values())} bytes in all have room for {description} in 16-bit floats "
+                f"(a buffer made before the call and kept from call to call is still memory). Fused means that "
+                f"intermediate never goes to memory: {ex.fusion.meaning}", "fusion"))
     return problems
+
+
+def _fused_problem(problems: list) -> bool:
+    return any(p.kind == "fusion" for p in problems)
 
 
 @dataclass
