@@ -354,7 +354,10 @@ def test_relu_in_place_into_the_input():
     def in_place(x, out):
         launch_1d(relu_in_place_kernel, x, out, n=x.numel())
 
-    failure("02.relu", in_place, "your function modified its input `x`")
+    # the interpreter sees the store itself, whatever it stored (here the first case's x is positive: its relu
+    # is x); a GPU, what is left in x afterwards
+    failure("02.relu", in_place, "your function modified its input `x`" if current().gpu else
+            "your kernel stored into `x`, an input")
 
 
 def test_relu_with_torch_names_the_function():

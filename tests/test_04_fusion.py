@@ -15,7 +15,7 @@ from course_utils.grading import check
 from course_utils.lessons.l04_fusion import (bytes_moved, silu_mul, silu_mul_kernel, silu_mul_ref, sin4,
                                             sin4_kernel, sin4_ref)
 from course_utils.mode import current
-from helpers import failure, interpreter_only, mutant
+from helpers import failure, interpreter_only, interpreter_only_because, mutant
 
 # On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
 # test with it: missing-mask answers are tested in the interpreter, which checks each address first.
@@ -321,6 +321,27 @@ def test_an_intermediate_split_over_four_buffers_fails(kept, says):
         _sin4_through_quarters[(triton.cdiv(n, 1024),)](x, *parts, out, n, quarter, BLOCK=1024)
 
     failure("04.sin4", sin4, says, "never goes to memory", "in registers")
+
+
+@triton.jit
+def _sin4_through_x(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    """x's own memory as the scratch for the sines, and x put back before the kernel ends."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    y = x.to(tl.float32)
+    for _ in tl.static_range(4):
+        tl.store(x_ptr + offs, tl.sin(y).to(x.dtype), mask=m)
+        y = tl.load(x_ptr + offs, mask=m).to(tl.float32)
+    tl.store(x_ptr + offs, x, mask=m)
+    tl.store(o_ptr + offs, y, mask=m)
+
+
+@interpreter_only_because("the interpreter sees each store; a GPU only what x holds afterwards")
+def test_an_input_used_as_scratch_and_put_back_fails():
+    """No allocation and no buffer but x and out: the intermediate goes through x, which ends as it began."""
+    failure("04.sin4", lambda x, out: _sin4_through_x[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024),
+            "stored into `x`, an input", "puts back what they held")
 
 
 def test_silu_mul_in_torch_fails():

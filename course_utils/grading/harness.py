@@ -947,6 +947,22 @@ def _stores_outside(tracker: Tracker, buffers, writable) -> list[Problem]:
     return problems
 
 
+def _stores_into_inputs(tracker: Tracker, inputs: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> list[Problem]:
+    """Stores the interpreter saw into an input that holds what it held before the call ({name: (the tensor, its
+    bits before)}; an input left changed is the judge's "modified its input"): inputs are read only, even when
+    the kernel puts back what they held before it returns (x's memory as a scratch for an intermediate, say,
+    which no rule on what the call allocates sees)."""
+    problems = []
+    for name, (arg, before) in inputs.items():
+        stored = tracker.stored(arg)
+        if stored is not None and bool(stored.any()) and torch.equal(_bits(arg), before):
+            problems.append(Problem(
+                f"your kernel stored into `{name}`, an input ({int(stored.sum())} element(s)): inputs are read "
+                "only, even if the kernel puts back what they held before it returns; keep what you compute in "
+                "registers, and store only into the outputs", "wrong"))
+    return problems
+
+
 def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
                            buffers: dict[str, tuple[torch.Tensor, torch.Tensor, int]],
                            device: str, writable: dict) -> CallFacts:
@@ -962,10 +978,15 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
 
     # In the interpreter: where every byte a kernel reads came from, and who wrote the outputs (Tracker).
     tracker = Tracker() if device == "cpu" else None
+    read_only: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # inputs (no output's view), their bits before
     if tracker is not None:
         for name, arg in zip(ex.params, call_args):
             if isinstance(arg, torch.Tensor):
                 tracker.add(arg, name)
+        outputs = {view.untyped_storage().data_ptr() for _, view, _ in buffers.values()}
+        read_only = {name: (arg, _bits(arg).clone()) for name, arg in zip(ex.params, call_args)
+                     if isinstance(arg, torch.Tensor) and name not in buffers
+                     and arg.untyped_storage().data_ptr() not in outputs}
     inputs = [arg for name, arg in zip(ex.params, call_args) if isinstance(arg, torch.Tensor) and name not in buffers]
     outputs = [view for _, view, _ in buffers.values()]
     with _quiet_numerics(), watching(after_launch=snapshot, tracker=tracker, inputs=inputs,
@@ -1007,6 +1028,7 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
         facts.host += [Problem(text, "race" if key.startswith("race:") else "host")
                        for key, text in tracker.problems.items()]
         facts.host += _stores_outside(tracker, buffers, writable)
+        facts.host += _stores_into_inputs(tracker, read_only)
     torch_wrote_later = any(op.endswith("_") or op in ex.allowed_ops or op not in HOST_OPS
                             for op in watch.torch_ops[ops_at_last_launch[0]:])
     for name, (_, view, _) in buffers.items():
