@@ -874,3 +874,23 @@ def test_matmul_whose_grouped_order_is_right_for_one_group_only_fails():
         wrong(a, a_scale, b, b_scale, out, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8)
 
     fails("07.fp8_matmul", fp8_matmul, "never written", "2600 x 24 x 40" if current().interpret else "1823")
+
+
+# --- a sixth review: the two-pass path's guards ------------------------------------------------------
+
+_SECOND_PASS_GUARD = ("        amax = tl.max(running, axis=0)\n"
+                      "        safe = tl.where(amax > 0, tl.maximum(amax, 1.1754944e-38), FP8_MAX)\n")
+
+
+@needs_fp8
+@pytest.mark.skipif(not current().interpret, reason="the row of 16500 columns is the interpreter's only")
+@pytest.mark.parametrize("safe, says", [
+    ("amax", "row 1 is all zeros"),  # no guard at all: 0 / 0 on a row of zeros
+    ("tl.where(amax > 0, amax, FP8_MAX)", "1 / amax overflows to inf"),  # 1 / a subnormal amax
+])
+def test_quantize_whose_two_pass_path_lacks_a_guard_of_the_one_pass_path_fails(safe, says):
+    """Rows of zeros and of tiny values ran only in the one-pass path (300 columns): a two-pass path written
+    apart, without its guards, passed. The long row's case has such rows too."""
+    wrong = mutant("l07_fp8_quantization", "quantize_rowwise",
+                   (_SECOND_PASS_GUARD, f"        amax = tl.max(running, axis=0)\n        safe = {safe}\n"))
+    fails("07.quantize_rowwise", wrong, "4 x 16500", says)

@@ -427,3 +427,37 @@ def test_decode_attention_whose_block_of_heads_is_the_group_fails_on_a_group_of_
     wrong = mutant("l09_decoding", "decode_attention",
                    ("block_g = max(16, triton.next_power_of_2(group))", "block_g = group"))
     failing("09.decode_attention", wrong, "a group of 7, no power of 2", "tl.arange")
+
+
+@interpreter_only
+def test_decode_attention_dividing_by_the_number_of_kv_heads_is_named():
+    """Query head h reads K/V head h // H_kv (the number of K/V heads) instead of h // group (the number of
+    query heads per K/V head): named, on the first case, 4 query heads on 4 K/V heads, all read head 0."""
+    from helpers import failure as failing, mutant
+
+    wrong = mutant("l09_decoding", "decode_attention",
+                   ("heads = kvh * GROUP + offs_g", "heads = kvh * H_kv + offs_g"),
+                   ("g_mask = offs_g < GROUP", "g_mask = (offs_g < H_kv) & (heads < H_kv * GROUP)"))
+    failing("09.decode_attention", wrong, "h // H_kv = h // 4: divide by the group size")
+
+
+def test_w4a16_gemv_of_an_empty_k_writes_zeros():
+    """x (M, 0) @ W.T sums over no weight: zeros, as torch's matmul and the course's other matmuls give. The
+    solution viewed the (N, 0) bytes as int32 words (torch refuses) and took blocks of 0 weights."""
+    half = dict(dtype=torch.float16, device=current().device)
+    x, scales = torch.ones(3, 0, **half), torch.ones(4, 0, **half)
+    w_packed = torch.zeros(4, 0, dtype=torch.uint8, device=current().device)
+    out = torch.full((3, 4), float("nan"), **half)
+    l09.w4a16_gemv(x, w_packed, scales, 16, out)
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+@interpreter_only
+def test_decode_attention_whose_block_of_heads_is_a_fixed_16_fails_on_a_group_of_48():
+    """A block of 16 query heads, fixed (tl.dot's smallest M, "padded to 16 rows"), masked to the group: every
+    other case groups at most 8 heads on a K/V head; MQA's 48 on 1 leaves heads 16.. of the group unwritten."""
+    from helpers import failure as failing, mutant
+
+    wrong = mutant("l09_decoding", "decode_attention",
+                   ("block_g = max(16, triton.next_power_of_2(group))", "block_g = 16"))
+    failing("09.decode_attention", wrong, "a group of 48, more than a block of 16 heads holds")

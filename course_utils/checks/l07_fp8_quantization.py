@@ -180,16 +180,25 @@ def _quantize_cases(gen):
                          "x / amax first, then times 448", randn((5, 300), gen=gen, scale=1e-37))
     yield _quantize_case(f"{rows} x 300 transposed: strides (1, {rows})", transposed((rows, 300), gen=gen))
     wide = size(20000, 5000)
-    yield _quantize_case(f"3 x {wide}: a long row", randn((3, wide), gen=gen))
+    x = randn((3, wide), gen=gen)
+    x[1] = 0  # on a GPU, a row of zeros in the two-pass path (20000 columns: more than one block)
+    yield _quantize_case(f"3 x {wide}: a long row, row 1 all zeros", x)
     # Last, so that the cases above draw what they drew before it came. Every amax above is a normal fp32
     # number, whose inverse is finite: a kernel that multiplies by 1 / amax passed them all.
     yield _quantize_case("5 x 300, values around 1e-40, fp32 subnormals: 1 / amax overflows fp32 to inf",
                          randn((5, 300), gen=gen, scale=1e-40))
     # The CPU's long row above (5000) fits one block of up to 16384 columns (the GPU's 20000 does not): a
-    # host that takes one pass up to there never ran its two-pass path, and a wrong one passed.
+    # host that takes one pass up to there never ran its two-pass path, and a wrong one passed. Its rows of
+    # zeros and of tiny values are for the guards: on the CPU every such row above fits one block, and a
+    # two-pass path that left them out (0 / 0, 448 / amax, 1 / a subnormal amax) passed.
     if not current().gpu:
-        yield _quantize_case("2 x 16500: longer than a block of 16384, two passes (amax, then quantize) that "
-                             "each loop over every block of the row", randn((2, 16500), gen=gen))
+        x = randn((4, 16500), gen=gen)
+        x[1] = 0
+        x[2] *= 1e-37
+        x[3] *= 1e-40
+        yield _quantize_case("4 x 16500: longer than a block of 16384, two passes (amax, then quantize) that "
+                             "each loop over every block of the row; row 1 all zeros, rows 2 and 3 of values "
+                             "near 1e-37 and 1e-40: the two-pass path needs the one-pass path's guards", x)
 
 
 # --- 07.fp8_matmul ----------------------------------------------------------------------------

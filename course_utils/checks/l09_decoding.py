@@ -164,7 +164,8 @@ def _attention64(q, k, v, lengths, *, mapping="div", scale=True, masked=True) ->
     B, H_q, D = q.shape
     H_kv = k.shape[1]
     heads = torch.arange(H_q)
-    kv_head = heads // (H_q // H_kv) if mapping == "div" else heads % H_kv
+    # "mod": h % H_kv; "by_kv": h // H_kv, divided by the number of K/V heads instead of the group size
+    kv_head = {"div": heads // (H_q // H_kv), "mod": heads % H_kv, "by_kv": heads // H_kv}[mapping]
     out = torch.empty(B, H_q, D, dtype=torch.float64)
     for b in range(B):
         n = int(lengths[b]) if masked else k.shape[2]
@@ -206,6 +207,10 @@ def _attention_explain(atol, rtol):
         if H_kv not in (1, H_q) and close(got, _attention64(q, k, v, lengths, mapping="mod")):
             return ("that is query head h reading K/V head h % H_kv: consecutive query heads share a K/V head, "
                     f"g(h) = h // (H_q // H_kv) = h // {H_q // H_kv}")
+        if (H_q // H_kv != H_kv and (H_q - 1) // H_kv < H_kv
+                and close(got, _attention64(q, k, v, lengths, mapping="by_kv"))):
+            return (f"that is query head h reading K/V head h // H_kv = h // {H_kv}: divide by the group size, "
+                    f"the number of query heads per K/V head, g(h) = h // (H_q // H_kv) = h // {H_q // H_kv}")
         first = lengths[:1].expand_as(lengths)  # every sequence cut at sequence 0's length
         if bool((lengths != first).any()) and close(got, _attention64(q, k, v, first)):
             return ("that is every sequence attending over lengths[0] keys: each sequence has its own "
@@ -292,6 +297,11 @@ def _attention_cases(gen):
     yield _attention_case("28 query heads on 4 K/V heads (Qwen2-7B's grouping): a group of 7, no power of 2; "
                           "pad the group's block to a power of 2 and mask the extra heads", 2, 28, 4, 40, 16,
                           half, gen, lengths=[40, 9])
+    # Every group above is at most 8 heads: a block of 16 query heads, fixed (tl.dot's smallest), masked to the
+    # group, passed them all. MQA models share one K/V head among many more (StarCoder: 48, Falcon-7B: 71).
+    yield _attention_case("MQA: 48 query heads on 1 K/V head (StarCoder's grouping): a group of 48, more than "
+                          "a block of 16 heads holds; the group's block is the next power of 2 (64)", 2, 48, 1,
+                          32, 16, half, gen, lengths=[32, 13])
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------

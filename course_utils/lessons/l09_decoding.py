@@ -132,9 +132,11 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # - `D` is a power of 2, at least 16 (so `tl.dot` works); the softmax scale is `1 / sqrt(D)`.
 #
 # Make it fast the flash-decoding way: one program per (sequence, K/V head, split) loads its share of
-# the keys **once** for all the query heads of the group (a `(group, D)` block of q, padded to 16 rows for
-# `tl.dot`), runs lesson 05's online softmax over its keys and writes a partial `(m, l, acc)` per query
-# head; a second kernel merges the partials of each head with lesson 05's rule (rescale each by
+# the keys **once** for all the query heads of the group (a `(group, D)` block of q, padded to a power of
+# 2 of at least 16 rows for `tl.dot`: MQA's groups hold 48 heads and more), runs lesson 05's online softmax
+# over its keys in tiles of at least 16 (a tile is the K of the `P @ V` dot, and Triton on a GPU refuses a
+# K below 16 for 16-bit operands, where the interpreter takes any) and writes a partial `(m, l, acc)` per
+# query head; a second kernel merges the partials of each head with lesson 05's rule (rescale each by
 # `exp(m_i - m)`; an empty split has `(-inf, 0, 0)`). Two kernel launches; temporaries for the partials
 # are fine (when one split holds every key, the first kernel can write `out` itself and skip the merge).
 # Compute in fp32; q and the caches are fp32, fp16 or bf16 (bf16 only on a GPU that computes with it;
@@ -440,7 +442,9 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
                          "have been packed with one scale per group")
     if w_packed.stride(1) != 1 or w_packed.stride(0) % 4 or w_packed.storage_offset() % 4:
         w_packed = w_packed.contiguous()  # the int32 view below needs 4-byte-aligned rows of bytes
-    words = w_packed.view(torch.int32)  # (N, K // 8): 8 nibbles per load instead of 2
+    # (N, K // 8): 8 nibbles per load instead of 2. K = 0 sums over no weight: no words, and the loop below
+    # takes no step, so out is zeros (x @ W.T of an empty K, as torch's).
+    words = w_packed.view(torch.int32) if K else torch.empty((N, 0), dtype=torch.int32, device=x.device)
     BLOCK_M = BLOCK_M or min(triton.next_power_of_2(M), 4)  # each dequantized weight serves BLOCK_M rows
     # Packed bf16 pairs: a GPU that computes with bf16 (sm_80+), x whose rows read as int32 words.
     bf16x2 = (x.is_cuda and x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] >= 8
@@ -455,14 +459,14 @@ def w4a16_gemv(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, gr
         # serves 8 rows (the best sweep row on the H100 and the H200); with more rows of x, fewer rows
         # of W keep the accumulators in registers.
         BLOCK_N, BLOCK_K, num_warps = BLOCK_N or 64 // BLOCK_M, BLOCK_K or 512, num_warps or 4
+    BLOCK_K = max(min(BLOCK_K, K & -K), 16)  # a power of 2 dividing K (K = 0: 16, and no step)
     rows = GRID_AXIS_MAX * BLOCK_M  # the most rows one launch covers: axis 1 holds 65535 programs (lesson 02)
     for m0 in range(0, M, rows):
         m = min(M - m0, rows)
         grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(m, BLOCK_M))
         w4a16_gemv_kernel[grid](x[m0:], words, scales, out[m0:], m, N, K, *x.stride(), *words.stride(),
                                 *scales.stride(), *out.stride(), GROUP=group_size, BLOCK_M=BLOCK_M,
-                                BLOCK_N=BLOCK_N, BLOCK_K=min(BLOCK_K, K & -K),  # a power of 2 dividing K
-                                BF16X2=bf16x2, num_warps=num_warps)
+                                BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, BF16X2=bf16x2, num_warps=num_warps)
     # END SOLUTION
 
 
