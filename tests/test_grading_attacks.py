@@ -1130,6 +1130,32 @@ def test_a_sum_carried_between_the_programs_of_a_launch_is_a_race():
         check("08.rmsnorm_backward", dummy["rmsnorm_backward"], seed=1, quiet=True)
 
 
+_SPILL = """
+import triton, triton.language as tl
+@triton.jit
+def _add_spill(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, 2 * BLOCK)  # this program's block and the next one's
+    s = tl.load(x_ptr + offs, mask=offs < n, other=0.0) + tl.load(y_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr + offs, tl.where(tl.arange(0, 2 * BLOCK) < BLOCK, s, -1.0), mask=offs < n)
+def add(x, y, out):
+    _add_spill[(triton.cdiv(x.numel(), 256),)](x, y, out, x.numel(), BLOCK=256)
+"""
+
+
+@INTERPRETER_TRACKER
+def test_a_store_over_another_programs_store_is_a_race():
+    """Each program also writes -1 over the next program's block, which that program overwrites with the sums:
+    in the interpreter, which runs programs in order, always; on a GPU, whichever store lands last wins."""
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    setup(quiet=True)
+    with pytest.raises(CheckFailed, match=r"program \(1, 0, 0\) of `_add_spill` stored other values over bytes of "
+                                          r"`out` that program \(0, 0, 0\) of the same launch had stored"):
+        check("02.vector_add", _candidate(_SPILL, "spill")["add"], seed=1, quiet=True)
+
+
 @pytest.mark.parametrize("name", sorted(HONEST_VARIANTS))
 def test_honest_kernels_that_store_twice_or_accumulate_pass(name):
     from course_utils import setup

@@ -811,7 +811,18 @@ class Tracker:
             self.last_atomic[program] = self.step
         else:
             self.last_store[program] = self.step
-        for (start, end, real, shadow, _, _), offs in self._bytes(addrs, itemsize):
+        for (start, end, real, shadow, name, _), offs in self._bytes(addrs, itemsize):
+            stored_by = self.stored_by.get(start)
+            if not atomic and stored_by is not None:
+                # a plain store of other values over another program's plain store: the last writer wins here,
+                # either one on a GPU (the same values stored twice are harmless; so is a store behind a lock,
+                # the other program's atomic after its stores and this one's before: the read rule's ticket)
+                changed = real[offs] != shadow[offs]
+                for writer in np.unique(stored_by[offs][changed]):
+                    if writer >= 0 and writer != program and not (program in self.last_atomic
+                                                                  and self._released(int(writer))):
+                        self._race(name, program, int(writer), "stored other values over")
+                        break
             shadow[offs] = real[offs]
             self.written[start][offs] = True
             if start not in self.stored_by:
