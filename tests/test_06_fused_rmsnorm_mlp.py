@@ -707,7 +707,7 @@ def test_rmsnorm_mlp_pre_pass_taking_x_columns_as_contiguous_fails_the_many_rows
     for candidate, passes in ((l06.rmsnorm_mlp, True), (wrong, False)):
         got = torch.empty(out.shape, dtype=out.dtype, device=DEVICE)
         candidate(*args, got)
-        close = bool(((got.double() - want).abs() <= case.atol + case.rtol * want.abs()).all())
+        close = bool(((got.double().cpu() - want).abs() <= case.atol + case.rtol * want.abs()).all())
         assert close == passes, f"{candidate.__module__}: within the tolerance {close}, expected {passes}"
 
 

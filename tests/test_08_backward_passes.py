@@ -97,6 +97,11 @@ def test_buggy_rmsnorm_backward_without_bug_passes():
     ("dw stored, not added", "dw not summed across all rows"),
 ])
 def test_rmsnorm_backward_mistakes_are_named(bug, says):
+    if bug == "dw stored, not added" and not current().gpu:
+        # the interpreter sees each program store over the previous one's dw: a race, named as such first
+        failure("08.rmsnorm_backward", _buggy_rmsnorm_backward(bug), "stored other values over bytes of `dw`",
+                "tl.atomic_add", seed=SEED)
+        return
     failure("08.rmsnorm_backward", _buggy_rmsnorm_backward(bug), "likely mistake", says, seed=SEED)
 
 
