@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from course_utils.grading import check
+from course_utils.grading import check, remote
 from course_utils.mode import current
 from course_utils.lessons import l08_backward_passes as l08
 from course_utils.llama import toy_config, toy_llama
@@ -959,6 +959,14 @@ def test_rmsnorm_train_keeping_a_copy_in_a_skipped_storage_is_named(how):
 
     failure("08.rmsnorm_train", lambda x, w, eps: KeepsInOwnStorage.apply(x, w, eps), says,
             "bytes a row, where rstd takes 4")
+    # In the batch grader the node stays in the sandbox, and what it keeps comes back as remote.autograd_out
+    # reports it: the grader's own stand-in for the output has a storage of its own size.
+    x = torch.randn(8, 32, device=DEVICE, requires_grad=True)
+    w = (torch.rand(32, device=DEVICE) + 0.5).requires_grad_()
+    before = {0: x.untyped_storage().nbytes(), 1: w.untyped_storage().nbytes()}
+    y = KeepsInOwnStorage.apply(x, w, 1e-6)
+    kept = remote.autograd_out(y.grad_fn, (x, w, 1e-6), y, before, ("x", "weight", "eps"))["kept"]
+    assert any(says in what and nbytes == 8 * 32 * 4 for nbytes, what in kept), kept
 
 
 def test_cross_entropy_zeroing_one_block_of_an_ignored_row_fails():

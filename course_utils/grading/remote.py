@@ -674,10 +674,13 @@ def _tampered(changed: list[str]) -> dict:
     return {"op": "raised", "message": text, "raised": None, "problems": [[text, "host"]], "candidate": False}
 
 
-def autograd_out(fn, args, output=None) -> dict:
+def autograd_out(fn, args, output=None, before: dict[int, int] | None = None, names=()) -> dict:
     """What a check of an autograd output looks at, from the sandbox: the node's kind, the tensors it
     saved (each an input of the call, by position, or a shape and dtype), and the memory it keeps alive
-    besides the call's tensors and its output (kept_alive: [bytes, what] each)."""
+    besides the call's tensors and its output (kept_alive: [bytes, what] each). Those are skipped whole,
+    but not what lies beyond them in their storages: the rest of a larger buffer the output is a view of,
+    or what an input's storage grew by in the call (before: {position: its storage's bytes before the call};
+    names: the parameters' names)."""
     import torch
 
     def describe(t) -> dict:
@@ -694,7 +697,18 @@ def autograd_out(fn, args, output=None) -> dict:
     if hasattr(fn, "__dict__"):
         info["attrs"] = {str(k).replace(".", "_"): describe(v) for k, v in ctx_tensors(vars(fn))}
     skip = {a.untyped_storage().data_ptr() for a in (*args, output) if isinstance(a, torch.Tensor)}
-    info["kept"] = [[nbytes, what] for nbytes, what in list(kept_alive(fn, skip).values())[:64]]
+    kept = list(kept_alive(fn, skip).values())
+    for i, nbytes in (before or {}).items():
+        name = names[i] if i < len(names) else f"argument {i}"
+        grown = args[i].untyped_storage().nbytes() - nbytes
+        if grown > 0:
+            kept.append((grown, f"{name}'s storage, {grown} bytes more than {name} had before the call"))
+    if isinstance(output, torch.Tensor):
+        beyond = output.untyped_storage().nbytes() - output.numel() * output.element_size()
+        if beyond > 0:
+            kept.append((beyond, f"the output's storage, {beyond} bytes more than the output takes: a view of a "
+                                 "larger buffer"))
+    info["kept"] = [[nbytes, what] for nbytes, what in kept[:64]]
     return info
 
 
@@ -978,6 +992,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 result_enc.storages += [final.get(raw.untyped_storage().data_ptr(), raw)
                                         for raw in decoder.storages]
             else:
+                before = {i: a.untyped_storage().nbytes() for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
                 result, used = call_function_candidate(spec, candidate, args)
                 for raw in decoder.storages:
                     result_enc.keys[raw.untyped_storage().data_ptr()] = len(result_enc.storages)
@@ -989,7 +1004,8 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 reply = {"op": "called", "result": encoded, "used": [str(u) for u in used]}
                 if isinstance(result, torch.Tensor) and result.grad_fn is not None:
                     calls += 1
-                    reply["autograd"] = {**autograd_out(result.grad_fn, args, result), "call": calls}
+                    reply["autograd"] = {**autograd_out(result.grad_fn, args, result, before, spec.params),
+                                         "call": calls}
                     pending[calls] = (result, args)
                     pending.pop(calls - PENDING_MAX, None)
             reads = {str(i): [list(r) for r in a._reads] for i, a in enumerate(args) if hasattr(a, "_reads")}
