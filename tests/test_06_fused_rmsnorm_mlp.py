@@ -668,6 +668,23 @@ def test_gate_up_silu_through_a_padded_scratch_in_its_one_launch_is_not_fused():
             "one kernel computes both")
 
 
+_KEPT_G = torch.empty(1 << 22, device=DEVICE)  # made at import: room for g of every case, no allocation of a call
+
+
+def test_gate_up_silu_through_a_buffer_kept_from_call_to_call_is_not_fused():
+    """The same round trip through a buffer made before any call: the launch's tensor that is none of the call's
+    own has room for g. (Weights packed once and kept, the counts own_temporaries names, stay the answer's.)"""
+    def gate_up_silu(x, w_gate, w_up, out):
+        (M, K), N = x.shape, w_gate.shape[0]
+        t = _KEPT_G[:M * N].view(M, N)
+        _gate_up_round_trip_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](
+            x, w_gate, w_up, t, out, M, N, K, x.stride(0), t.stride(0), out.stride(0),
+            BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+
+    failure("06.gate_up_silu", gate_up_silu, "none of the call's own", "kept from call to call",
+            "one kernel computes both")
+
+
 def test_rmsnorm_mlp_writing_the_normalized_rows_is_not_fused():
     def unfused(x, norm_weight, w_gate, w_up, w_down, eps, out):
         n = torch.empty_like(out)

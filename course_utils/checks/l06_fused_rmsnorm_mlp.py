@@ -295,7 +295,7 @@ register(Exercise(
     _gate_up_cases,
     fusion=Fusion("one kernel computes both x @ w_gate.T and x @ w_up.T tiles in fp32 accumulators and "
                   "applies silu(g) * u to them before its one store of out", _gate_up_temporary,
-                  own_temporaries=_gate_up_own_temporaries),
+                  own_temporaries=_gate_up_own_temporaries, kept_buffers=True),
     speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), _weights_speed(INTER, HIDDEN),
                          _weights_speed(INTER, HIDDEN), Out("out", (ROWS, INTER), _half())),
                 lambda args: Cost(4.0 * ROWS * INTER * HIDDEN, 2 * (ROWS * HIDDEN + 2 * INTER * HIDDEN

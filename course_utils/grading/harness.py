@@ -188,7 +188,7 @@ class Fusion:
     # True: a tensor a launch gets that is none of the call's own counts as well when its storage holds the
     # intermediate in 16-bit floats or wider: a buffer made before the call (at import, kept from call to
     # call) is no allocation the call makes, and a kernel can store the intermediate there and read it back.
-    # Only where the fused answer needs no scratch of that size (05.attention).
+    # A storage of one of own_temporaries' counts (in 1-, 2- or 4-byte elements) is the answer's own.
     kept_buffers: bool = False
 
 
@@ -836,7 +836,8 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
         for launch in launched if ex.fusion.kept_buffers else ():
             for shape, base, address, nbytes in zip(launch.shapes, launch.bases, launch.storages,
                                                     launch.storage_bytes):
-                if not base:
+                # the fused answer's own temporaries may be kept from call to call too (weights packed once)
+                if not base and not any(nbytes == count * size for count in allowed for size in (1, 2, 4)):
                     kept.setdefault(address, (launch.name, shape, nbytes))
         if sum(nbytes for *_, nbytes in kept.values()) >= 2 * numel and not _fused_problem(problems):
             name, shape, nbytes = max(kept.values(), key=lambda k: k[2])
