@@ -136,6 +136,48 @@ def test_stats_in_two_passes_over_blocks_fails():
     failure("05.online_softmax_stats", two_passes, "second pass")
 
 
+def _kept_block_copies(x, block):
+    """Each block read once, front to back, into a list of copies; then a max over the copies and a sum."""
+    kept = [x[s:s + block].clone() for s in range(0, x.numel(), block)]
+    m = max(float(c.max()) for c in kept)
+    return (m, 0.0) if m == NEG_INF else (m, sum(float(torch.exp(c.double() - m).sum()) for c in kept))
+
+
+def _copied_into_a_buffer(x, block):
+    """Each block read once, front to back, copied into a buffer of x's size; then the buffer reduced whole."""
+    buf = torch.empty(x.numel(), dtype=torch.float64, device=x.device)
+    for s in range(0, x.numel(), block):
+        buf[s:s + block].copy_(x[s:s + block])
+    m = float(buf.max())
+    return (m, 0.0) if m == NEG_INF else (m, float(torch.exp(buf - m).sum()))
+
+
+@pytest.mark.parametrize("stats", [_kept_block_copies, _copied_into_a_buffer], ids=["a list", "a buffer"])
+def test_stats_in_two_passes_over_copies_of_the_blocks_fail(stats):
+    """Every read of x is one block, once, in order: the second pass goes over copies, which no read of x
+    shows. They passed; what the tensors hold at once shows them."""
+    failure("05.online_softmax_stats", stats, "held", "bytes at once", "second pass over x")
+
+
+def _lane_stats(x, block):
+    """Honest: a running (max, sum) per lane of the block, merged once at the end (a kernel's way)."""
+    lane_m = torch.full((block,), NEG_INF, dtype=torch.float64, device=x.device)
+    lane_d = torch.zeros(block, dtype=torch.float64, device=x.device)
+    for s in range(0, x.numel(), block):
+        c = torch.full((block,), NEG_INF, dtype=torch.float64, device=x.device)
+        c[:min(block, x.numel() - s)] = x[s:s + block]
+        m = torch.maximum(lane_m, c)
+        lane_d = (lane_d * torch.where(lane_m == NEG_INF, 0.0, torch.exp(lane_m - m))
+                  + torch.where(c == NEG_INF, 0.0, torch.exp(c - m)))
+        lane_m = m
+    top = float(lane_m.max())
+    return (top, 0.0) if top == NEG_INF else (top, float((lane_d * torch.exp(lane_m - top)).sum()))
+
+
+def test_stats_with_a_running_max_and_sum_per_lane_pass():
+    check("05.online_softmax_stats", _lane_stats, seed=1, quiet=True)
+
+
 def test_stats_without_rescaling_fails():
     def no_rescale(x, block):
         m, d = NEG_INF, 0.0

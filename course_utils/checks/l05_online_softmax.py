@@ -167,6 +167,11 @@ _CONVERSIONS = {"to", "_to_copy", "double", "float", "half", "type", "type_as", 
 # Where the checker's own code lives: its requests for x's memory (to tell tensors apart) are not reads.
 _CHECKER_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
                       for d in ("checks", "grading"))
+# The log's entry for the most memory the call's torch tensors held at once, besides x: (HELD, bytes, 0). One
+# pass over blocks needs the block in hand and the running (m, d); keeping copies of the blocks (a list of
+# them, a buffer they are copied into) to go over them again is a second pass that no read of x shows.
+HELD = "memory held at once"
+HELD_BLOCKS, HELD_SLACK = 32, 8 << 10  # allowed: 32 blocks of float64 values, and at least 8 KiB
 # The reads of each watched x, by the address of its memory: kept here, out of reach of the code watched
 # (x._reads is a copy: clearing it, or what it was, changes nothing; the grader's copy of the sandbox's
 # log is set with _ReadLog.set_reads).
@@ -230,8 +235,10 @@ class _ReadLog(torch.Tensor):
     def reading(t: _ReadLog):
         """Around a call given t (harness.call_function_candidate): log what reads t's memory at dispatch."""
         log = _LOGS.setdefault(_address(t), [])
-        with _DispatchReads(_address(t), log), _HostReads(_address(t), log):
+        reads = _DispatchReads(_address(t), log)
+        with reads, _HostReads(_address(t), log):
             yield
+        log.append((HELD, reads.peak, 0))
 
     def as_subclass(self, cls):
         """A plain tensor over the same elements escapes the log: count it as a read of all of them (torch
@@ -284,11 +291,15 @@ class _ReadLog(torch.Tensor):
 
 
 class _DispatchReads(TorchDispatchMode):
-    """Each aten op (but views) whose tensors include some over the memory at `address`: a read of them."""
+    """Each aten op (but views) whose tensors include some over the memory at `address`: a read of them. And the
+    most memory the tensors its ops made held at once, besides x's (`peak`, bytes: each storage once, while a
+    tensor over it lives)."""
 
     def __init__(self, address: int, log: list):
         super().__init__()
         self.address, self.log = address, log
+        self.made: dict[int, tuple] = {}  # id -> (weak reference to a tensor an op made, its storage, bytes)
+        self.peak = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket.__name__ not in _NO_READ:
@@ -296,7 +307,20 @@ class _DispatchReads(TorchDispatchMode):
                     if isinstance(t, torch.Tensor) and _address(t) == self.address]
             if over:
                 _read(self.log, func.overloadpacket.__name__, over)
-        return func(*args, **(kwargs or {}))
+        result = func(*args, **(kwargs or {}))
+        for t in tree_leaves(result):
+            address = _address(t) if isinstance(t, torch.Tensor) else None
+            if address is not None and address != self.address:
+                with torch._C.DisableTorchFunctionSubclass():
+                    self.made[id(t)] = (weakref.ref(t), address, torch.Tensor.untyped_storage(t).nbytes())
+        held = {}
+        for key, (ref, address, nbytes) in list(self.made.items()):
+            if ref() is None:
+                del self.made[key]
+            else:
+                held[address] = nbytes
+        self.peak = max(self.peak, sum(held.values()))
+        return result
 
 
 class _HostReads(TorchFunctionMode):
@@ -384,14 +408,15 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
 
     def verify(result, case) -> list[str]:
         x = case.args[0]
+        reads = [r for r in x._reads if r[0] != HELD]
+        held = max((r[1] for r in x._reads if r[0] == HELD), default=0)
         seen = torch.zeros(n, dtype=torch.bool)
-        for _, start, count in x._reads:
+        for _, start, count in reads:
             seen[start:start + count] = True
         if not bool(seen.all()):
             first = int((~seen).nonzero()[0])
             return [(f"your loop read {int(seen.sum())} of x's {n} elements (none from x[{first}] on, "
                      f"block = {block}): visit every block, the partial last one too: range(0, n, block)")]
-        reads = x._reads
         for op, start, count in reads:
             if count > block:
                 copy = (" (a copy of x, pickled, saved or deep-copied, is a read of all of it)"
@@ -405,6 +430,11 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
         second = _second_pass(reads, block)
         if second:
             return [second]
+        if held > max(HELD_BLOCKS * block * 8, HELD_SLACK):
+            return [(f"your function's tensors held {held} bytes at once ({held // (8 * block)} blocks of {block} "
+                     f"float64 values; x has {n} elements): copies of the blocks kept to go over them again (a list "
+                     "of them, a buffer they were copied into) are a second pass over x; keep only the running "
+                     "(m, d) and the block in hand")]
         pair = _pair(result)
         if (not isinstance(pair, str) and math.isnan(pair[0]) and any(op in _HOST_READS for op, *_ in reads)
                 and not bool(torch.isnan(x64).any())):
@@ -439,6 +469,9 @@ def _stats_cases(gen):
     x[-1] = 50.0
     inputs.append(("values near -100, then a 50 in the last block: the max grows by 150, so exp() against an "
                    "earlier block's max overflows; merge with exp(m_i - m) <= 1", x, 128))
+    # Last, so that the cases above draw what they drew before it came: 256 blocks, so that copies of them all
+    # (32 KiB in fp32) are far more than the block in hand and the running statistics (HELD_BLOCKS: 8 KiB)
+    inputs.append(("8192 elements, block 32: 256 blocks, one in hand at a time", randn(1 << 13, gen=gen), 32))
     for label, x, block in inputs:
         rtol = 1e-12 if x.dtype == torch.float64 else 1e-5
         yield Case(label, (_ReadLog.watch(x), block), None, verify=_stats_verify(f64(x), block, rtol))
