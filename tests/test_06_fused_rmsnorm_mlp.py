@@ -152,8 +152,8 @@ def test_rmsnorm_on_a_contiguous_copy_of_x_is_named_a_copy():
 # --- wrong gate/up kernels ----------------------------------------------------------------------
 
 @triton.jit
-def _gate_up_bug_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_om,
-                        BUG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _gate_up_bug_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, t_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_om,
+                        stride_tm, BUG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr):
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -172,6 +172,10 @@ def _gate_up_bug_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, stride_xm, stri
         w_mask = k_ok[:, None] & (rn[None, :] < N)
         acc_g = tl.dot(x, tl.load(wg_ptr + offs, mask=w_mask, other=0.0), acc_g)
         acc_u = tl.dot(x, tl.load(wu_ptr + offs, mask=w_mask, other=0.0), acc_u)
+    if BUG == "g through memory":  # stored to t and loaded back before the silu, as a separate kernel would
+        mask = (rm[:, None] < M) & (rn[None, :] < N)
+        tl.store(t_ptr + rm[:, None] * stride_tm + rn[None, :], acc_g, mask=mask)
+        acc_g = tl.load(t_ptr + rm[:, None] * stride_tm + rn[None, :], mask=mask, other=0.0)
     if BUG == "silu on up":
         h = acc_g * acc_u * tl.sigmoid(acc_u)
     else:
@@ -180,12 +184,14 @@ def _gate_up_bug_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, stride_xm, stri
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def _buggy_gate_up(bug: str):
+def _buggy_gate_up(bug: str, scratch=None):
+    """scratch(M, N, device): the (M, >= N) fp32 buffer of "g through memory"."""
     def gate_up_silu(x, w_gate, w_up, out):
         M, K = x.shape
         N = w_gate.shape[0]
+        t = scratch(M, N, x.device) if scratch is not None else out
         _gate_up_bug_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 64))](
-            x, w_gate, w_up, out, M, N, K, *x.stride(), w_gate.stride(0), out.stride(0),
+            x, w_gate, w_up, out, t, M, N, K, *x.stride(), w_gate.stride(0), out.stride(0), t.stride(0),
             BUG=bug, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32)
     return gate_up_silu
 
@@ -629,42 +635,12 @@ def test_gate_up_silu_as_two_matmuls_and_a_silu_mul_is_not_fused():
             "rows x intermediate", "one kernel computes both")
 
 
-@triton.jit
-def _gate_up_round_trip_kernel(x_ptr, wg_ptr, wu_ptr, t_ptr, out_ptr, M, N, K, stride_xm, stride_tm, stride_om,
-                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One launch, but x @ w_gate.T stored to t and loaded back before the silu, as a separate silu kernel
-    would read it (contiguous weights, x rows of stride_xm)."""
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k = k0 + rk
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + k[None, :], mask=(rm[:, None] < M) & (k[None, :] < K),
-                    other=0.0)
-        w_mask = (rn[None, :] < N) & (k[:, None] < K)
-        acc_g = tl.dot(x, tl.load(wg_ptr + rn[None, :] * K + k[:, None], mask=w_mask, other=0.0), acc_g)
-        acc_u = tl.dot(x, tl.load(wu_ptr + rn[None, :] * K + k[:, None], mask=w_mask, other=0.0), acc_u)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    tl.store(t_ptr + rm[:, None] * stride_tm + rn[None, :], acc_g, mask=mask)
-    g = tl.load(t_ptr + rm[:, None] * stride_tm + rn[None, :], mask=mask, other=0.0)
-    tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], (g * tl.sigmoid(g) * acc_u).to(out_ptr.dtype.element_ty),
-             mask=mask)
-
-
 def test_gate_up_silu_through_a_padded_scratch_in_its_one_launch_is_not_fused():
     """g = x @ w_gate.T to a (rows, intermediate + 1) buffer and back in the one launch: one column more than
     the intermediate's count, which alone was refused, so it passed. Any allocation of rows x intermediate
     elements or more is refused now, but the weights repacked (hidden x intermediate, or twice that)."""
-    def gate_up_silu(x, w_gate, w_up, out):
-        (M, K), N = x.shape, w_gate.shape[0]
-        t = torch.empty((M, N + 1), dtype=torch.float32, device=x.device)
-        _gate_up_round_trip_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](
-            x, w_gate, w_up, t, out, M, N, K, x.stride(0), t.stride(0), out.stride(0),
-            BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
-
-    failure("06.gate_up_silu", gate_up_silu, "(16, 137) float32 temporary", "room for x @ w_gate.T",
+    padded = _buggy_gate_up("g through memory", lambda M, N, device: torch.empty((M, N + 1), device=device))
+    failure("06.gate_up_silu", padded, "(16, 137) float32 temporary", "room for x @ w_gate.T",
             "one kernel computes both")
 
 
@@ -674,15 +650,8 @@ _KEPT_G = torch.empty(1 << 22, device=DEVICE)  # made at import: room for g of e
 def test_gate_up_silu_through_a_buffer_kept_from_call_to_call_is_not_fused():
     """The same round trip through a buffer made before any call: the launch's tensor that is none of the call's
     own has room for g. (Weights packed once and kept, the counts own_temporaries names, stay the answer's.)"""
-    def gate_up_silu(x, w_gate, w_up, out):
-        (M, K), N = x.shape, w_gate.shape[0]
-        t = _KEPT_G[:M * N].view(M, N)
-        _gate_up_round_trip_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](
-            x, w_gate, w_up, t, out, M, N, K, x.stride(0), t.stride(0), out.stride(0),
-            BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
-
-    failure("06.gate_up_silu", gate_up_silu, "none of the call's own", "kept from call to call",
-            "one kernel computes both")
+    kept = _buggy_gate_up("g through memory", lambda M, N, device: _KEPT_G[:M * N].view(M, N))
+    failure("06.gate_up_silu", kept, "none of the call's own", "kept from call to call", "one kernel computes both")
 
 
 def test_rmsnorm_mlp_writing_the_normalized_rows_is_not_fused():
