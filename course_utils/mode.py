@@ -129,6 +129,7 @@ def setup(mode: str | None = None, *, quiet: bool = False) -> Mode:
         from .fp8_interpreter import install_fp8_fix  # the interpreter's float -> fp8 cast is wrong: lesson 07
 
         install_fp8_fix()
+        _gpu_dot_sizes()
     else:
         os.environ.pop("TRITON_INTERPRET", None)
     _sync_triton_knob(requested == "interpret")
@@ -152,6 +153,22 @@ def setup(mode: str | None = None, *, quiet: bool = False) -> Mode:
     if not quiet:
         print(chosen)
     return chosen
+
+
+def _gpu_dot_min_size(lhs_type, rhs_type) -> tuple[int, int, int]:
+    """(M, N, K) at least, of a tl.dot on an NVIDIA GPU (Triton's NVIDIA backend, 3.6 to 3.9): K >= 32 for 8-bit
+    operands (fp8, int8), 16 for 16-bit ones, 8 for fp32 (tf32), 4 for fp64; M and N are padded."""
+    return 1, 1, {8: 32, 32: 8, 64: 4}.get(lhs_type.scalar.primitive_bitwidth, 16)
+
+
+def _gpu_dot_sizes() -> None:
+    """The interpreter takes a tl.dot of any size, and a GPU refuses to compile a K below the bounds above: a
+    kernel checked on the CPU must compile on a GPU, so the interpreter gets the GPU's bounds."""
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "interpreter_builder", None)
+    if builder is not None and isinstance(getattr(builder, "codegen_fns", None), dict):
+        builder.codegen_fns["min_dot_size"] = _gpu_dot_min_size
 
 
 def _sync_triton_knob(interpret: bool) -> None:

@@ -346,6 +346,17 @@ def test_quantize_with_torch_on_the_host_is_rejected():
     fails("07.quantize_rowwise", host, "no Triton kernel was launched")
 
 
+
+@pytest.mark.skipif(current().gpu, reason="a GPU's compiler refuses it itself")
+def test_fp8_matmul_with_a_k_tile_a_gpu_refuses_fails_in_the_interpreter_too():
+    """Triton's NVIDIA backend refuses tl.dot of e4m3 tiles with K < 32; the interpreter took any size, so
+    BLOCK_K = 16 passed on the CPU and did not compile on a GPU. setup() gives the interpreter the GPU's bounds."""
+    def bk16(a, a_scale, b, b_scale, out):
+        mutant("l07_fp8_quantization", "fp8_matmul")(a, a_scale, b, b_scale, out, BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)
+
+    failure("07.fp8_matmul", bk16, "K >= 32")
+
+
 # --- 07.fp8_matmul: wrong answers ---------------------------------------------------------------
 
 @triton.jit

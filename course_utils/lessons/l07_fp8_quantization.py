@@ -168,10 +168,10 @@ def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
 # epilogue. And b's tile is loaded as (BLOCK_N, BLOCK_K) rows of b (K contiguous in memory) and handed
 # to the dot as `tl.trans(b_tile)`: Hopper's fp8 tensor-core instruction reads B only "K-major".
 #
-# Mask the K tail (K need not be a multiple of BLOCK_K) and the output edges. On a GPU `tl.dot` of e4m3
-# tiles needs `BLOCK_K >= 32` (Triton's NVIDIA backend refuses a smaller K for 8-bit operands: "K >= 32";
-# 16 for 16-bit ones), and BLOCK_M, BLOCK_N >= 16 are safe on every Triton version; the interpreter takes
-# any size, so the check on a CPU cannot tell you. Work: 2MNK FLOPs for (M + N) K bytes of input.
+# Mask the K tail (K need not be a multiple of BLOCK_K) and the output edges. `tl.dot` of e4m3 tiles
+# needs `BLOCK_K >= 32` (Triton's NVIDIA backend refuses a smaller K for 8-bit operands, 16 for 16-bit
+# ones; the course's interpreter mode applies the same bounds, so the CPU check says it too), and
+# BLOCK_M, BLOCK_N >= 16 are safe on every Triton version. Work: 2MNK FLOPs for (M + N) K bytes of input.
 #
 # In the suggested signature `EVEN_K` says K is a multiple of BLOCK_K (no K mask needed: faster loads),
 # and `PROMOTE` asks for `tl.dot(..., max_num_imprecise_acc=BLOCK_K)`, a more accurate accumulation on

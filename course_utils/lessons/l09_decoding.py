@@ -134,8 +134,8 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # Make it fast the flash-decoding way: one program per (sequence, K/V head, split) loads its share of
 # the keys **once** for all the query heads of the group (a `(group, D)` block of q, padded to a power of
 # 2 of at least 16 rows for `tl.dot`: MQA's groups hold 48 heads and more), runs lesson 05's online softmax
-# over its keys in tiles of at least 16 (a tile is the K of the `P @ V` dot, and Triton on a GPU refuses a
-# K below 16 for 16-bit operands, where the interpreter takes any) and writes a partial `(m, l, acc)` per
+# over its keys in tiles of at least 16 (a tile is the K of the `P @ V` dot, and Triton refuses a K below
+# 16 for 16-bit operands, on a GPU and in the course's interpreter mode) and writes a partial `(m, l, acc)` per
 # query head; a second kernel merges the partials of each head with lesson 05's rule (rescale each by
 # `exp(m_i - m)`; an empty split has `(-inf, 0, 0)`). Two kernel launches; temporaries for the partials
 # are fine (when one split holds every key, the first kernel can write `out` itself and skip the merge).
