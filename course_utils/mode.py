@@ -156,9 +156,10 @@ def setup(mode: str | None = None, *, quiet: bool = False) -> Mode:
 
 
 def _gpu_dot_min_size(lhs_type, rhs_type) -> tuple[int, int, int]:
-    """(M, N, K) at least, of a tl.dot on an NVIDIA GPU (Triton's NVIDIA backend, 3.6 to 3.9): K >= 32 for 8-bit
-    operands (fp8, int8), 16 for 16-bit ones, 8 for fp32 (tf32), 4 for fp64; M and N are padded."""
-    return 1, 1, {8: 32, 32: 8, 64: 4}.get(lhs_type.scalar.primitive_bitwidth, 16)
+    """(M, N, K) at least, of a tl.dot on an NVIDIA GPU (Triton's NVIDIA backend, min_dot_size): K >= 32 for
+    8-bit operands (fp8, int8), 16 for any other; M and N are padded. (Triton 3.9 lets fp32 go down to 8 and
+    fp64 to 4; earlier versions do not, and a kernel must compile on those too.)"""
+    return 1, 1, 32 if lhs_type.scalar.primitive_bitwidth == 8 else 16
 
 
 def _gpu_dot_sizes() -> None:

@@ -169,7 +169,7 @@ def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
 # to the dot as `tl.trans(b_tile)`: Hopper's fp8 tensor-core instruction reads B only "K-major".
 #
 # Mask the K tail (K need not be a multiple of BLOCK_K) and the output edges. `tl.dot` of e4m3 tiles
-# needs `BLOCK_K >= 32` (Triton's NVIDIA backend refuses a smaller K for 8-bit operands, 16 for 16-bit
+# needs `BLOCK_K >= 32` (Triton's NVIDIA backend refuses a smaller K for 8-bit operands, 16 for other
 # ones; the course's interpreter mode applies the same bounds, so the CPU check says it too), and
 # BLOCK_M, BLOCK_N >= 16 are safe on every Triton version. Work: 2MNK FLOPs for (M + N) K bytes of input.
 #
