@@ -984,10 +984,10 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
         for name, arg in zip(ex.params, call_args):
             if isinstance(arg, torch.Tensor):
                 tracker.add(arg, name)
-        outputs = {view.untyped_storage().data_ptr() for _, view, _ in buffers.values()}
+        output_storages = {view.untyped_storage().data_ptr() for _, view, _ in buffers.values()}
         read_only = {name: (arg, _bits(arg).clone()) for name, arg in zip(ex.params, call_args)
                      if isinstance(arg, torch.Tensor) and name not in buffers
-                     and arg.untyped_storage().data_ptr() not in outputs}
+                     and arg.untyped_storage().data_ptr() not in output_storages}
     inputs = [arg for name, arg in zip(ex.params, call_args) if isinstance(arg, torch.Tensor) and name not in buffers]
     outputs = [view for _, view, _ in buffers.values()]
     with _quiet_numerics(), watching(after_launch=snapshot, tracker=tracker, inputs=inputs,
