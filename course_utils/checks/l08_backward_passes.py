@@ -22,7 +22,7 @@ import torch
 from ..grading import Case, Exercise, Out, register
 from ..grading.guard import watching
 from ..grading.harness import backward_problems, compare
-from ..grading.remote import ctx_tensors, kept_alive
+from ..grading.remote import ctx_tensors, kept_alive, storage_rests
 from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
 from ..mode import current, size
 
@@ -548,15 +548,9 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
         # The storages of x, weight and the output are skipped above as theirs: but the output may be a view of
         # a larger buffer, or an input's storage grown in the forward (resize_), whose rest (a copy of x-hat,
         # say) lives as long as they do. That rest counts.
-        own = {"x": (x, given["x"]), "weight": (weight, given["weight"]),
-               "the output": (output, output.numel() * output.element_size())}
-        for name, (t, nbytes) in own.items():
-            storage = t.untyped_storage()
-            beyond = storage.nbytes() - nbytes
-            if beyond > 0:
-                grown = "had before the call" if name != "the output" else "takes: a view of a larger buffer"
-                kept.setdefault(storage.data_ptr(), (beyond, f"{name}'s storage, {beyond} bytes more than {name} "
-                                                             f"{grown}"))
+        for address, rest in storage_rests([("x", x, given["x"]), ("weight", weight, given["weight"])],
+                                           output).items():
+            kept.setdefault(address, rest)
         total = sum(nbytes for nbytes, _ in kept.values())
         if total > KEPT_PER_ROW * rows + KEPT_SLACK:
             shown = ", ".join(what for _, what in sorted(kept.values(), key=lambda k: -k[0])[:4])

@@ -697,19 +697,29 @@ def autograd_out(fn, args, output=None, before: dict[int, int] | None = None, na
     if hasattr(fn, "__dict__"):
         info["attrs"] = {str(k).replace(".", "_"): describe(v) for k, v in ctx_tensors(vars(fn))}
     skip = {a.untyped_storage().data_ptr() for a in (*args, output) if isinstance(a, torch.Tensor)}
-    kept = list(kept_alive(fn, skip).values())
-    for i, nbytes in (before or {}).items():
-        name = names[i] if i < len(names) else f"argument {i}"
-        grown = args[i].untyped_storage().nbytes() - nbytes
-        if grown > 0:
-            kept.append((grown, f"{name}'s storage, {grown} bytes more than {name} had before the call"))
-    if isinstance(output, torch.Tensor):
-        beyond = output.untyped_storage().nbytes() - output.numel() * output.element_size()
-        if beyond > 0:
-            kept.append((beyond, f"the output's storage, {beyond} bytes more than the output takes: a view of a "
-                                 "larger buffer"))
-    info["kept"] = [[nbytes, what] for nbytes, what in kept[:64]]
+    kept = kept_alive(fn, skip)
+    own = [(names[i] if i < len(names) else f"argument {i}", args[i], nbytes) for i, nbytes in (before or {}).items()]
+    kept.update(storage_rests(own, output if isinstance(output, torch.Tensor) else None))
+    info["kept"] = [[nbytes, what] for nbytes, what in list(kept.values())[:64]]
     return info
+
+
+def storage_rests(inputs, output=None) -> dict[int, tuple[int, str]]:
+    """{storage address: (bytes, what)} of the memory past what the call's own tensors take in their storages,
+    which kept_alive skips whole as theirs: what an input's storage grew by in the call (inputs: [(name,
+    tensor, its storage's bytes before the call)], resize_ keeps a copy there), and the rest of a larger
+    buffer the output is a view of."""
+    rests = {}
+    own = [(name, t, nbytes, "had before the call") for name, t, nbytes in inputs]
+    if output is not None:
+        own.append(("the output", output, output.numel() * output.element_size(),
+                    "takes: a view of a larger buffer"))
+    for name, t, nbytes, takes in own:
+        storage = t.untyped_storage()
+        rest = storage.nbytes() - nbytes
+        if rest > 0:
+            rests.setdefault(storage.data_ptr(), (rest, f"{name}'s storage, {rest} bytes more than {name} {takes}"))
+    return rests
 
 
 KEPT_OBJECTS = 20000  # objects the search for what an autograd node keeps looks at, at most
