@@ -609,6 +609,20 @@ def test_other_zero_on_a_block_of_one_lane_is_still_given(scratch_exercises):
           seed=0, quiet=True)
 
 
+def test_returning_the_launch_is_returning_nothing(scratch_exercises):
+    """`return kernel[grid](...)`: a GPU gives back the CompiledKernel, the interpreter None. The checker said
+    "a destination-passing function returns None" on a GPU only; both modes take it now."""
+    from triton.compiler.compiler import CompiledKernel
+
+    scratch_exercises(Exercise("99.double_returned", "double", "double(x, out)", _double_cases))
+
+    def double(x, out):
+        handle = double_in_one_lane_blocks_kernel[(x.numel(),)](x, out, x.numel(), BLOCK=1)
+        return handle if handle is not None else object.__new__(CompiledKernel)  # what a GPU's launch returns
+
+    check("99.double_returned", double, seed=0, quiet=True)
+
+
 def test_a_mistyped_exercise_id_is_answered_with_the_closest_one():
     with pytest.raises(KeyError, match=r"did you mean '02\.vector_add'\?"):
         check("02.vector_ad", add, seed=0, quiet=True)
