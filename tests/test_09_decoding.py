@@ -461,3 +461,46 @@ def test_decode_attention_whose_block_of_heads_is_a_fixed_16_fails_on_a_group_of
     wrong = mutant("l09_decoding", "decode_attention",
                    ("block_g = max(16, triton.next_power_of_2(group))", "block_g = 16"))
     failing("09.decode_attention", wrong, "a group of 48, more than a block of 16 heads holds")
+
+
+def test_decode_attention_that_scores_stale_keys_minus_inf_but_loads_them_fails():
+    """Every key to S_max loaded (masked by the cache's bounds only), those past lengths[b] scored -inf: p = 0
+    times a finite stale value is 0, so it passed every case of finite garbage; past the length of the NaN case,
+    p @ V is 0 * NaN = NaN. (One split: its first tile holds key 0, so the running max is finite from there.)"""
+    from helpers import failure as failing, mutant
+
+    wrong = mutant("l09_decoding", "decode_attention",
+                   ("H_kv, split_len, qk_scale,", "H_kv, split_len, qk_scale, S_max,"),
+                   ("H_kv, split_len, D**-0.5,", "H_kv, split_len, D**-0.5, S_max,"),
+                   ("end = tl.minimum(start + split_len, length)", "end = tl.minimum(start + split_len, S_max)"),
+                   ('s = tl.where(valid[None, :], s, float("-inf"))',
+                    's = tl.where(valid[None, :] & (keys < length)[None, :], s, float("-inf"))'))
+
+    def decode_attention(q, cache_k, cache_v, lengths, out):
+        wrong(q, cache_k, cache_v, lengths, out, num_splits=1)
+
+    failing("09.decode_attention", decode_attention, "past each length NaN", "got nan")
+
+
+def test_decode_attention_with_q_in_its_own_dtype_in_tl_dot_fails():
+    """q's block handed to tl.dot as loaded, without the cast to the cache's dtype: every other case gives q the
+    caches' dtype; the toy Llama's decode step gives q fp32 and the caches the model's 16-bit dtype, and
+    Triton refuses a dot of two dtypes."""
+    from helpers import failure as failing, mutant
+
+    wrong = mutant("l09_decoding", "decode_attention", ("    q = q.to(k_ptr.dtype.element_ty)\n", ""))
+    failing("09.decode_attention", wrong, "q fp32 from the model's fp32 projection", "same dtype")
+
+
+def test_kv_append_addressing_the_new_token_as_contiguous_heads_fails():
+    """k_new[b, h, d] read at b * stride_b + h * D + d: right wherever the head stride is D and the D stride 1, as
+    in every other case (contiguous, or slices of a fused (B, 3 H D) output); a transposed k_new and a slice of
+    GPT-NeoX's per-head fused QKV have neither."""
+    from helpers import failure as failing, mutant
+
+    wrong = mutant("l09_decoding", "kv_append",
+                   ("k = tl.load(k_ptr + b * stride_kb + h * stride_kh + offs_d * stride_kd, mask=mask)",
+                    "k = tl.load(k_ptr + b * stride_kb + h * D + offs_d, mask=mask)"),
+                   ("v = tl.load(v_ptr + b * stride_vb + h * stride_vh + offs_d * stride_vd, mask=mask)",
+                    "v = tl.load(v_ptr + b * stride_vb + h * D + offs_d, mask=mask)"))
+    failing("09.kv_append", wrong, "k_new a transposed view, strides (D H, 1, H)")

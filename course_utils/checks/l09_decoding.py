@@ -111,9 +111,12 @@ def _kv_explain(outs, case) -> str:
 
 def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None, strided_new=False,
              layout_v=None):
-    """strided_new: k_new and v_new slices of a fused QKV output (True), or v_new only ("v"); layout_v:
-    cache_v's layout when it is not cache_k's."""
-    if strided_new:  # slices of one fused (B, 3 H D) projection output: strides (3 H D, D, 1)
+    """strided_new: k_new and v_new slices of a fused QKV output (True), or v_new only ("v"), or ("per_head")
+    k_new transposed and v_new a slice of a per-head fused one; layout_v: cache_v's layout when not cache_k's."""
+    if strided_new == "per_head":
+        k_new = randn((B, D, H), dtype, gen).permute(0, 2, 1)  # strides (D H, 1, H): d is the far axis
+        v_new = randn((B, H, 3 * D), dtype, gen)[:, :, 2 * D:]  # GPT-NeoX's (B, H, 3 D): strides (3 H D, 3 D, 1)
+    elif strided_new:  # slices of one fused (B, 3 H D) projection output: strides (3 H D, D, 1)
         fused = randn((B, 3 * H * D), dtype, gen)
         k_new, v_new = fused[:, H * D:2 * H * D].view(B, H, D), fused[:, 2 * H * D:].view(B, H, D)
         if strided_new == "v":
@@ -155,6 +158,11 @@ def _kv_cases(gen):
                    strided_new="v", layout_v="bshd")
     B, S = size((16, 4100), (3, 100))
     yield _kv_case(f"{B} sequences, S_max {S}", B, 8, S, 128, half, gen)
+    # Last, so that the cases above draw what they drew before it came. Every k_new and v_new above has D
+    # stride 1 and head stride D: a kernel that addressed them as b * stride_b + h * D + d passed them all.
+    yield _kv_case("k_new a transposed view, strides (D H, 1, H); v_new a slice of GPT-NeoX's fused QKV per "
+                   "head, (B, H, 3 D), strides (3 H D, 3 D, 1): address k_new and v_new with all three of "
+                   "their strides", 2, 3, 9, 16, half, gen, strided_new="per_head")
 
 
 # --- 09.decode_attention ----------------------------------------------------------------------
@@ -232,8 +240,9 @@ def _attention_explain(atol, rtol):
 
 
 def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout="contiguous", ramp=False,
-                    layout_v=None, q_scale=1.0, q_offset=0.0, k_offset=0.0):
-    q = randn((B, H_q, D), dtype, gen, q_scale, q_offset)
+                    layout_v=None, q_scale=1.0, q_offset=0.0, k_offset=0.0, q_dtype=None, stale_nan=False):
+    """q_dtype: q's when it is not the caches' (out has the caches'); stale_nan: NaN past each length."""
+    q = randn((B, H_q, D), q_dtype or dtype, gen, q_scale, q_offset)
     k = _cache(B, H_kv, S, D, dtype, gen, layout)
     if k_offset:
         k += k_offset  # in place: k keeps its layout's strides
@@ -250,6 +259,10 @@ def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout=
     eps = EPS[dtype] if dtype != torch.float32 else (TF32_EPS if current().gpu else 2.0**-20)
     # Rounding of p to the cache's dtype before P @ V, and of the output: a few steps of V's magnitude.
     atol, rtol = 8 * eps * float(f64(v).abs().max()), 8 * eps
+    if stale_nan:  # garbage may be anything: a cache from torch.empty holds NaN where nothing was written
+        for b in range(B):
+            k[b, :, int(lengths[b]):] = float("nan")
+            v[b, :, int(lengths[b]):] = float("nan")
     args = (q, k, v, lengths.to(current().device), Out("out", (B, H_q, D), dtype))
     return Case(label, args, {"out": expected}, atol, rtol, explain=_attention_explain(atol, rtol))
 
@@ -302,6 +315,17 @@ def _attention_cases(gen):
     yield _attention_case("MQA: 48 query heads on 1 K/V head (StarCoder's grouping): a group of 48, more than "
                           "a block of 16 heads holds; the group's block is the next power of 2 (64)", 2, 48, 1,
                           32, 16, half, gen, lengths=[32, 13])
+    # Every stale row above is a finite number: a kernel that loaded all S_max keys (masked by the cache's
+    # bounds only) and scored those past the length -inf passed them all, p = 0 times finite garbage being 0.
+    yield _attention_case("MHA, past each length NaN (the cache's garbage may be anything, as memory from "
+                          "torch.empty): load K and V masked by keys < lengths[b], other=0; p = 0 times NaN is "
+                          "NaN", 2, 2, 2, 40, 16, f32, gen, lengths=[40, 9], stale_nan=True)
+    # Every q above has the caches' dtype: a tl.dot of q as loaded and a K tile passed them all, and Triton
+    # refuses operands of two dtypes ("Both operands must be same dtype"), where the toy Llama's decode step
+    # (below the exercises, on your kernels) calls it, q from its fp32 projection and caches in the model's.
+    yield _attention_case(f"q fp32 from the model's fp32 projection, caches and out {_name(half)} (the toy "
+                          "Llama's decode step): tl.dot takes two operands of one dtype, cast q's block to the "
+                          "cache's", 2, 4, 2, 40, 16, half, gen, lengths=[40, 9], q_dtype=f32)
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
@@ -440,7 +464,9 @@ register(Exercise(
                        "(group query heads per kv head)",
           "out_of_bounds": "mask keys >= lengths[b] on the loads (other=0) and score them -inf; mask offs_d < D; "
                            "address the cache with its strides",
-          "nan": "a split with no key below lengths[b] has m = -inf and l = 0: it must weigh 0 in the merge, "
+          "nan": "keys at or past lengths[b] may hold NaN: mask their K and V loads (other=0), not only their "
+                 "scores (p = 0 times NaN is NaN); a split with no key below lengths[b] has m = -inf and l = 0: it "
+                 "must weigh 0 in the merge, "
                  "never exp(-inf - (-inf)); and exp of a score above 88 is inf in fp32 (below -103, 0): "
                  "subtract the running max within a split (it starts at -inf, not 0), and the largest m_i in "
                  "the merge"}))

@@ -125,7 +125,8 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # - `q`: (B, H_q, D); `out`: (B, H_q, D), written by you; `cache_k`, `cache_v`: (B, H_kv, S_max, D),
 #   **any strides**; `lengths`: (B,) int32 on the device, `1 <= lengths[b] <= S_max`: only the first
 #   `lengths[b]` keys of sequence b are valid; **the rest of the cache holds garbage** (other requests'
-#   old tokens): mask it;
+#   old tokens, or NaN in memory never written): mask its loads, not only its scores (p = 0 times NaN
+#   is NaN);
 # - grouped-query attention: `H_q` is a multiple of `H_kv`, and query head `h` reads K/V head
 #   `g(h) = h // (H_q // H_kv)`: consecutive query heads share a K/V head (Llama's `repeat_kv`).
 #   `H_kv = H_q` is plain multi-head attention, `H_kv = 1` multi-query attention;
@@ -140,7 +141,9 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # `exp(m_i - m)`; an empty split has `(-inf, 0, 0)`). Two kernel launches; temporaries for the partials
 # are fine (when one split holds every key, the first kernel can write `out` itself and skip the merge).
 # Compute in fp32; q and the caches are fp32, fp16 or bf16 (bf16 only on a GPU that computes with it;
-# the interpreter's half-precision cases are fp16).
+# the interpreter's half-precision cases are fp16), and `out` has the caches' dtype. q's dtype may differ
+# from theirs: the toy Llama's decode step below gives an fp32 q (from its fp32 projection) and caches in
+# the model's bf16, and `tl.dot` takes two operands of one dtype, so cast q's block to the cache's.
 
 # %%
 @triton.jit
