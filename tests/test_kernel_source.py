@@ -242,6 +242,25 @@ def test_what_honest_kernels_use_is_triton():
 
 
 @triton.jit
+def _hinted_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.max_contiguous(tl.multiple_of(tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), BLOCK), BLOCK)
+    tl.static_print("BLOCK", BLOCK)
+    x = tl.load(x_ptr + tl.max_constancy(offs, 1), mask=offs < n)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=offs < n)
+
+
+def test_compiler_hints_and_static_print_are_triton(capsys):
+    """Triton's matmul tutorial writes tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK). While a kernel
+    runs, the interpreter swaps the three hints for a functools.partial of its own and tl.static_print for
+    print: judged as such, they were "not Triton", a false failure of a kernel copied from the tutorial."""
+    def relu(x, out):
+        _hinted_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+
+    check("02.relu", relu, seed=1, quiet=True)
+    assert "BLOCK" in capsys.readouterr().out
+
+
+@triton.jit
 def _instrument_kernel(x_ptr, BLOCK: tl.constexpr):
     triton._instrumentation.instrument(point="p", backend="b")  # calls back what the host registered
 

@@ -94,6 +94,11 @@ def _allowed(value) -> bool:
     # whose every callable attribute is a function in Triton's files.
     if isinstance(value, (FunctionType, MethodType)):
         return _language_code(value)
+    if isinstance(value, functools.partial):  # tl.multiple_of, max_contiguous, max_constancy while the
+        return (_allowed(value.func) and all(map(_allowed, value.args))  # interpreter runs a kernel: its
+                and all(map(_allowed, value.keywords.values())))  # _set_attr with the hint's name bound
+    if value is builtins.print:  # tl.static_print while the interpreter runs a kernel (a body's print is one)
+        return True
     if isinstance(value, BuiltinFunctionType):
         return getattr(value, "__module__", None) == "math"
     cls = value if isinstance(value, type) else type(value)
