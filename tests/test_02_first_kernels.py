@@ -376,6 +376,14 @@ def test_relu_only_for_multiples_of_the_block():
     failure("02.relu", whole_blocks, "elements were never written")
 
 
+def test_relu_as_half_of_x_plus_its_absolute_value_overflows_near_the_largest_float():
+    """(x + |x|) / 2 is max(x, 0) in exact arithmetic; in floating point x + |x| overflows to inf once x
+    passes half the largest finite value (32752 in fp16), where max(x, 0) is still x."""
+    half_sum = mutant("l02_first_kernels", "relu", ("tl.maximum(x, 0.0), mask=mask)  # 1 FLOP",
+                                                    "(x + tl.abs(x)) * 0.5, mask=mask)  # 1 FLOP"))
+    failure("02.relu", half_sum, "values up to the largest finite one", "got inf")
+
+
 def test_relu_zeros():
     def zeros(x, out):
         launch_1d(zeros_kernel, out, n=out.numel())
@@ -727,6 +735,20 @@ def test_copy_2d_with_wider_tiles_copies_every_element(monkeypatch):
     out = torch.full((5, 300), float("nan"), device=current().device)
     l02.copy_2d(x, out)
     assert torch.equal(out, x)
+
+
+def test_copy_2d_of_a_slice_of_a_tensor_past_2_31_elements():
+    """x = big[2:, :64] of a (5, 2^30 + 1) uint8 tensor (5 GiB, of which only these bytes are touched): row 2
+    of x lies 2 * (2^30 + 1) elements past x's start, which a 32-bit row offset wraps 2^32 elements back, to
+    4 bytes into big (filled with 255 here). The solution's offsets are 64-bit."""
+    device = current().device
+    big = torch.empty((5, 2**30 + 1), dtype=torch.uint8, device=device)
+    big[0, :80] = 255  # where a wrapped row 2 would be read
+    x = big[2:, :64]  # strides (2^30 + 1, 1)
+    x.copy_(torch.arange(3 * 64, device=device).view(3, 64))
+    out = torch.empty((3, 64), dtype=torch.uint8, device=device)
+    copy_2d(x, out)
+    assert torch.equal(out, x), f"row 2: got {out[2, :4].tolist()}, expected {x[2, :4].tolist()}"
 
 
 @pytest.mark.skipif(INTERPRET, reason="a GPU's grid limit: the interpreter has none")

@@ -141,6 +141,19 @@ def test_naive_assuming_contiguous_inputs_fails():
     failure("03.matmul_naive", contiguous_only, "transposed", "differ beyond")
 
 
+def test_naive_taking_outs_column_stride_for_1_fails_on_a_column_major_out():
+    """out + m * stride_cm + n: right for a contiguous out and for one padded between its rows, not for a
+    column-major one (strides (1, M))."""
+    def column_stride_1(a, b, out):
+        M, K = a.shape
+        N = b.shape[1]
+        matmul_naive_kernel[(M * N,)](a, b, out, M, N, K, *a.stride(), *b.stride(), out.stride(0), 1,
+                                      BLOCK_K=128)
+
+    failure("03.matmul_naive", column_stride_1, "out transposed (strides (1, ",
+            "address out with its strides")
+
+
 def test_naive_one_program_per_row_fails():
     def rows_only(a, b, out):  # M programs where M * N are needed: only the first M outputs are written
         _naive_launch(a, b, out, (a.stride(0), a.stride(1), b.stride(0), b.stride(1)), grid=(a.shape[0],))
@@ -526,7 +539,7 @@ def test_matmul_of_fp32_tiles_cast_to_fp16_fails_outside_fp16_range():
     for candidate, passes in ((matmul, True), (wrong, False)):
         got = torch.empty(out.shape, dtype=out.dtype, device=a.device)
         candidate(a, b, got)
-        close = bool(((got.double() - exact).abs() <= case.atol + case.rtol * exact.abs()).all())
+        close = bool(((got.double().cpu() - exact).abs() <= case.atol + case.rtol * exact.abs()).all())
         assert close == passes, f"{candidate.__module__}: within the tolerance {close}, expected {passes}"
 
 
@@ -665,3 +678,25 @@ def test_linear_relu_refuses_a_strided_bias_by_name():
     out = torch.empty(8, 12, device=dev)
     with pytest.raises(ValueError, match="linear_relu needs contiguous tensors, and these are not: bias"):
         linear_relu(x, w, torch.randn(24, device=dev)[::2], out)
+
+
+def test_solutions_address_a_view_of_a_tensor_past_2_31_elements():
+    """a: 3 rows 2^31 - 1 elements apart in an fp16 storage of 2^32 + 64 elements (8 GiB, of which only the
+    rows read are touched): row 2 lies 2^32 - 2 elements past a's start, which a 32-bit row offset wraps to
+    -2, the storage's first elements (filled with 1000 here). The solutions' row and column offsets are
+    64-bit."""
+    device = current().device
+    storage = torch.empty(2**32 + 64, dtype=torch.float16, device=device)
+    storage[:32] = 1000.0  # where a wrapped row 2 would be read
+    a = storage.as_strided((3, 16), (2**31 - 1, 1), 2)  # rows at 2, 2^31 + 1 and 2^32
+    a.copy_(torch.randn(3, 16, device=device))
+    w, bias = torch.randn(8, 16, device=device, dtype=torch.float16), torch.randn(8, device=device)
+    want = a.double() @ w.double().t()
+    for name, call, expected in [("matmul", lambda out: matmul(a, w.t(), out), want),
+                                 ("matmul_naive", lambda out: matmul_naive(a, w.t(), out), want),
+                                 ("linear_relu", lambda out: linear_relu(a, w, bias.half(), out),
+                                  (want + bias.half().double()).clamp_min(0))]:
+        out = torch.empty((3, 8), dtype=torch.float16, device=device)
+        call(out)
+        error = (out.double() - expected).abs().amax(dim=1)
+        assert bool((error < 0.05).all()), f"{name}: the largest error of each row is {error.tolist()}"

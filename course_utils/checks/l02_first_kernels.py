@@ -42,14 +42,32 @@ def _relu_cases(gen):
     shapes = [((1,), "one element"), ((3, 5, 7), "3-D"), (size((1823, 781), (37, 781)), "2-D, odd sizes"),
               ((2, 3000), "2 rows of 3000: more elements than rows x a block (launch over numel, not "
                           "shape[0])"), ((4, WHOLE_BLOCKS // 4), f"4 rows, {WHOLE_BLOCKS_LABEL}")]
-    for shape, label in shapes:
+    for i, (shape, label) in enumerate(shapes):
         for dtype in (torch.float32, torch.float16):
             x = randn(shape, dtype, gen)
             yield Case(f"{label}, {str(dtype)[6:]}", (x, Out("out", shape, dtype)),
                        {"out": f64(x).clamp_min(0)}, *tolerance(dtype))
+        if i == 0:  # then values up to each dtype's largest, 33 of them: a formula that overflows fails early
+            yield from _largest_values_cases(gen)
     x = randn(CAPPED_GRID_LENGTH, gen=gen)
     yield Case(CAPPED_GRID_LABEL, (x, Out("out", (CAPPED_GRID_LENGTH,), torch.float32)),
                {"out": f64(x).clamp_min(0)}, *tolerance(torch.float32))
+
+
+def _largest_values_cases(gen):
+    for dtype in (torch.float32, torch.float16):
+        x = _near_the_largest(33, dtype, gen)
+        yield Case(f"{str(dtype)[6:]} values up to the largest finite one ({torch.finfo(dtype).max:.6g}): "
+                   "relu is max(x, 0), computed without a larger intermediate ((x + |x|) / 2 overflows to "
+                   "inf)", (x, Out("out", (33,), dtype)), {"out": f64(x).clamp_min(0)}, *tolerance(dtype))
+
+
+def _near_the_largest(n: int, dtype: torch.dtype, gen) -> torch.Tensor:
+    """n finite values of `dtype` spread up to its largest, both signs, the two extremes included."""
+    big = torch.finfo(dtype).max
+    x = randn(n, torch.float64, gen, scale=big / 2).clamp(-big, big)
+    x[0], x[1] = big, -big
+    return x.to(dtype)
 
 
 def _copy_cases(gen):

@@ -232,8 +232,10 @@ def _matmul_cases(gen, *, naive: bool = False):
     M, N, K = s["random"]
     yield _mm_case(f"a transposed (column-major), b every other column of a wider tensor, "
                    f"M, N, K = {M}, {N}, {K}", transposed((M, K), gen=gen), sliced((K, N), gen=gen), "padded")
+    # out column-major: with the padded out above (strides (N + PAD, 1)), a kernel that takes out's column
+    # stride for 1 (out + m * stride_cm + n) passes every other case of matmul_naive
     yield _mm_case(f"a every other column, b transposed, M, N, K = {M}, {N}, {K}",
-                   sliced((M, K), torch.float16, gen), transposed((K, N), torch.float16, gen))
+                   sliced((M, K), torch.float16, gen), transposed((K, N), torch.float16, gen), "transposed")
     if not naive:
         M, N, K = s["long K"]
         yield _mm_case(f"a long K = {K}: many steps of the K loop, M, N = {M}, {N}",

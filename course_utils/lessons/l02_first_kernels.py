@@ -109,8 +109,10 @@ GRID_AXIS_MAX = 65535  # the most programs a CUDA grid holds along its axes 1 an
 def copy_2d_kernel(x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # BEGIN SOLUTION
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of this tile
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,) columns
+    # (BLOCK_M,) rows and (BLOCK_N,) columns of this tile, in 64 bits: x may be a view of a tensor of more
+    # than 2^31 elements, where a row times stride_xm (or a column times stride_xn) passes int32's 2^31 - 1
+    offs_m = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # (BLOCK_M, BLOCK_N)
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :] * stride_xn, mask=mask)
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on, x, mask=mask)

@@ -81,7 +81,7 @@ def grouped_pid(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple
 # Taught in [One output per program](../notebooks/03_matmul.ipynb#One-output-per-program:-a-matrix-vector-product), with a
 # matrix-vector product as the worked sibling.
 #
-# `out[m, n] = sum_k a[m, k] * b[k, n]` for `a (M, K)`, `b (K, N)` with any strides, `out (M, N)`.
+# `out[m, n] = sum_k a[m, k] * b[k, n]` for `a (M, K)`, `b (K, N)` and `out (M, N)`, each with any strides.
 # The strawman: `M x N` programs, one per output; program `(m, n)` walks row `m` of `a` and column `n`
 # of `b` in chunks of `BLOCK_K` (mask the last chunk: `K` is any length), multiplies in fp32 and
 # sums. Traffic: every program loads `2K` elements for `2K` FLOPs, `2MNK` loads in all; nothing is
@@ -97,8 +97,8 @@ def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                         BLOCK_K: tl.constexpr):
     # BEGIN SOLUTION
     pid = tl.program_id(0)  # one program per output element, down each column of out in turn
-    m = pid % M  # m runs fastest: neighbouring programs walk the same column of b
-    n = pid // M
+    m = (pid % M).to(tl.int64)  # m runs fastest: neighbouring programs walk the same column of b
+    n = (pid // M).to(tl.int64)  # 64-bit, as m: m * stride_am (n * stride_bn) may pass 2^31 elements
     acc = tl.zeros((BLOCK_K,), dtype=tl.float32)  # (BLOCK_K,) partial sums, in fp32 whatever the inputs
     for k0 in range(0, K, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)  # (BLOCK_K,)
@@ -111,7 +111,7 @@ def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 
 
 def matmul_naive(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-    """out = a @ b with one program per output element; a (M, K), b (K, N) any strides, out (M, N)."""
+    """out = a @ b with one program per output element; a (M, K), b (K, N), out (M, N), any strides."""
     expect_shapes("matmul_naive", b=(b, (a.shape[1], b.shape[1])), out=(out, (a.shape[0], b.shape[1])))
     # BEGIN SOLUTION
     M, K = a.shape
@@ -266,12 +266,13 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K), b (K, N), c (M, N)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of c this program owns
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     offs_k = tl.arange(0, BLOCK_K)  # (BLOCK_K,)
-    a_rows = rows % M  # past the last row: re-read valid rows (their results are not stored)
-    b_cols = cols % N
+    # Past the last row: re-read valid rows (their results are not stored). 64-bit: a row times stride_am
+    # (a column times stride_bn) may pass 2^31 elements, in a view of a larger tensor.
+    a_rows = (rows % M).to(tl.int64)
+    b_cols = (cols % N).to(tl.int64)
     a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak  # (BLOCK_M, BLOCK_K)
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + b_cols[None, :] * stride_bn  # (BLOCK_K, BLOCK_N)
 
-    # Offsets are int32: fine while every tensor has fewer than 2^31 elements.
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # Per step: load (BLOCK_M + BLOCK_N) * BLOCK_K elements, do 2 * BLOCK_M * BLOCK_N * BLOCK_K FLOPs.
     for k in range(0, tl.cdiv(K, BLOCK_K)):
@@ -287,7 +288,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K), b (K, N), c (M, N)
         acc += tl.load(bias_ptr + b_cols).to(tl.float32)[None, :]  # bias[n], broadcast down the rows
     if RELU:
         acc = tl.maximum(acc, 0.0)
-    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    c_ptrs = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :].to(tl.int64) * stride_cn
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)  # write M x N once
     # END SOLUTION
@@ -409,7 +410,8 @@ def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K) row-major, b (N
         # Stored in two halves, (BLOCK_M, BLOCK_N / 2) each: a store passes through shared memory, which
         # also holds the next tile's stages now, and a half needs half the space (fp32 128 x 256: 64 KiB).
         left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N // 2)  # the left half's columns
+        rows = rows.to(tl.int64)  # 64-bit: a row times stride_cm (a column times stride_cn) may pass 2^31
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N // 2).to(tl.int64)  # the left half's columns
         tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, left.to(c_ptr.dtype.element_ty),
                  mask=(rows[:, None] < M) & (cols[None, :] < N))
         cols += BLOCK_N // 2
