@@ -751,6 +751,22 @@ def test_copy_2d_of_a_slice_of_a_tensor_past_2_31_elements():
     assert torch.equal(out, x), f"row 2: got {out[2, :4].tolist()}, expected {x[2, :4].tolist()}"
 
 
+@pytest.mark.skipif(INTERPRET, reason="2^21 programs of 1024 elements: hours in the interpreter")
+def test_add_and_relu_past_2_31_elements():
+    """2^31 + 1000 fp16 elements (4 GiB a tensor): the last programs' pid * BLOCK passes int32's 2^31 - 1,
+    and 32-bit offsets would wrap to before the tensors' start. The solutions' offsets are 64-bit."""
+    n = 2**31 + 1000
+    x = torch.ones(n, dtype=torch.float16, device="cuda")
+    x[-2000:] = torch.arange(2000, device="cuda", dtype=torch.float16) - 1000.0
+    out = torch.empty_like(x)
+    add(x, x, out)
+    assert torch.equal(out[-2000:], 2 * x[-2000:]) and bool((out[:4] == 2).all())
+    del out
+    y = torch.full_like(x, float("nan"))
+    relu(x, y)
+    assert torch.equal(y[-2000:], x[-2000:].clamp_min(0)) and bool((y[:4] == 1).all())
+
+
 @pytest.mark.skipif(INTERPRET, reason="a GPU's grid limit: the interpreter has none")
 def test_copy_2d_with_tiles_of_32_along_a_very_long_row_fails_on_a_gpu():
     """2^21 + 3 columns in tiles of 32 are 65537 programs along axis 1, where a GPU launches at most 65535."""

@@ -24,7 +24,9 @@ import triton.language as tl  # noqa: E402
 #
 # `add(x, y, out)`: `out[i] = x[i] + y[i]` for 1-D tensors of any length `n`. One program handles
 # `BLOCK` consecutive elements: offsets `pid * BLOCK + arange(BLOCK)`; the last program runs past `n`,
-# so loads and stores need a mask. Traffic: read 2n elements, write n; no arithmetic to speak of.
+# so loads and stores need a mask. `tl.program_id` is an int32, and so is `pid * BLOCK`: past 2^31
+# elements (8 GiB of fp32, which a GPU of 80 GB holds) it wraps to negative offsets, so make `pid` an
+# int64 first (`.to(tl.int64)`). Traffic: read 2n elements, write n; no arithmetic to speak of.
 # The lesson section [Programs, blocks and masks](../notebooks/02_first_kernels.ipynb#Programs,-blocks-and-masks)
 # teaches the pattern with a worked sibling, a scaled add `out = alpha * x + y`.
 
@@ -32,7 +34,7 @@ import triton.language as tl  # noqa: E402
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     # BEGIN SOLUTION
-    pid = tl.program_id(axis=0)
+    pid = tl.program_id(axis=0).to(tl.int64)  # 64-bit: past 2^31 elements, pid * BLOCK overflows int32
     offs = pid * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) element indices of this program
     mask = offs < n_elements  # the last block is partial
     x = tl.load(x_ptr + offs, mask=mask)
@@ -67,7 +69,7 @@ def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, BLOCK: int = 1024) 
 @triton.jit
 def relu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     # BEGIN SOLUTION
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,), 64-bit as in add_kernel
     mask = offs < n_elements
     x = tl.load(x_ptr + offs, mask=mask)
     tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)  # 1 FLOP per 8 B in fp32
