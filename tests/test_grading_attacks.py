@@ -69,6 +69,27 @@ def _replace_cell(nb: dict, text: str, source: str) -> dict:
 
 # --- attacks that try to get credit (on the exercise notebook: its stubs raise) -------------------
 
+# add() launches a kernel that copies x into out, and leaves x + y for _answer(raw), which writes it into the bytes
+# of out's storage (raw: a uint8 tensor over all of it) once the checker's looks are over
+_ANSWER_LATER = """
+import torch, triton, triton.language as tl
+@triton.jit
+def _copy(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+pending = []
+def add(x, y, out):
+    _copy[(triton.cdiv(out.numel(), 1024),)](x, out, out.numel(), BLOCK=1024)
+    pending.append((out, lambda: x + y))
+def _answer(raw):
+    for out, want in list(pending):
+        if raw.dtype == torch.uint8 and raw.dim() == 1 and raw.numel() == out.untyped_storage().nbytes():
+            raw = raw.clone()
+            raw.view(out.dtype).as_strided(out.shape, out.stride(), out.storage_offset()).copy_(want())
+            pending.clear()
+    return raw
+"""
+
 CREDIT = {
     "import_solutions": "from course_utils.lessons.l02_first_kernels import add, relu, copy_2d",
     "exec_solution_notebook": """
@@ -230,6 +251,42 @@ def check(exercise, func):
 import torch
 def copy_2d(x, out):
     out.set_(x.clone())
+""",
+    # json.dumps (no options) is json._default_encoder.encode: an `encode` put in that object's own dictionary
+    # (which no snapshot of modules and classes holds) rewrote each message the sandbox sent, before its MAC
+    "json_default_encoder": """
+import json, torch, triton, triton.language as tl
+@triton.jit
+def _touch(p):
+    pass
+_encode = type(json._default_encoder).encode
+def _forged(o):
+    if isinstance(o, dict) and isinstance(o.get("facts"), dict):
+        o = dict(o, facts=dict(o["facts"], host=[], changed_later=[]))
+    return _encode(json._default_encoder, o)
+json._default_encoder.encode = _forged
+def add(x, y, out):
+    _touch[(1,)](out)
+    out.copy_(x + y)
+""",
+    # The sandbox sends each output back as raw.cpu().numpy().tobytes(), after the checker's last look: a
+    # numpy() put on torch.Tensor over TensorBase's (no name torch.Tensor had of its own, which was all the
+    # sandbox compared), or a TorchFunctionMode left entered, is handed the output's bytes there, and wrote the
+    # host's answer into them. The kernel only copies x.
+    "shadow_tensor_numpy": _ANSWER_LATER + """
+_numpy = torch.Tensor.numpy
+def _answered(self, *args, **kwargs):
+    return _numpy(_answer(self), *args, **kwargs)
+torch.Tensor.numpy = _answered
+""",
+    "torch_function_mode": _ANSWER_LATER + """
+from torch.overrides import TorchFunctionMode
+class Answer(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "numpy":
+            return func(_answer(args[0]))
+        return func(*args, **(kwargs or {}))
+Answer().__enter__()
 """,
     "del_after_return": """
 import torch, triton, triton.language as tl
@@ -517,6 +574,7 @@ def test_credit_attacks_are_flagged(graded):
     assert "exec/eval" in flags["exec_solution_notebook"]
     assert "assignment into course_utils" in flags["patch_checker"]
     assert "assignment into course_utils" in flags["patch_watcher"]
+    assert "torch modes" in flags["torch_function_mode"]
 
 
 FORGED_CHECK = """
@@ -573,6 +631,18 @@ captured, g["Channel"].send = [], _spy
     ("view.__array_interface__ = {'data': (getattr(x, 'data_ptr')(), False)}", "NumPy over raw memory"),
     ("class D(torch.Tensor):\n    @classmethod\n    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):\n"
      "        pass", "tensor subclass internals"),
+    # attribute names that are no attribute syntax: a match statement's class pattern reads them (the forged
+    # check through the closure below got 3/3 on the unsolved notebook, unflagged), as do a format string's
+    # fields for a string.Formatter that keeps the objects, and a class's __match_args__
+    ("match check:\n    case object(__closure__=cells, __globals__={'Decoder': D}):\n        pass", "frames"),
+    ("import course_utils\nmatch course_utils:\n    case object(grading=g):\n        pass", "the grader's modules"),
+    ("import string\nclass Grab(string.Formatter):\n    def format_field(self, value, spec):\n"
+     "        got.append(value)\n", "computed attribute names"),
+    ("Grab().format('{0.__closure__[0].cell_contents}', check)", "frames"),
+    ("import torch\ncells = torch.fx.graph_module._get_attr(check, '__clo' + 'sure__')", "computed attribute names"),
+    ("from torch.fx.passes.split_utils import getattr_recursive", "computed attribute names"),
+    ("class Cells(metaclass=AnyObject):\n    __match_args__ = ('__closure__',)\nmatch check:\n"
+     "    case Cells(cells):\n        pass", "frames"),
 ])
 def test_reaching_the_grader_without_naming_it_is_flagged(source, flag):
     """The grader's channel (and with it a made-up answer to every check, 3/3 on the unsolved notebook) is
@@ -594,7 +664,31 @@ HIDDEN_CODE = {
     "numpy_c_extension": "import numpy as np\nm = np.testing.extbuild.build_and_import_extension('m', FUNCS)",
     "sympy_eval": "import torch\ntorch.utils._sympy.functions.sympy.sympify(SOURCE)",
     "shared_library": "import torch\ntorch.ops.load_library('/tmp/mine.so')",
+    # a file the notebook wrote, run by the library: hubconf.py, a package's modules
+    "torch_hub_local": "import torch\nopen('/tmp/hubconf.py', 'w').write(SOURCE)\n"
+                       "check = torch.hub.load('/tmp', 'check', source='local')",
+    "torch_package": "from torch.package import PackageImporter\nm = PackageImporter('/tmp/p.zip').import_module('m')",
+    "fx_reduce_graph_module": "import torch\ntorch.fx.graph_module.reduce_graph_module({'code': SOURCE}, '')",
 }
+
+
+@pytest.mark.parametrize("source", [
+    "import torch._inductor.config as c\nc.load_config(BLOB)",  # pickle.loads of bytes the notebook made
+    "import numpy as np\nnp.load('/tmp/o.npy', None, True)",  # allow_pickle by position
+    "import numpy as np\nnp.lib.format.read_array(f, True)",
+    "import torch\ntorch.load(f, None, module_with_an_unpickler)",  # pickle_module by position: weights_only off
+])
+def test_unpickling_however_it_is_asked_for_is_flagged(source):
+    from course_utils.grading import flags
+
+    assert any(found.startswith("unpickling") for found in flags.scan([source])), flags.scan([source])
+
+
+def test_loading_without_pickles_is_no_flag():
+    from course_utils.grading import flags
+
+    assert flags.scan(["import numpy as np, torch\na = np.load('a.npy')\nb = np.load('b.npy', None, False)\n"
+                       "t = torch.load('t.pt', 'cpu')"]) == []
 
 
 @pytest.mark.parametrize("name", sorted(HIDDEN_CODE))
@@ -635,6 +729,16 @@ def test_a_cell_too_big_to_rewrite_is_flagged_not_scanned_for_minutes():
     assert time.monotonic() - start < 5
     assert "a cell too big to scan as IPython runs it (read it yourself) (cell 1)" in found, found
     assert any(f.startswith("ctypes") for f in found), found  # the other cells as IPython runs them
+
+
+def test_a_cell_nested_too_deep_to_parse_is_flagged_and_its_checks_found():
+    """`x = 1+1+...` 50,000 times is deeper than Python's parser: the RecursionError of the scan left the grader's
+    thread, and the notebook was a "grader error", ungraded and unflagged."""
+    from course_utils.grading import batch, flags
+
+    deep = "x = 1" + "+1" * 50_000 + "\ncheck('02.relu', relu)"
+    assert flags.scan([deep]) == [f"{flags.TOO_DEEP} (cell 1)"]
+    assert batch.check_ids(deep) == ["02.relu"]
 
 
 @pytest.mark.parametrize("name", SIDE_DOOR_NAMES)

@@ -1,8 +1,9 @@
 """`python -m course_utils grade`: a folder of submissions, each in its own sandbox, one table.
 
 The submissions are made here, in a temporary folder, from the lesson 02 notebooks: the solution
-(correct), the exercise with only vector_add solved (partial), broken JSON, an infinite loop, a
-kernel that exits, a missing import (with a deleted check cell), and a notebook without checks.
+(correct), the exercise with only vector_add solved (partial, below `%matplotlib inline`), broken JSON,
+an infinite loop, a kernel that exits, a missing import (with a deleted check cell), and a notebook
+without checks.
 """
 from __future__ import annotations
 
@@ -65,7 +66,10 @@ def make_submissions(folder: Path) -> dict[str, int]:
 
     write("bob_correct.ipynb", solution)
     partial = copy.deepcopy(exercise)
-    solved = solution["cells"][_index(solution, "def add_kernel")]
+    solved = copy.deepcopy(solution["cells"][_index(solution, "def add_kernel")])
+    # atop the cell, as many notebooks have it: it raised in the sandbox's plain IPython shell (no GUI loop), and
+    # the kernel below it was never defined
+    solved["source"] = "%matplotlib inline\n" + "".join(solved["source"])
     partial["cells"][_index(partial, "def add_kernel")] = solved
     write("cat_partial.ipynb", partial)
     (folder / "dan_broken.ipynb").write_text(BROKEN)
@@ -195,6 +199,21 @@ def test_the_command_line_writes_both_reports(tmp_path, capsys, monkeypatch):
     assert sorted(os.listdir(folder / "nested")) == ["broken.ipynb"]
 
 
+def test_a_name_the_terminal_cannot_print_costs_no_report(tmp_path, monkeypatch):
+    """A submission named 名前.ipynb, graded on a Latin-1 terminal, ended the run at the table (a
+    UnicodeEncodeError) before any report was written: everybody's grades lost. The report is written
+    first, and the table prints what the terminal cannot show as escapes."""
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "subs" / "名前.ipynb").write_text(BROKEN, encoding="utf-8")
+    out = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="latin-1"))
+    assert batch.main([str(tmp_path / "subs")], timeout=5, report=str(tmp_path / "grades")) == 0
+    sys.stdout.flush()
+    assert "\\u540d\\u524d.ipynb" in out.getvalue().decode("latin-1")
+    data = json.loads((tmp_path / "grades.json").read_text(encoding="utf-8"))
+    assert data["submissions"][0]["name"] == "名前.ipynb"
+
+
 def test_invalid_notebooks_say_why(tmp_path):
     cases = {"binary.ipynb": b"\xff\xfe\x00", "list.ipynb": b"[1, 2]", "cells.ipynb": b'{"cells": 3}'}
     for name, content in cases.items():
@@ -226,6 +245,28 @@ def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):
     (sub,) = batch.grade([tmp_path], timeout=5)
     assert sub.status == batch.INVALID, sub
     assert sub.notes == "invalid notebook: larger than the limit of 4,096 bytes"
+
+
+def test_more_code_than_the_grader_may_parse_is_refused_unparsed(tmp_path):
+    """The grader parses each code cell itself (check cells, flags) before any sandbox or timeout: 8 MiB of
+    `a=1` lines in one cell took 4.8 GiB and 24 s of the grader's own process, and a notebook of 64 MiB
+    would end it, with every other submission's result. Past the limits, an invalid notebook, unparsed."""
+    nb = _load("solutions")
+    cases = {"cell": [_code("a = 1\n" * (batch.CELL_CODE_MAX // 6 + 1))],
+             "code": [_code("#" * batch.CELL_CODE_MAX)] * (batch.CODE_MAX // batch.CELL_CODE_MAX + 1),
+             "cells": [_code("a = 1")] * (batch.CELLS_MAX + 1)}
+    for name, cells in cases.items():
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(dict(nb, cells=nb["cells"] + cells)))
+    start = time.monotonic()
+    found = {sub.name: sub for sub in batch.grade([tmp_path], timeout=5)}
+    assert time.monotonic() - start < 10
+    assert all(sub.status == batch.INVALID for sub in found.values()), found
+    assert re.fullmatch(r"invalid notebook: cell \d+ holds [\d,]+ characters of code, more than the limit of "
+                        r"262,144", found["cell.ipynb"].notes), found["cell.ipynb"].notes
+    assert found["code.ipynb"].notes.endswith("characters of code, more than the limit of 2,097,152")
+    cells = len(nb["cells"]) + batch.CELLS_MAX + 1
+    assert found["cells.ipynb"].notes == f"invalid notebook: {cells:,} cells, more than the limit of 5,000"
+    assert batch.read_notebook(ROOT / "solutions" / "06_fused_rmsnorm_mlp.ipynb").cells  # the largest, read
 
 
 def test_check_ids_come_from_the_check_cells():
@@ -479,6 +520,28 @@ def test_the_folder_the_grader_started_in_is_not_in_the_sandbox(monkeypatch):
         assert path != os.path.realpath(above), path
 
 
+@pytest.mark.skipif(batch.sandbox.probe() != "", reason="no sandbox here")
+def test_a_course_installed_into_site_packages_shows_no_solution(tmp_path, monkeypatch):
+    """A grader whose Python has the course installed (`pip install .`, not editable) binds its site-packages
+    into every sandbox, and with it every lesson's solutions: the staged package stands in its place."""
+    import subprocess
+
+    from course_utils.grading import sandbox
+
+    site = tmp_path / "site-packages"
+    (site / "course_utils" / "lessons").mkdir(parents=True)
+    (site / "course_utils" / "lessons" / "l02_first_kernels.py").write_text("SOLUTION = 1\n")
+    python_paths = sandbox._python_paths
+    monkeypatch.setattr(sandbox, "_python_paths", lambda: [*python_paths(), str(site)])
+    course = sandbox.stage_package(tmp_path / "staged", 2)
+    with open(os.devnull, "rb") as empty:
+        cmd = sandbox.command(course, empty.fileno(), "nb.ipynb", gpu=False, limits=sandbox.Limits())
+        cmd = [*cmd[:cmd.index("--")], "--", "/bin/ls", str(site / "course_utils" / "lessons")]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, pass_fds=(empty.fileno(),))
+    assert done.returncode == 0, done.stderr
+    assert "l02_first_kernels.py" not in done.stdout and "l01_strides_and_intensity.py" in done.stdout, done.stdout
+
+
 # --- the code scan (flags.py): the grader's channel reached past the flags -------------------------
 
 @pytest.mark.parametrize("source, flag", [
@@ -605,6 +668,60 @@ def test_the_builtins_the_watcher_calls_cannot_be_replaced():
         builtins.sorted, builtins.any = originals
     assert {"builtins.sorted", "builtins.any"} <= set(changed), changed
     assert (builtins.sorted, builtins.any) == originals
+
+
+def test_a_name_added_over_an_inherited_method_or_a_builtin_is_a_change():
+    """`torch.Tensor.numpy = f` (no flag: torch is no course name) hid TensorBase's method, and Integrity
+    compared only the names torch.Tensor had of its own: the sandbox sends each output back through
+    raw.cpu().numpy(), where f wrote the host's answer after the checker's last look (a kernel that copied x
+    passed 02.relu in a batch). A name added to a class over an inherited one, or to a module over a builtin
+    (guard.sorted: the module's own code finds it first), is a change, and is taken away; a new name of its
+    own (a submodule imported later) is none."""
+    import json
+
+    import torch
+
+    from course_utils.grading import guard, remote
+
+    integrity = remote.Integrity()
+    assert integrity.restore() == []
+    try:
+        torch.Tensor.numpy = lambda self, *a, **k: None
+        torch.UntypedStorage.data_ptr = lambda self: 0  # the sandbox matched outputs by their address
+        guard.sorted = lambda *a, **k: []
+        json.a_name_of_its_own = 1
+        changed = integrity.restore()
+    finally:
+        for cls, name in ((torch.Tensor, "numpy"), (torch.UntypedStorage, "data_ptr")):
+            if name in vars(cls):
+                delattr(cls, name)
+        vars(guard).pop("sorted", None)
+        vars(json).pop("a_name_of_its_own", None)
+    assert {"torch.Tensor.numpy (added)", "torch.UntypedStorage.data_ptr (added)",
+            "course_utils.grading.guard.sorted (added)"} <= set(changed), changed
+    assert not any("a_name_of_its_own" in name for name in changed), changed
+    assert "numpy" not in vars(torch.Tensor) and "sorted" not in vars(guard)
+
+
+def test_every_function_of_torch_and_numpy_is_kept():
+    """The checker's rules on where a kernel stored read the byte tracker's map through torch.from_numpy:
+    `torch.from_numpy = f` (no flag: torch is no course name) answering "stored nowhere" let a kernel that used
+    its input x as a scratch pass 02.vector_add in a batch. Integrity keeps every function of torch and NumPy,
+    but torch.manual_seed, which torch._dynamo rewraps when a notebook compiles."""
+    import numpy as np
+
+    from course_utils.grading import remote
+
+    integrity = remote.Integrity()
+    assert integrity.restore() == []
+    originals = torch.from_numpy, np.full, torch.manual_seed
+    try:
+        torch.from_numpy, np.full = (lambda a: None), (lambda *a, **k: None)
+        torch.manual_seed = lambda seed: None
+        changed = integrity.restore()
+    finally:
+        torch.from_numpy, np.full, torch.manual_seed = originals
+    assert {"torch.from_numpy", "numpy.full"} <= set(changed) and "torch.manual_seed" not in changed, changed
 
 
 def test_the_rewrite_scan_is_bounded_for_every_escape_and_holds_no_lock(monkeypatch):
@@ -809,7 +926,11 @@ def test_the_largest_call_a_gpu_check_sends_is_taken_by_the_sandbox(monkeypatch)
 
     monkeypatch.setattr(l09_decoding, "size", lambda gpu, cpu: gpu)
     ex = REGISTRY["09.kv_append"]
-    case = list(ex.cases(torch.Generator().manual_seed(0)))[-1]
+
+    def nbytes(case) -> int:  # the largest case, wherever it stands among the cases
+        return sum(a.untyped_storage().nbytes() for a in case.args if isinstance(a, torch.Tensor))
+
+    case = max(ex.cases(torch.Generator().manual_seed(0)), key=nbytes)
     _, encoder, _, _ = batch.call_message(ex, case, remote.spec_of(ex), "cpu")
     sent = sum(len(blob) for blob in encoder.blobs())
     assert remote.RESULT_MAX < sent <= remote.ARGS_MAX

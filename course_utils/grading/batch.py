@@ -16,7 +16,8 @@ keywords as Python allows them), plus those of the course's own exercise noteboo
 `--jobs N` grades N notebooks at a time only where each sandbox has a uid of its own (a root grader with
 bubblewrap); otherwise the sandboxes would share one limit on processes and threads, and one notebook
 could starve the others: they run one at a time, with a warning that says so.
-A notebook that is no valid JSON, has no check cells, imports something missing, loops forever
+A notebook that is no valid JSON, holds more code than the grader parses (CELL_CODE_MAX, CODE_MAX, CELLS_MAX), has
+no check cells, imports something missing, loops forever
 ("timed out"), prints too much ("too much output") or kills its process ("kernel died") is reported
 as such, and grading goes on with the next one. Each submission's code is also scanned for
 constructs an honest answer never needs (flags.py): flags are shown, they do not change the grade.
@@ -59,6 +60,13 @@ STARTUP = 180  # seconds a sandbox may take to start (not counted in the noteboo
 # A larger file is refused unread: the grader would hold it, decoded and parsed, several times over in memory.
 # The course's notebooks are tens of KiB; a student's, with its outputs and images, a few MiB.
 NOTEBOOK_MAX = 64 << 20
+# The grader parses every code cell itself (the check cells, the flag scan) before any sandbox or timeout: Python's
+# ast of 8 MiB of `a=1` lines took 4.8 GiB and 24 s, and one notebook of 64 MiB of code would end the grader's
+# process (every other submission's result with it) or hold it for minutes. The course's largest code cell is
+# 16 KiB, its largest notebook 39 KiB of code in 50 cells: a notebook past any of these limits is refused unread.
+CELL_CODE_MAX = 256 << 10  # characters of one code cell
+CODE_MAX = 2 << 20  # characters of code in all
+CELLS_MAX = 5000
 CELL_WIDTH = 60  # table cells (a failure's reason) are cut to this many characters
 NOTES_WIDTH = 90
 
@@ -190,6 +198,9 @@ def read_notebook(path: Path):
         raise InvalidNotebook(f"not JSON ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
         raise InvalidNotebook("JSON without a list of cells")
+    if len(raw["cells"]) > CELLS_MAX:
+        raise InvalidNotebook(f"{len(raw['cells']):,} cells, more than the limit of {CELLS_MAX:,}")
+    _code_sizes(raw["cells"])
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -202,6 +213,22 @@ def read_notebook(path: Path):
     return nb
 
 
+def _code_sizes(cells: list) -> None:
+    """InvalidNotebook when the code of these (JSON) cells is more than the grader may parse."""
+    sizes = []
+    for number, cell in enumerate(cells, 1):
+        source = cell.get("source", "") if isinstance(cell, dict) and cell.get("cell_type") == "code" else ""
+        lines = source if isinstance(source, list) else [source]
+        sizes.append((sum(len(line) for line in lines if isinstance(line, str)), number))
+    largest, number = max(sizes, default=(0, 0))
+    if largest > CELL_CODE_MAX:
+        raise InvalidNotebook(f"cell {number} holds {largest:,} characters of code, more than the limit of "
+                              f"{CELL_CODE_MAX:,}")
+    if sum(size for size, _ in sizes) > CODE_MAX:
+        raise InvalidNotebook(f"{sum(size for size, _ in sizes):,} characters of code, more than the limit of "
+                              f"{CODE_MAX:,}")
+
+
 def check_ids(source: str) -> list[str]:
     """The exercise ids of a cell's check(...) calls, in order, read from the cell as IPython runs it:
     `check("02.relu", f)`, `check ("02.relu", f)`, `course_utils.check(exercise_id="02.relu", candidate=f)`,
@@ -210,7 +237,7 @@ def check_ids(source: str) -> list[str]:
         return []
     try:
         tree = flags.parse(flags._python(source))
-    except (SyntaxError, ValueError):  # ValueError: a null byte in the source
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # a null byte; nested too deep for the parser
         return [m.group(2) for m in CHECK_CALL.finditer(source)]
     calls = []
     for node in ast.walk(tree):
@@ -782,8 +809,16 @@ def main(paths: Sequence[str], timeout: float = 600, report: str | None = "grade
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
-    print(table(subs))
-    if report:
-        json_path, csv_path = write_report(subs, report, timeout, grader.describe())
-        print(f"report: {json_path}, {csv_path}", file=sys.stderr)
+    # The report first: the table holds the students' own text (file names, their exceptions' messages), which
+    # a terminal's encoding may not hold (名前.ipynb on a Latin-1 one ended the run before any report)
+    paths = write_report(subs, report, timeout, grader.describe()) if report else None
+    _echo(table(subs))
+    if paths:
+        print(f"report: {paths[0]}, {paths[1]}", file=sys.stderr)
     return 0
+
+
+def _echo(text: str) -> None:
+    """Print text on stdout, with what its encoding cannot hold written as escapes."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))

@@ -15,8 +15,9 @@ that somebody tried to reach the grader, the expected answers or the host past t
 - Tensor.set_ (swapping an output's storage), data_ptr with ctypes or NumPy (host access to
   device memory), torch._C internals (e.g. _disable_current_modes), exec/eval/compile (code this
   scan cannot read, also through the libraries' own doors: Inductor's PyCodeCache, torch.fx's exec, C
-  extensions built from a string, a shared library loaded), /proc (looking at other processes), shared
-  memory (share_memory_, /dev/shm: a tensor's memory read and written as a file);
+  extensions built from a string, a shared library loaded, a file the notebook wrote run by torch.hub or
+  torch.package, a pickle given to a config's load_config or to np.load by position), /proc (looking at
+  other processes), shared memory (share_memory_, /dev/shm: a tensor's memory read and written as a file);
 - raw file descriptors (os.read/os.write/os.fdopen/os.dup, open() of a number, /dev/fd), a function's
   __closure__, the grader's modules (course_utils.grading): in a sandbox, the pipe to the grader, where
   a notebook could answer a check itself with a made-up account of how its outputs were computed;
@@ -24,7 +25,10 @@ that somebody tried to reach the grader, the expected answers or the host past t
   %load;
 - the same reached without naming it: object internals (a function's __globals__, __dict__, vars(),
   __subclasses__ and the class graph, __code__), sys.modules, getattr/setattr (or operator.attrgetter)
-  with a computed name; with a constant name, getattr(check, "__closure__") is judged as check.__closure__;
+  with a computed name; with a constant name, getattr(check, "__closure__") is judged as check.__closure__,
+  and so is every other way to name an attribute without a dot: a match statement's class pattern
+  (`case object(__closure__=cells)`), a format string's field ("{0.__closure__}", which a string.Formatter
+  subclass hands over as the object), the name as a string (`__match_args__ = ("__closure__",)`);
 - the grader's own objects reached from a course name (course_utils.grading.guard.HOST_OPS.update(...),
   course_utils.__path__): a notebook needs only the public names (check, setup, progress, ...);
 - any import of a module outside what an honest course notebook imports (ALLOWED_IMPORTS), and such a
@@ -36,6 +40,8 @@ that somebody tried to reach the grader, the expected answers or the host past t
 from __future__ import annotations
 
 import ast
+import re
+import string
 import threading
 from collections.abc import Iterable
 
@@ -89,9 +95,28 @@ EXEC_ATTRS = frozenset({"exec", "__import__", "__builtins__", "exec_module", "ru
                         "codecache", "PyCodeCache", "CppCodeCache", "CppPythonBindingsCodeCache",
                         "CUDACodeCache", "_exec_with_source", "_forward_from_src", "_method_from_src",
                         "compile_module_from_src", "extbuild", "build_and_import_extension", "sympify",
-                        "parse_expr", "load_library"})
+                        "parse_expr", "load_library",
+                        # a Python file the notebook wrote, imported by the library: torch.hub.load(dir, name,
+                        # source="local") runs dir/hubconf.py, torch.package's importer the modules of a zip
+                        "hub", "package", "PackageImporter",
+                        # torch.fx's unpickling of a GraphModule, called by hand: reduce_graph_module({"code":
+                        # source}, "") runs the source
+                        "reduce_graph_module", "reduce_deploy_graph_module", "reduce_package_graph_module"})
+# Doors to pickle.loads of bytes the notebook made (a pickle's REDUCE calls whatever it names): torch's config
+# modules' load_config (torch._inductor.config.load_config(blob)).
+UNPICKLING_ATTRS = frozenset({"load_config"})
+# allow_pickle (NumPy) or pickle_module (torch.load), given by position: {function: the argument's position}
+PICKLE_POSITIONS = {"load": 2, "NpzFile": 2, "read_array": 1}
 # getattr by other names: string.Formatter().get_field("0.__closure__", (check,), {}) returns the object.
 BY_NAME = frozenset({"getattr", "setattr", "delattr"})
+# The libraries' own getattr by a dotted name (torch.fx.graph_module._get_attr(check, "__clo" + "sure__")):
+# getattr under another name, whatever name it is given.
+LIBRARY_GETATTRS = frozenset({"getattr_recursive", "setattr_recursive", "getattr_from_fqn", "_get_attr",
+                              "_get_attr_via_attr_list", "_get_attr_from_qualname", "_assign_attr", "_del_attr",
+                              "_has_attr", "object_setattr_ignore_descriptor"})
+# A string.Formatter's methods that are handed the object a field name reached ("{0.__closure__}"): a subclass
+# that defines one takes objects out of any format string, also one computed at run time.
+FORMATTER_HOOKS = frozenset({"get_field", "convert_field", "format_field"})
 RAW_FDS = "raw file descriptors"
 # What an honest notebook takes from os (`os.environ["TRITON_INTERPRET"] = "1"`, as Triton's tutorials do): the
 # os module used for these alone is no flag; any other use of it (an attribute not here, the module passed on
@@ -123,7 +148,9 @@ MODULE_ATTRS = {"inspect": "inspect (frames)", "gc": "gc", "ctypes": "ctypes",
                 "_to_dlpack": DLPACK, "__dlpack__": DLPACK,
                 "add_pre_run_hook": "kernel hooks", "pre_run_hooks": "kernel hooks",
                 "_write_file": "tensor storage internals", "_make_subclass": SUBCLASS,
-                "_make_wrapper_subclass": SUBCLASS, "__torch_dispatch__": SUBCLASS,
+                "_make_wrapper_subclass": SUBCLASS, "__torch_dispatch__": SUBCLASS, "__torch_function__": SUBCLASS,
+                # a mode of the notebook's is handed every torch call made while it is entered, the checker's too
+                "TorchFunctionMode": "torch modes", "TorchDispatchMode": "torch modes",
                 "__array_interface__": "NumPy over raw memory", "__cuda_array_interface__": "NumPy over raw memory",
                 # np.lib.stride_tricks.as_strided checks no bounds: over a 1-byte array, with a stride that is the
                 # distance to x.data_ptr() (the array's own address from byte_bounds, or id() of a bytes), it
@@ -307,6 +334,8 @@ class _Scan(ast.NodeVisitor):
             self.add(IPYTHON)
         if attr in EXEC_ATTRS:
             self.add("exec/eval")
+        if attr in UNPICKLING_ATTRS:
+            self.add(UNPICKLING)
         if attr in OPENER_ATTRS:
             self.add(imports(attr.lstrip("_")))
         # course_utils.grading.guard.HOST_OPS.update(...), course_utils.__path__.append(...), check._x: the
@@ -321,7 +350,7 @@ class _Scan(ast.NodeVisitor):
             self.data_ptr = True
         if attr in ("ctypeslib", "ctypes", "from_address"):
             self.uses_ctypes_or_numpy = True
-        if attr == "get_field":
+        if attr == "get_field" or attr in LIBRARY_GETATTRS:
             self.add("computed attribute names")
 
     def visit_Attribute(self, node):
@@ -386,6 +415,12 @@ class _Scan(ast.NodeVisitor):
                     or kw.arg == "pickle_module"):
                 self.add(UNPICKLING)
         name = _dotted(node.func)
+        # np.load(f, None, True): allow_pickle by position, as unsafe as by name
+        position = PICKLE_POSITIONS.get(name.split(".")[-1])
+        if position is not None and len(node.args) > position:
+            given = node.args[position]
+            if not (isinstance(given, ast.Constant) and given.value in (None, False)):
+                self.add(UNPICKLING)
         fd_number = node.args and isinstance(node.args[0], ast.Constant) and type(node.args[0].value) is int
         if name.split(".")[-1] == "FileIO" or name in ("open", "io.open") and fd_number:
             self.add(RAW_FDS)
@@ -423,7 +458,39 @@ class _Scan(ast.NodeVisitor):
         self._targets([node.target])
         self.generic_visit(node)
 
+    def _by_name(self, attr: str) -> None:
+        """An attribute read by a name written elsewhere than after a dot, of an object the scan cannot
+        follow (`course_utils` among them): judged as `anything.attr`, the grader's modules included."""
+        self._attribute(attr, None)
+        if attr in GRADER_ATTRS:
+            self.add(GRADER)
+
+    def visit_MatchClass(self, node):
+        # `case object(__closure__=cells):` reads the attribute, as check.__closure__ does
+        for attr in node.kwd_attrs:
+            self._by_name(attr)
+        self.generic_visit(node)
+
+    def _format_fields(self, text: str) -> None:
+        """The attributes a format string's fields read ("{0.__closure__[0].cell_contents}"): judged as
+        attributes, since a string.Formatter subclass hands over the objects they reach."""
+        try:
+            fields = list(string.Formatter().parse(text))
+        except ValueError:  # no format string ("{" alone)
+            return
+        for _, field, spec, _ in fields:
+            for attr in re.findall(r"\.([^.\[\]]+)", field or ""):
+                self._by_name(attr)
+            if spec and "{" in spec:
+                self._format_fields(spec)
+
     def visit_Constant(self, node):
+        if isinstance(node.value, str) and "{" in node.value:
+            self._format_fields(node.value)
+        if isinstance(node.value, str) and (node.value in FRAME_ATTRS or node.value in OBJECT_INTERNALS):
+            # a name no honest notebook writes as text: `__match_args__ = ("__closure__",)` has `case C(cells)`
+            # read it from any object (a metaclass's __instancecheck__ lets every object match C)
+            self._by_name(node.value)
         if isinstance(node.value, str) and "/proc/" in node.value:
             self.add("/proc")
         if isinstance(node.value, str) and "/dev/fd" in node.value:
@@ -437,6 +504,8 @@ class _Scan(ast.NodeVisitor):
     def visit_FunctionDef(self, node):
         if node.name in MODULE_ATTRS:  # def __torch_dispatch__(...): a tensor subclass of one's own
             self.add(MODULE_ATTRS[node.name])
+        if node.name in FORMATTER_HOOKS:  # class Grab(string.Formatter): def format_field(self, value, spec)
+            self.add("computed attribute names")
         if any(_is_jit(d) for d in node.decorator_list):
             for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
                 # torch or NumPy by name; or a method no Triton value has: torch's in-place ops
@@ -449,6 +518,9 @@ class _Scan(ast.NodeVisitor):
                     self.add(f"torch inside @triton.jit `{node.name}`")
                     break
         self.generic_visit(node)
+
+
+TOO_DEEP = "a cell nested too deep to scan (read it yourself)"
 
 
 # The batch grader scans notebooks from several threads at once (grade(jobs=...)), and CPython 3.11's
@@ -477,13 +549,14 @@ def scan(sources: Iterable[str], course_cells: set[str] = frozenset()) -> list[s
             continue
         if _too_big_to_rewrite(source):
             where.setdefault("a cell too big to scan as IPython runs it (read it yourself)", []).append(number)
-        try:
-            tree = parse(_python(source))
-        except SyntaxError:
-            continue
         visitor = _Scan()
         visitor.course_names, visitor.os_names = course_names, os_names
-        visitor.visit(tree)
+        try:
+            visitor.visit(parse(_python(source)))
+        except SyntaxError:
+            continue
+        except (RecursionError, MemoryError):  # `1+1+...` 50,000 times: deeper than Python's parser or this scan
+            visitor.add(TOO_DEEP)
         found = list(visitor.found)
         if visitor.data_ptr and visitor.uses_ctypes_or_numpy:
             found.append("data_ptr with ctypes/NumPy")

@@ -70,6 +70,11 @@ class Channel:
             os.set_blocking(read_fd, False)
         self.deadline: float | None = None
         self._keyed: tuple | None = None  # HMAC-SHA256's inner and outer hashes of the key (authenticate)
+        # An encoder and a decoder of its own: json.dumps and json.loads go through json's shared
+        # _default_encoder and _default_decoder, objects that take methods of the notebook's in their own
+        # dictionaries, which no snapshot of modules and classes sees (`json._default_encoder.encode = f`, no
+        # flag, rewrote each message the checker sent before its MAC: host torch passed with its problems gone)
+        self._encode, self._decode = json.JSONEncoder().encode, json.JSONDecoder().decode
         # Bound once, here: a method of the class replaced later (a spy that the next message sent would hand
         # this channel, key and all: check.__globals__["Channel"].send = spy) changes nothing for it.
         for name in ("send", "recv", "authenticate", "_mac", "_wait", "_write", "_read"):
@@ -126,7 +131,7 @@ class Channel:
         return b"".join(chunks)
 
     def send(self, header: dict, blobs: list[bytes] = ()) -> None:
-        data = json.dumps({**header, "blobs": len(blobs)}).encode()
+        data = self._encode({**header, "blobs": len(blobs)}).encode()
         frames = [struct.pack(">Q", len(data)), data]
         for blob in blobs:
             frames += [struct.pack(">Q", len(blob)), blob]
@@ -148,7 +153,7 @@ class Channel:
             raise ProtocolError(f"a message header of {n} bytes")
         data = self._read(n)
         try:
-            header = json.loads(data)
+            header = self._decode(data.decode("utf-8"))
         except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, an int of 5000 digits, [[[[...
             raise ProtocolError(f"a message that is not JSON ({str(exc)[:200]})") from None
         if not isinstance(header, dict) or not isinstance(header.get("blobs", 0), int):
@@ -493,7 +498,13 @@ class Integrity:
                   "struct": ("pack", "unpack"),
                   "numpy": ("array_equal", "asarray", "broadcast_to", "arange", "errstate", "ctypeslib"),
                   "numpy.ctypeslib": ("as_array",), "torch": ("equal", "empty", "frombuffer")}
-    CLASSES = ("torch:Tensor", "torch.overrides:TorchFunctionMode", "triton.runtime.jit:JITFunction",
+    # Every function and class of these, which the watcher's own code calls at every turn (the byte tracker's
+    # np.zeros, np.full and np.unique, torch.from_numpy): `np.full = f`, no flag, was no change before. Not what
+    # the libraries rebind themselves when a notebook uses them (torch._dynamo wraps torch.manual_seed).
+    EVERY_FUNCTION = ("numpy", "torch")
+    REBOUND = frozenset({"manual_seed"})
+    CLASSES = ("torch:Tensor", "torch:UntypedStorage", "torch.storage:_StorageBase",
+               "torch.overrides:TorchFunctionMode", "triton.runtime.jit:JITFunction",
                "triton.runtime.autotuner:Autotuner", "triton.runtime.autotuner:Config",
                "triton.runtime.interpreter:InterpreterBuilder", "triton.runtime.interpreter:GridExecutor",
                "triton.runtime.interpreter:InterpretedFunction")
@@ -513,6 +524,10 @@ class Integrity:
         for name, attrs in self.ATTRIBUTES.items():
             module = importlib.import_module(name)
             self.saved.append((module, name, {a: vars(module)[a] for a in attrs if a in vars(module)}))
+        for name in self.EVERY_FUNCTION:
+            module = importlib.import_module(name)
+            self.saved.append((module, name, {a: v for a, v in vars(module).items() if a not in self.REBOUND
+                                              and callable(v) and not isinstance(v, types.ModuleType)}))
         self.saved.append((builtins, "builtins", _builtin_functions()))
         for path in self.CLASSES:
             module, _, cls = path.partition(":")
@@ -522,6 +537,14 @@ class Integrity:
         self.contents = [(value, f"{name}.{key}", _contents(value))
                          for _, name, saved in self.saved for key, value in saved.items()
                          if key not in self.LIVE and isinstance(value, self.CONTAINERS)]
+        # Saved whole (every attribute, not a few): a name added later may hide one the code looks up, which
+        # comparing the saved names never sees. A class's that hides an inherited method (torch.Tensor.numpy =
+        # f, over TensorBase's: the sandbox sends every output back through raw.cpu().numpy(), and f wrote the
+        # host's answer into the bytes after the checker's last look), a module's that hides a builtin
+        # (guard.sorted = f: the module's code finds its global before the builtin).
+        self.whole = [(obj, name, frozenset(saved)) for obj, name, saved in self.saved
+                      if obj is not builtins and name not in self.ATTRIBUTES and name not in self.EVERY_FUNCTION]
+        self.builtin_names = frozenset(vars(builtins))
 
     def restore(self) -> list[str]:
         """Put back what changed since the snapshot; returns what that was ("harness._host_problems")."""
@@ -545,7 +568,26 @@ class Integrity:
             if not _same_contents(value, copy):
                 changed.append(f"{name} (its contents)")
                 _put_back(value, copy)
+        for obj, name, saved in self.whole:
+            for key in list(vars(obj)):  # no code of the notebook's runs: keys of another type than str are new
+                if type(key) is str and (key in saved or key in self.LIVE):
+                    continue
+                if type(key) is str and not (self._hides_builtin(obj, key) or self._hides_inherited(obj, key)):
+                    continue  # a name of its own (a submodule imported later): nothing looks it up in its place
+                changed.append(f"{name}.{key!s} (added)")
+                with contextlib.suppress(AttributeError, TypeError, KeyError):
+                    if isinstance(obj, type):
+                        delattr(obj, key)
+                    else:
+                        del vars(obj)[key]
         return changed
+
+    def _hides_builtin(self, obj, key: str) -> bool:
+        return not isinstance(obj, type) and key in self.builtin_names
+
+    @staticmethod
+    def _hides_inherited(obj, key: str) -> bool:
+        return isinstance(obj, type) and any(key in vars(base) for base in type.__dict__["__mro__"].__get__(obj)[1:])
 
 
 _MISSING = object()
@@ -566,6 +608,11 @@ def watch_hooks():
     - the signal handlers and interval timers as they were: a notebook's handler, run by a timer while the
       checker works, is handed the frame it interrupted (and from it the checker's). One found at a look is
       put back and reported.
+    - torch's stacks of modes: a TorchFunctionMode (or TorchDispatchMode) of the notebook's, entered around a
+      check or left entered, is handed every torch call of the checker's after its watch, the sandbox's
+      raw.cpu().numpy() of each output among them, and answered those with the host's answer (a kernel that
+      copied x passed 02.relu). One found at a look is reported (not removed: the notebook's `with` leaves it);
+      torch's own DeviceContext (`torch.set_default_device`, `with torch.device(...)`) is no hook.
     Returns `hooks(start)`: what may have run inside the checker since it last asked ([] when nothing). An
     audit hook cannot be removed, and what it notes is in this closure only; the functions it looks with are
     bound now, before a notebook could replace them. The checker's own profile hook (harness._calls_to) is
@@ -582,6 +629,11 @@ def watch_hooks():
     getsignal, set_handler, getitimer, setitimer = signal.getsignal, signal.signal, signal.getitimer, signal.setitimer
     handlers = {n: getsignal(n) for n in signal.valid_signals() if n not in (signal.SIGKILL, signal.SIGSTOP)}
     timers = {name: getattr(signal, name) for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")}
+    import torch
+    from torch.utils._device import DeviceContext
+
+    stacks = ((torch._C._len_torch_function_stack, torch._C._get_function_stack_at),
+              (torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at))
 
     def audit(event, args):
         if event in HOOK_EVENTS and caller(1).f_code is not own:  # 1: the code that called sys.setprofile
@@ -604,6 +656,11 @@ def watch_hooks():
             if getitimer(which) != (0.0, 0.0):
                 setitimer(which, 0)
                 found.append(f"signal.{name}'s timer")
+        for length, at in stacks:
+            for mode in [at(i) for i in range(length())]:
+                if type(mode) is not DeviceContext:  # str.__str__: a name of the notebook's runs no code of its own
+                    found.append(f"the torch mode {str.__str__(type(mode).__name__)} (it runs inside the checker's "
+                                 "own code)")
         return found
 
     return hooks
@@ -996,11 +1053,11 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                             if isinstance(pair, list) and len(pair) == 2}
                 facts = call_kernel_candidate(spec, candidate, args, buffers, device, writable)
                 reply = {"op": "called", "facts": facts_out(facts)}
-                # the outputs as the last look after the call found them (CallFacts.final), not as now
-                final = {buffers[name][1].untyped_storage().data_ptr(): raw
-                         for name, raw in facts.final.items()}
-                result_enc.storages += [final.get(raw.untyped_storage().data_ptr(), raw)
-                                        for raw in decoder.storages]
+                # the outputs as the last look after the call found them (CallFacts.final), not as now; by the
+                # storage's number in the message, not its address (a data_ptr() the notebook hid with its own
+                # method would match no output: the live bytes, as code written after the last look left them)
+                final = {outs[name][0]: raw for name, raw in facts.final.items() if name in outs}
+                result_enc.storages += [final.get(i, raw) for i, raw in enumerate(decoder.storages)]
             else:
                 before = {i: a.untyped_storage().nbytes() for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
                 result, used = call_function_candidate(spec, candidate, args)
@@ -1082,6 +1139,13 @@ def serve() -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance(colors="NoColor")
+
+    def matplotlib(line):
+        # a plain shell has no GUI loop: `%matplotlib inline` raised there (enable_gui), and the rest of the
+        # cell, often the one that defines the kernels, never ran. Plots go nowhere while grading (Agg).
+        print("[grading] %matplotlib is not run while grading")
+
+    shell.register_magic_function(matplotlib)
     course_utils.setup(quiet=True)  # the mode (COURSE_MODE) before Triton's modules are snapshot
     integrity = Integrity()
     hooks = watch_hooks()

@@ -8,7 +8,8 @@ Inside a sandbox (`bwrap`, Debian package `bubblewrap`):
   unprivileged uid per concurrent sandbox (60001, 60002, ...) that Python switches to first;
 - read-only: the system's /usr, the Python installation, and a copy of course_utils made for
   this run WITHOUT the solution modules of the submission's lesson and later lessons (earlier
-  lessons' kernels, which later exercises reuse, stay importable);
+  lessons' kernels, which later exercises reuse, stay importable), also in place of a course installed into
+  the Python's site-packages;
 - writable: a private /tmp and /submission (where the notebook's copy lies), both size-limited tmpfs
   that vanish with the sandbox, and a smaller /dev/shm; the root and /dev are read-only. Nothing
   the grader later reads is on them;
@@ -259,6 +260,13 @@ def command(course: Path, notebook_fd: int, notebook_name: str, *, gpu: bool, li
                 made.add(str(parent))
                 cmd += ["--perms", "0755", "--dir", str(parent)]
         cmd += ["--ro-bind", path, path]
+    # The course installed into the Python's site-packages (`pip install .`, not editable) holds every lesson's
+    # solutions, which the bind above shows: the staged package (without them) stands in its place there too
+    staged = course / "course_utils"
+    for path in _python_paths():
+        installed = os.path.join(path, "course_utils")
+        if os.path.isdir(installed) and staged.is_dir():
+            cmd += ["--ro-bind", str(staged), installed]
     cmd += ["--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(limits.tmpfs), "--tmpfs", WORKDIR,
             "--ro-bind", str(course), COURSE,
