@@ -37,6 +37,25 @@ def test_solutions_pass_with_other_block_sizes(block, warps):
           quiet=True)
 
 
+@pytest.mark.skipif(current().interpret, reason="2^20 programs of 2048 elements: hours in the interpreter")
+def test_sin4_and_silu_mul_past_2_31_elements():
+    """2^31 + 1000 fp16 elements (4 GiB a tensor; silu_mul gets x as both g and u): the last programs'
+    pid * BLOCK passes int32's 2^31 - 1, and 32-bit offsets wrap to before the tensors' start. "Any shape"
+    includes these; the solutions' offsets are 64-bit, as lesson 02's."""
+    n = 2**31 + 1000
+    x = torch.zeros(n, dtype=torch.float16, device="cuda")
+    tail = torch.linspace(-3.0, 3.0, 2000, device="cuda")
+    x[-2000:] = tail.half()
+    out = torch.full_like(x, float("nan"))
+    sin4(x, out)
+    want = torch.sin(torch.sin(torch.sin(torch.sin(x[-2000:].float()))))
+    assert torch.allclose(out[-2000:].float(), want, atol=2e-3) and bool((out[:4] == 0).all())
+    out.fill_(float("nan"))
+    silu_mul(x, x, out)
+    want = F.silu(x[-2000:].float()) * x[-2000:].float()
+    assert torch.allclose(out[-2000:].float(), want, atol=2e-3, rtol=2e-3) and bool((out[:4] == 0).all())
+
+
 # --- 04.bytes_moved: wrong answers ------------------------------------------------------------
 
 def test_bytes_forgetting_the_write_fails():

@@ -641,6 +641,7 @@ def test_gate_up_silu_through_a_padded_scratch_in_its_one_launch_is_not_fused():
     elements or more is refused now, but the weights repacked (hidden x intermediate, or twice that)."""
     padded = _buggy_gate_up("g through memory", lambda M, N, device: torch.empty((M, N + 1), device=device))
     failure("06.gate_up_silu", padded, "(16, 137) float32 temporary", "room for x @ w_gate.T",
+            "may only be a repacked weight of exactly (136, 48) or twice that: no padding",
             "one kernel computes both")
 
 
@@ -761,6 +762,37 @@ def test_a_padded_temporary_of_the_normalized_rows_is_named():
     room for it."""
     failure("06.rmsnorm_mlp", _unfused_block(lambda hidden, inter: hidden + 1, one_element_view=False),
             "(16, 49) float32 temporary", "784 elements, room for the normalized activations (16 x 48")
+
+
+def test_a_padded_h_is_told_h_must_have_its_exact_size():
+    """The course's block with h allocated 8 columns wider (rows aligned for a tile or a descriptor) and used
+    through a (rows, intermediate) view: right values, but a buffer of rows x hidden elements or more that is
+    no exact count of the block's own. It fails, and the message said only "room for the normalized
+    activations", which h is not: it names what such a buffer may be."""
+    padded = mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp",
+                    ("h = torch.empty((M, N), device=x.device, dtype=x.dtype)",
+                     "h = torch.empty((M, N + 8), device=x.device, dtype=x.dtype)[:, :N]"))
+    failure("06.rmsnorm_mlp", padded, "(16, 144) float32 temporary",
+            "may only be h, exactly (16, 136), or a packed weight of its exact size: no padding")
+
+
+def test_a_split_k_down_projection_zeroing_out_with_a_kernel_is_told_to_use_zero_():
+    """The course's block with the split-K down projection of a decode step (a GPU's at <= 16 rows) zeroes
+    out with out.zero_(), which is not counted; the same fill as a Triton kernel of its own is a third launch
+    on the activations, and the hint said nothing about it (a student who kept the host free of torch was
+    failed without knowing why). The rule stays; the hint names the way through."""
+    split_k = ("down_proj(h, packed.w_down_t, out, down or down_tile(M, x.element_size(), x.device))",
+               "down_proj(h, packed.w_down_t, out, triton.Config(dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64, "
+               "SPLIT_K=2)))")
+    fill = [("    out.zero_()  # the chunks add into it",
+             "    fill_zero_kernel[(triton.cdiv(out.numel(), 1024),)](out, out.numel(), BLOCK=1024)"),
+            ("SPLIT_K_ROWS = 16", "@triton.jit\ndef fill_zero_kernel(o_ptr, n, BLOCK: tl.constexpr):\n"
+             "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+             "    tl.store(o_ptr + offs, tl.zeros((BLOCK,), tl.float32), mask=offs < n)\n\n\n"
+             "SPLIT_K_ROWS = 16")]
+    failure("06.rmsnorm_mlp", mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp", split_k, *fill),
+            "launched 3 kernels on the activations (rmsnorm_gate_up_silu_kernel, fill_zero_kernel,",
+            "zeroes it with out.zero_() (as down_split_k does), not with a fill kernel")
 
 
 def test_statistics_pre_passes_keep_two_values_a_row_in_all():

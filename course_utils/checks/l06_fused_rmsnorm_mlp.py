@@ -275,9 +275,13 @@ def _gate_up_explain(outs: dict, case: Case) -> str:
 
 
 def _gate_up_temporary(case: Case) -> tuple[int, str] | None:
+    """The (rows, intermediate) g or u. The text says which allocations that large are the answer's own (a
+    padded repacked weight is refused as room for g: the message must not leave a student guessing why)."""
     rows, inter = case.args[3].shape
-    return (rows * inter, f"x @ w_gate.T or x @ w_up.T ({rows} x {inter}, rows x intermediate)") \
-        if rows * inter >= 64 else None
+    hidden = case.args[0].shape[1]
+    what = (f"x @ w_gate.T or x @ w_up.T ({rows} x {inter}, rows x intermediate) (a buffer that large may "
+            f"only be a repacked weight of exactly ({inter}, {hidden}) or twice that: no padding)")
+    return (rows * inter, what) if rows * inter >= 64 else None
 
 
 def _gate_up_own_temporaries(case: Case) -> tuple[int, ...]:
@@ -390,9 +394,15 @@ def _mlp_cases(gen):
 
 
 def _mlp_temporary(case: Case) -> tuple[int, str] | None:
+    """The (rows, hidden) normalized activations. The text says which allocations that large are the block's
+    own: h padded to whole tiles, or an fp32 buffer that the down projection's split-K adds into before a
+    copy to out, were refused as "room for the normalized activations", naming what they are not."""
     rows, hidden = case.args[-1].shape
-    return (rows * hidden, f"the normalized activations ({rows} x {hidden}, rows x hidden)") \
-        if rows * hidden >= 64 else None
+    inter = case.args[2].shape[0]
+    what = (f"the normalized activations ({rows} x {hidden}, rows x hidden) (a buffer that large may only be "
+            f"h, exactly ({rows}, {inter}), or a packed weight of its exact size: no padding, and no copy of "
+            "out, which the down projection writes, or adds into, itself)")
+    return (rows * hidden, what) if rows * hidden >= 64 else None
 
 
 def _mlp_own_temporaries(case: Case) -> tuple[int, ...]:
@@ -440,6 +450,8 @@ register(Exercise(
                   "arithmetic happens in your kernels",
           "launches": "two launches on the activations: the gate/up kernel with the norm folded in (rsqrt in "
                       "its epilogue), then the down projection; a pre-pass that only reads x and writes one "
-                      "value per row (row_rstd) is not counted; no rmsnorm launch",
+                      "value per row (row_rstd) is not counted; no rmsnorm launch; a split-K down projection "
+                      "that adds into out zeroes it with out.zero_() (as down_split_k does), not with a fill "
+                      "kernel, which counts as a launch on the activations",
           "fusion": "the normalized x never goes to memory: norm_weight goes into the packed weight and "
                     "rsqrt(mean + eps) scales the accumulators in the epilogue"}))

@@ -65,7 +65,8 @@ def bytes_moved(n_elements: int, bytes_per_element: int, n_ops: int, fused: bool
 # registers, store once: 8 bytes per fp32 element. `x` and `out` are contiguous, any shape, fp32 or
 # fp16 (bf16 on a GPU); `tl.sin` only accepts fp32 (or fp64), so convert the loaded block with
 # `.to(tl.float32)`; `tl.store` converts back to `out`'s dtype. The check counts kernel launches:
-# calling a one-`sin` kernel four times gives the right numbers and fails.
+# calling a one-`sin` kernel four times gives the right numbers and fails. As in lesson 02, start the
+# offsets from `tl.program_id(0).to(tl.int64)`: past 2^31 elements `pid * BLOCK` overflows int32.
 
 # %%
 def sin4_ref(x: torch.Tensor) -> torch.Tensor:
@@ -76,7 +77,8 @@ def sin4_ref(x: torch.Tensor) -> torch.Tensor:
 @triton.jit
 def sin4_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     # BEGIN SOLUTION
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) element indices
+    # (BLOCK,) element indices, 64-bit as in lesson 02: past 2^31 elements pid * BLOCK overflows int32
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements  # the last block is partial
     x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)  # read n * bytes, once
     y = tl.sin(tl.sin(tl.sin(tl.sin(x))))  # four sins in registers: no memory traffic
@@ -129,7 +131,7 @@ def silu_mul_ref(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 @triton.jit
 def silu_mul_kernel(g_ptr, u_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     # BEGIN SOLUTION
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) 64-bit, as in sin4
     mask = offsets < n_elements
     g = tl.load(g_ptr + offsets, mask=mask).to(tl.float32)  # read n * bytes
     u = tl.load(u_ptr + offsets, mask=mask).to(tl.float32)  # read n * bytes

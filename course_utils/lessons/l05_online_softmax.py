@@ -248,8 +248,8 @@ def _attention_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, off
                      qk_scale, lo, hi, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """Fold the key/value tiles [lo, hi) into (acc, l_i, m_i) for one tile of queries."""
     # BEGIN SOLUTION
-    k_ptrs += lo * stride_kn
-    v_ptrs += lo * stride_vn
+    k_ptrs += tl.cast(lo, tl.int64) * stride_kn  # 64-bit: lo * the stride of a long sequence may pass 2^31
+    v_ptrs += tl.cast(lo, tl.int64) * stride_vn
     for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + offs_n  # (BLOCK_N,)
         if MASKED:
@@ -299,7 +299,8 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, H, S, qk_scale,
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query positions
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions within a tile
     offs_d = tl.arange(0, HEAD_DIM)  # (D,)
-    q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd
+    rows = offs_m.to(tl.int64)  # 64-bit: row * stride_qs of a long (B, S, 3 * H * D) qkv passes 2^31
+    q_ptrs = q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :] * stride_qd
     k_ptrs = k_ptr + b * stride_kb + h * stride_kh + offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd
     v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
     q = tl.load(q_ptrs, mask=offs_m[:, None] < S, other=0.0)  # (BLOCK_M, D), stays in registers
@@ -318,7 +319,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, H, S, qk_scale,
                                      S, qk_scale, full_end, masked_end, BLOCK_N, True, CAUSAL)
     out = acc / l_i[:, None]
     o_ptrs = (out_ptr + b * stride_ob + h * stride_oh
-              + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od)
+              + rows[:, None] * stride_os + offs_d[None, :] * stride_od)
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=offs_m[:, None] < S)
     # END SOLUTION
 
