@@ -12,6 +12,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from course_utils.grading import REGISTRY, Case, CheckFailed, Exercise, Out, check, register
 from course_utils.grading.guard import HOST_OPS, TORCH_NAMES, torch_name, watching
@@ -621,6 +622,22 @@ def test_returning_the_launch_is_returning_nothing(scratch_exercises):
         return handle if handle is not None else object.__new__(CompiledKernel)  # what a GPU's launch returns
 
     check("99.double_returned", double, seed=0, quiet=True)
+
+
+@triton.jit
+def add_by_libdevice_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n_elements)
+    y = tl.load(y_ptr + offsets, mask=offsets < n_elements)
+    tl.store(out_ptr + offsets, libdevice.add_rn(x, y), mask=offsets < n_elements)  # x + y, rounded to nearest
+
+
+@interpreter_only_because("libdevice runs on a GPU")
+def test_libdevice_in_the_interpreter_is_named():
+    """triton 3.9's interpreter returns None for every libdevice function, and the error ("cannot convert None
+    ... to tensor") names the tl.store that uses the value: the message says what it is."""
+    failure("02.vector_add", lambda x, y, out: add_by_libdevice_kernel[(triton.cdiv(x.numel(), 256),)](
+        x, y, out, x.numel(), BLOCK=256), "does not run libdevice", "used a value that is None")
 
 
 def test_a_mistyped_exercise_id_is_answered_with_the_closest_one():

@@ -591,6 +591,12 @@ _KNOWN_MISTAKES = (
      "in interpreter mode (no GPU) Triton has no driver to time kernels with, so @triton.autotune with more "
      "than one config fails; give it a single config when course_utils.current().interpret is True (lesson "
      "03's matmul_configs does)"),
+    # In triton 3.9's interpreter every function of triton.language.extra.libdevice returns None, and the
+    # error names the line that first uses the value (a tl.store), not the call.
+    ("cannot convert None of type <class 'NoneType'> to tensor", "used a value that is None",
+     "Triton's interpreter (no GPU) does not run libdevice: its functions (libdevice.sin, libdevice.exp, ...) "
+     "return None there; use tl.sin, tl.exp, tl.sqrt or tl.math's instead, which run in both modes. Or a "
+     "@triton.jit helper of yours returns nothing (a missing return)"),
 )
 
 
