@@ -664,17 +664,19 @@ def test_attention_matches_sdpa(shape, blocks, causal):
     torch.testing.assert_close(out, attention_ref(q, k, v, causal), atol=tol, rtol=tol)
 
 
-@pytest.mark.skipif(current().interpret, reason="a 4 GiB tensor: a GPU test")
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_of_rows_past_2_31_elements(causal):
-    """q, k and v three heads of a (1, S, W) fp16 activation with W = 2^19 + 2^12 (a long sequence of a wide
-    packed qkv, "any strides"): from row 4065 on, row * stride_qs passes int32's 2^31 - 1, and a 32-bit row
-    offset (or causal's lo * stride_ks) wraps to before the tensor. The solution's row offsets are 64-bit."""
-    S, W, D = 4096, 2**19 + 2**12, 64
-    big = torch.empty((1, S, W), dtype=torch.float16, device="cuda")  # 4 GiB, of which 3 heads are touched
-    big[:, :, :3 * D] = torch.randn((1, S, 3 * D), device="cuda", dtype=torch.float16)
+    """q, k and v three heads of a (1, S, W) activation (a long sequence of a wide packed qkv, "any strides"),
+    S * W past 2^31: from some row on, row * stride_qs passes int32's 2^31 - 1, and a 32-bit row offset (or
+    causal's lo * stride_ks) wraps to before the tensor. The host sees it (needs_int64) and the kernel indexes
+    rows in 64 bits. Of `big` (4 GiB on a GPU, 10 GB on the CPU) only the three heads are touched."""
+    device = current().device
+    S, W, D, dtype = (4096, 2**19 + 2**12, 64, torch.float16) if current().gpu else (600, 2**22 + 64, 16,
+                                                                                     torch.float32)
+    big = torch.empty((1, S, W), dtype=dtype, device=device)
+    big[:, :, :3 * D] = torch.randn((1, S, 3 * D), device=device, dtype=dtype)
     q, k, v = (big[:, :, i * D:(i + 1) * D].unsqueeze(1) for i in range(3))  # (1, 1, S, D), stride W on S
-    out = torch.empty((1, 1, S, D), dtype=torch.float16, device="cuda")
+    out = torch.empty((1, 1, S, D), dtype=dtype, device=device)
     attention(q, k, v, out, causal)
     want = attention_ref(*(t.float().contiguous() for t in (q, k, v)), causal)
     torch.testing.assert_close(out.float(), want, atol=1e-2, rtol=1e-2)

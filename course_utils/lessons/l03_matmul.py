@@ -21,7 +21,7 @@
 
 # %%
 from course_utils import check, current, progress  # noqa: F401
-from course_utils.shapes import expect_contiguous, expect_shapes  # noqa: E402
+from course_utils.shapes import expect_contiguous, expect_shapes, needs_int64  # noqa: E402
 import functools  # noqa: E402
 
 import torch  # noqa: E402
@@ -241,6 +241,11 @@ def dot_precision(dtype: torch.dtype) -> str:
 # The epilogue runs on the fp32 accumulator before the single store: `HAS_BIAS` adds `bias[n]` to
 # every column, `RELU` clamps at 0. Both are `tl.constexpr`, so a launch with them off compiles to
 # the plain matmul. Pass `INPUT_PRECISION` to `tl.dot(..., input_precision=INPUT_PRECISION)`.
+# `OFFSETS_64`, also a `tl.constexpr`: row times stride is an int32 product, which passes 2^31 - 1
+# only in a view into a tensor of more than 2^31 elements. The host passes
+# `OFFSETS_64=needs_int64(a, b, out)` (from `course_utils.shapes`), and the kernel then makes its row
+# and column indices int64 (`.to(tl.int64)`); every other launch keeps int32 indices, which take fewer
+# registers.
 #
 # Then the host: `matmul(a, b, out)` for `a (M, K)`, `b (K, N)` with any strides (pass all six
 # strides), fp32, fp16 or bf16. The grid is one-dimensional: `cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)`
@@ -258,7 +263,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K), b (K, N), c (M, N)
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   HAS_BIAS: tl.constexpr, RELU: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr):
+                  GROUP_M: tl.constexpr, OFFSETS_64: tl.constexpr = False):
     # BEGIN SOLUTION
     pid = tl.program_id(0)
     pid_m, pid_n = grouped_tile(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
@@ -266,10 +271,10 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K), b (K, N), c (M, N)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) rows of c this program owns
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     offs_k = tl.arange(0, BLOCK_K)  # (BLOCK_K,)
-    # Past the last row: re-read valid rows (their results are not stored). 64-bit: a row times stride_am
-    # (a column times stride_bn) may pass 2^31 elements, in a view of a larger tensor.
-    a_rows = (rows % M).to(tl.int64)
-    b_cols = (cols % N).to(tl.int64)
+    a_rows = rows % M  # past the last row: re-read valid rows (their results are not stored)
+    b_cols = cols % N
+    if OFFSETS_64:  # a view into more than 2^31 elements: a row times stride_am may pass int32
+        rows, cols, a_rows, b_cols = rows.to(tl.int64), cols.to(tl.int64), a_rows.to(tl.int64), b_cols.to(tl.int64)
     a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak  # (BLOCK_M, BLOCK_K)
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + b_cols[None, :] * stride_bn  # (BLOCK_K, BLOCK_N)
 
@@ -288,7 +293,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K), b (K, N), c (M, N)
         acc += tl.load(bias_ptr + b_cols).to(tl.float32)[None, :]  # bias[n], broadcast down the rows
     if RELU:
         acc = tl.maximum(acc, 0.0)
-    c_ptrs = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :].to(tl.int64) * stride_cn
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)  # write M x N once
     # END SOLUTION
@@ -329,7 +334,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
 
     kernel[grid](a, b, out, out if bias is None else bias,  # bias_ptr is never read without HAS_BIAS
                  M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-                 HAS_BIAS=bias is not None, RELU=relu, INPUT_PRECISION=precision, **meta)
+                 HAS_BIAS=bias is not None, RELU=relu, INPUT_PRECISION=precision,
+                 OFFSETS_64=needs_int64(a, b, out), **meta)
     # END SOLUTION
 
 
@@ -384,7 +390,7 @@ def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K) row-major, b (N
                       M, N, K, stride_am, stride_bn, stride_cm, stride_cn,
                       HAS_BIAS: tl.constexpr, RELU: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                       NUM_SMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, OFFSETS_64: tl.constexpr = False):
     # BEGIN SOLUTION
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
                                        block_shape=[BLOCK_M, BLOCK_K])  # row-major a
@@ -410,8 +416,9 @@ def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, bias_ptr,  # a (M, K) row-major, b (N
         # Stored in two halves, (BLOCK_M, BLOCK_N / 2) each: a store passes through shared memory, which
         # also holds the next tile's stages now, and a half needs half the space (fp32 128 x 256: 64 KiB).
         left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-        rows = rows.to(tl.int64)  # 64-bit: a row times stride_cm (a column times stride_cn) may pass 2^31
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N // 2).to(tl.int64)  # the left half's columns
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N // 2)  # the left half's columns
+        if OFFSETS_64:  # out a view into more than 2^31 elements
+            rows, cols = rows.to(tl.int64), cols.to(tl.int64)
         tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, left.to(c_ptr.dtype.element_ty),
                  mask=(rows[:, None] < M) & (cols[None, :] < N))
         cols += BLOCK_N // 2
@@ -434,7 +441,7 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.
 
     matmul_tma_kernel[grid](a, b, out, out if bias is None else bias, M, N, K, a.stride(0), b.stride(1),
                             out.stride(0), out.stride(1), HAS_BIAS=bias is not None, RELU=relu,
-                            INPUT_PRECISION=precision, NUM_SMS=sms)
+                            INPUT_PRECISION=precision, NUM_SMS=sms, OFFSETS_64=needs_int64(out))
 
 
 # %% [check] 03.matmul

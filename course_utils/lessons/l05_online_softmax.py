@@ -18,7 +18,7 @@
 
 # %%
 from course_utils import check, progress  # noqa: F401
-from course_utils.shapes import expect_shapes  # noqa: E402
+from course_utils.shapes import expect_shapes, needs_int64  # noqa: E402
 import functools  # noqa: E402
 import math  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -240,16 +240,20 @@ def softmax(x: torch.Tensor, out: torch.Tensor, config: SoftmaxConfig | None = N
 # Keys `>= S` in the last tile must get a score of `-inf`; with `causal=True` query `i` sees keys
 # `j <= i` only. Tiles with no masked element (every key `< S`, every key before the query tile) need
 # no mask at all: split the loop into an unmasked part and a masked part.
-# `tl.dot` needs every dimension `>= 16`: `D` is a power of 2 `>= 16`.
+# `tl.dot` needs every dimension `>= 16`: `D` is a power of 2 `>= 16`. `OFFSETS_64` is lesson 03's:
+# the host passes `needs_int64(q, k, v, out, dims=(2, 3))`, and the kernel then makes a query row (and
+# `lo`) int64 before it multiplies them by a stride.
 
 # %%
 @triton.jit
 def _attention_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, S,
-                     qk_scale, lo, hi, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+                     qk_scale, lo, hi, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                     OFFSETS_64: tl.constexpr = False):
     """Fold the key/value tiles [lo, hi) into (acc, l_i, m_i) for one tile of queries."""
     # BEGIN SOLUTION
-    k_ptrs += tl.cast(lo, tl.int64) * stride_kn  # 64-bit: lo * the stride of a long sequence may pass 2^31
-    v_ptrs += tl.cast(lo, tl.int64) * stride_vn
+    start = tl.cast(lo, tl.int64) if OFFSETS_64 else lo  # lo * the stride of a long sequence may pass 2^31
+    k_ptrs += start * stride_kn
+    v_ptrs += start * stride_vn
     for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + offs_n  # (BLOCK_N,)
         if MASKED:
@@ -283,7 +287,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, H, S, qk_scale,
                      stride_qb, stride_qh, stride_qs, stride_qd, stride_kb, stride_kh, stride_ks, stride_kd,
                      stride_vb, stride_vh, stride_vs, stride_vd, stride_ob, stride_oh, stride_os, stride_od,
                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr):
+                     BLOCK_N: tl.constexpr, OFFSETS_64: tl.constexpr = False):
     """One program per (tile of BLOCK_M queries, batch * head), all on axis 0: grid
     (cdiv(S, BLOCK_M) * B * H,), the query tiles of one head side by side (they read the same keys)."""
     # BEGIN SOLUTION
@@ -299,7 +303,9 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, H, S, qk_scale,
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query positions
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions within a tile
     offs_d = tl.arange(0, HEAD_DIM)  # (D,)
-    rows = offs_m.to(tl.int64)  # 64-bit: row * stride_qs of a long (B, S, 3 * H * D) qkv passes 2^31
+    # 64-bit only where a row times stride_qs can pass 2^31 (a long sequence of a wide packed qkv): int64
+    # rows held through the loop cost registers, and the kernel 4 % of its time on an H200
+    rows = offs_m.to(tl.int64) if OFFSETS_64 else offs_m
     q_ptrs = q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + offs_d[None, :] * stride_qd
     k_ptrs = k_ptr + b * stride_kb + h * stride_kh + offs_n[None, :] * stride_ks + offs_d[:, None] * stride_kd
     v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
@@ -314,9 +320,9 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, H, S, qk_scale,
         full_end = (S // BLOCK_N) * BLOCK_N  # whole key tiles
         masked_end = S  # the partial last tile
     acc, l_i, m_i = _attention_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_ks, stride_vs, offs_m, offs_n,
-                                     S, qk_scale, 0, full_end, BLOCK_N, False, CAUSAL)
+                                     S, qk_scale, 0, full_end, BLOCK_N, False, CAUSAL, OFFSETS_64)
     acc, l_i, m_i = _attention_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_ks, stride_vs, offs_m, offs_n,
-                                     S, qk_scale, full_end, masked_end, BLOCK_N, True, CAUSAL)
+                                     S, qk_scale, full_end, masked_end, BLOCK_N, True, CAUSAL, OFFSETS_64)
     out = acc / l_i[:, None]
     o_ptrs = (out_ptr + b * stride_ob + h * stride_oh
               + rows[:, None] * stride_os + offs_d[None, :] * stride_od)
@@ -382,6 +388,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
     grid = (triton.cdiv(S, BLOCK_M) * B * H,)
     attention_kernel[grid](q, k, v, out, H, S, qk_scale, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
                            CAUSAL=causal, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                           OFFSETS_64=needs_int64(q, k, v, out, dims=(2, 3)),  # b, h are 64-bit already
                            num_warps=num_warps or config.num_warps, num_stages=num_stages)
     # END SOLUTION
 
