@@ -1486,6 +1486,14 @@ def _patch_launchers(watch: Watch, recorder: _RecordOps, after_launch: Callable[
     return undo
 
 
+# One watch at a time in a process (a thread's own nested watches re-enter). Each watch wraps methods of
+# classes (the interpreter's builder, torch.Tensor's host reads) and, when it ends, puts back what it found:
+# two threads' watches (the batch grader's --jobs, judging autograd stand-ins) ending in the order they began
+# left the first one's wrappers installed for good, the next watch wrapped them again, and a one-lane load's
+# other=0.0 read NaN in every later check of the process.
+_WATCH_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | None = None,
              inputs: Iterable[torch.Tensor] = (), outputs: Iterable[torch.Tensor] = ()):
@@ -1497,6 +1505,12 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
     outputs: the call's output tensors; each launch records the shape of the input or output each of its
     tensor arguments views (Launch.bases).
     """
+    with _WATCH_LOCK, _watching(after_launch, tracker, inputs, outputs) as watch:
+        yield watch
+
+
+@contextlib.contextmanager
+def _watching(after_launch, tracker, inputs, outputs):
     inputs = list(inputs)
     watch = Watch(input_storages={_storage(t) for t in inputs},
                   call_shapes={_storage(t): tuple(t.shape) for t in (*inputs, *outputs)})
