@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -849,6 +850,23 @@ def forget_host_problems(number, frame):  # run by a timer, handed the frame it 
 signal.signal(signal.SIGALRM, forget_host_problems)
 signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
 """
+
+
+def test_a_timer_of_the_notebooks_is_stopped_before_its_handler_is_put_back():
+    """A SIGALRM handler and a 2 ms interval timer (SIGNALLED): the checker's look put the default handler back
+    first and stopped the timer after, and a signal in between ended the sandbox ("kernel died", now and then,
+    instead of the finding). Here with a timer of 10 microseconds, 300 times over."""
+    script = (
+        "import signal\n"
+        "from course_utils.grading.remote import watch_hooks\n"
+        "hooks = watch_hooks()\n"
+        "for _ in range(300):\n"
+        "    signal.signal(signal.SIGALRM, lambda *a: None)\n"
+        "    signal.setitimer(signal.ITIMER_REAL, 1e-5, 1e-5)\n"
+        "    assert any('SIGALRM' in f for f in hooks())\n"
+        "print('survived')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and "survived" in done.stdout, (done.returncode, done.stderr[-2000:])
 
 
 def test_the_notebooks_code_cannot_run_inside_the_checker(tmp_path):

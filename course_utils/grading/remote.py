@@ -648,14 +648,16 @@ def watch_hooks():
             seen[:] = [event for event in seen if event.startswith("sys.monitoring")]
         found = [f"{event} (a hook that runs inside the checker's own code)"
                  for event in dict.fromkeys([*active, *seen])]
+        # The timers stopped first: SIGALRM's default handler ends the process, and a timer still running
+        # when it is put back killed the sandbox ("kernel died" instead of the finding)
+        stopped = [name for name, which in timers.items() if getitimer(which) != (0.0, 0.0)]
+        for name in stopped:
+            setitimer(timers[name], 0)
         for number, handler in handlers.items():
             if getsignal(number) is not handler:
                 set_handler(number, signal.SIG_DFL if handler is None else handler)  # None: not set from Python
                 found.append(f"a handler of {signal.Signals(number).name} (it runs inside the checker's own code)")
-        for name, which in timers.items():
-            if getitimer(which) != (0.0, 0.0):
-                setitimer(which, 0)
-                found.append(f"signal.{name}'s timer")
+        found += [f"signal.{name}'s timer" for name in stopped]
         for length, at in stacks:
             for mode in [at(i) for i in range(length())]:
                 if type(mode) is not DeviceContext:  # str.__str__: a name of the notebook's runs no code of its own
