@@ -45,8 +45,9 @@ INT32_MAX = 2**31 - 1
 def needs_int64(*tensors, dims: tuple[int, ...] | None = None, margin: int = 256) -> bool:
     """Can an element offset of these tensors, index times stride summed over `dims` (every dim by default),
     pass int32's 2^31 - 1, counting `margin` indices past each end (the masked rows of a last tile)? Only a
-    view into a tensor of more than 2^31 elements can. Kernels take the answer as a constexpr and index in
-    64 bits only then: an int64 index vector costs registers in a kernel's inner loop (lesson 05's attention
-    ran 4 % slower with its rows in 64 bits, results/explore/README.md), so each case compiles its own."""
+    tensor (or a view into one) of about 2^31 elements or more can. Kernels take the answer as a constexpr
+    and index in 64 bits only then: an int64 index vector costs registers in a kernel's inner loop (lesson
+    05's attention ran 4 % slower with its rows in 64 bits, results/explore/README.md), so each case
+    compiles its own."""
     return any(sum((t.shape[d] + margin) * abs(t.stride(d)) for d in (range(t.dim()) if dims is None else dims))
                > INT32_MAX for t in tensors)

@@ -488,16 +488,13 @@ class Integrity:
                       "rewritten_fn", "__dict__", "__weakref__"})
     CONTAINERS = (list, dict, set, bytearray)
 
-    # Modules whose every attribute (and the classes they define) is kept; then single attributes
-    # and classes of the libraries the watcher calls (whole library modules rebind names lazily:
-    # torch._dynamo wraps torch.manual_seed on import).
+    # Modules whose every attribute (and the classes they define) is kept; then single attributes of the
+    # libraries the watcher calls, every function of numpy and torch, and classes.
     MODULES = ("course_utils", "course_utils.mode", "course_utils.grading", "course_utils.grading.harness",
                "course_utils.grading.guard", "course_utils.grading.remote", "course_utils.grading.provenance",
                "json", "json.encoder", "torch.utils._python_dispatch")
     ATTRIBUTES = {"os": ("read", "write", "dup", "dup2", "set_blocking"), "select": ("select",),
-                  "struct": ("pack", "unpack"),
-                  "numpy": ("array_equal", "asarray", "broadcast_to", "arange", "errstate", "ctypeslib"),
-                  "numpy.ctypeslib": ("as_array",), "torch": ("equal", "empty", "frombuffer")}
+                  "struct": ("pack", "unpack"), "numpy": ("ctypeslib",), "numpy.ctypeslib": ("as_array",)}
     # Every function and class of these, which the watcher's own code calls at every turn (the byte tracker's
     # np.zeros, np.full and np.unique, torch.from_numpy): `np.full = f`, no flag, was no change before. Not what
     # the libraries rebind themselves when a notebook uses them (torch._dynamo wraps torch.manual_seed).
