@@ -11,7 +11,7 @@ import triton.language as tl
 
 from course_utils.benches import l03_matmul as bench
 from course_utils.checks.l03_matmul import dot_tolerance, grouped_order
-from course_utils.grading import check
+from course_utils.grading import CheckFailed, check
 from course_utils.lessons.l03_matmul import (SMALL_PROBLEM_FLOPS, dot_precision, grouped_pid, grouped_tile,
                                              linear_relu, matmul, matmul_configs, matmul_kernel, matmul_naive,
                                              matmul_naive_kernel, select_configs)
@@ -45,6 +45,18 @@ def test_matmul_passes_with_each_ieee_and_tf32_precision():
 
 def test_matmul_passes_with_an_explicit_config():
     check("03.matmul", lambda a, b, out: matmul(a, b, out, config=TILE), seed=4, quiet=True)
+
+
+@pytest.mark.skipif(not current().gpu, reason="the speed line's size is a case on a GPU only")
+def test_matmul_wrong_only_on_a_large_problem_fails_on_a_gpu():
+    """Every small case passes (the solution), and at 4096^3, where an autotuner picks its large tiles and
+    Hopper the TMA path, the output is a @ a: the speed size's case fails it."""
+    def small_only(a, b, out):
+        matmul(a, a if 2 * a.shape[0] * b.shape[1] * a.shape[1] >= 2**36 else b, out)
+
+    with pytest.raises(CheckFailed) as info:
+        check("03.matmul", small_only, seed=7, quiet=True, course=True)
+    assert "the speed line's size, 4096 x 4096 x 4096" in str(info.value)
 
 
 # --- 03.grouped_pid: wrong answers --------------------------------------------------------------

@@ -526,6 +526,54 @@ def test_speed_line_times_candidate_and_solution_and_progress_places_both(monkey
     assert placed[0].tflops == pytest.approx(n / (12 * n / 500e9) / 1e12)
 
 
+@triton.jit
+def _sum_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def _add_cases(gen):
+    for n in (1, 300):
+        x, y = randn(n, gen=gen), randn(n, gen=gen)
+        yield Case(f"n={n}", (x, y, Out("out", (n,), torch.float32)), {"out": f64(x) + f64(y)}, 1e-6, 1e-6)
+
+
+def test_on_a_gpu_the_speed_size_is_a_case_judged_against_the_courses_solution(monkeypatch, scratch_exercises):
+    """A kernel right on the small cases and wrong at the size the speed line times (a path it takes only
+    on large problems) fails on a GPU, on the last case; the interpreter never runs that size. The
+    case's inputs follow from the seed and leave torch's own random stream where it was."""
+    from course_utils.grading import harness
+    from course_utils.grading.harness import Speed, speed_case
+    from course_utils.mode import Mode
+
+    n = 3000
+    speed = Speed(lambda: (randn(n), randn(n), Out("out", (n,), torch.float32)), lambda args: None,
+                  "course_utils.lessons.l02_first_kernels:add", "n = 3000, fp32")
+    ex = scratch_exercises(Exercise("99.large_add", "add", "add(x, y, out)", _add_cases, speed=speed))
+
+    def right(x, y, out):
+        launch_1d(_sum_kernel, x, y, out, n=x.numel())
+
+    def small_only(x, y, out):  # past 1000 elements it adds x to itself
+        launch_1d(_sum_kernel, x, x if x.numel() > 1000 else y, out, n=x.numel())
+
+    check("99.large_add", small_only, quiet=True)  # the interpreter: two small cases
+    state = torch.get_rng_state()
+    first, again = speed_case(ex, 5), speed_case(ex, 5)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(first.args[0], again.args[0]) and not torch.equal(first.args[0], speed_case(ex, 6).args[0])
+    assert torch.equal(first.expected["out"], f64(first.args[0] + first.args[1]))
+    assert (first.rtol, first.atol) == (1e-4, pytest.approx(1e-4 * float(first.expected["out"].square().mean().sqrt())))
+
+    monkeypatch.setattr(harness, "current", lambda: Mode("gpu", "cpu", "a stand-in GPU"))
+    check("99.large_add", right, seed=5, quiet=True)
+    failed = failure("99.large_add", small_only, "failed on case 3/3: the speed line's size, n = 3000, fp32 (GPU "
+                     "only), against the course's solution", "a path your kernel takes only on a large problem",
+                     "elements differ beyond", seed=5)
+    assert failed.problems and "`out`" in failed.problems[0]
+
+
 def test_speed_line_never_fails_a_check():
     from course_utils.grading import harness
     from course_utils.grading.harness import Speed

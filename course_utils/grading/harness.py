@@ -1514,6 +1514,9 @@ def run_cases(ex: Exercise, seed: int, run_case: Callable[[Case], list[str]]) ->
     if not cases:
         raise CheckFailed(f"{ex.id} has no cases: nothing was checked, so it cannot pass", exercise=ex.id,
                           seed=seed)
+    large = speed_case(ex, seed) if current().gpu and ex.kernel and ex.speed is not None else None
+    if large is not None:
+        cases.append(large)
     reproduce = f'reproduce with check("{ex.id}", {ex.func_name}, seed={seed})'
     for i, case in enumerate(cases, 1):
         header = f"{ex.id} failed on case {i}/{len(cases)}: {describe_case(ex, case)}\n  seed {seed}: {reproduce}"
@@ -1542,6 +1545,38 @@ SOLUTION_MEASURED: dict[str, Any] = {}  # exercise id -> roofline.Point of the c
 # Roofs a GPU may lack, and the roof that stands in: bf16 work runs as fp16 before Ampere (the check's
 # inputs are fp16 there), TF32 as fp32; fp8 tensor cores (Ada, Hopper) run at twice the bf16 rate.
 ROOF_STAND_INS = types.MappingProxyType({"bf16": ("fp16", 1.0), "tf32": ("fp32", 1.0), "fp8": ("bf16", 2.0)})
+
+
+def speed_tolerance(dtype: torch.dtype) -> float:
+    """The speed case's rtol for an output dtype: two roundings (the candidate's sums run in another
+    order, so a value near a rounding boundary may land one step away), at least 1e-4 (fp32: exp and sin
+    differ in their last bits between implementations)."""
+    return max(2 * torch.finfo(dtype).eps, 1e-4)
+
+
+def speed_case(ex: Exercise, seed: int) -> Case | None:
+    """The last case on a GPU: the size the speed line times, with the course's solution's outputs as the
+    expected values. The other cases are small, and a kernel can take other paths on a large problem (the
+    autotuner's large tiles, a TMA or split-K path, offsets past int32) that only this case runs.
+
+    Tolerance: two roundings of each output's dtype (speed_tolerance), relative, and as much again of the
+    outputs' root mean square, absolute (sums near zero); garbage and a lost tile of K are far outside it."""
+    with torch.random.fork_rng(devices=[]):  # the inputs follow from the seed; torch's own stream is kept
+        torch.manual_seed(seed)
+        args = ex.speed.args()
+    outs = _materialize(args, current().device)
+    try:
+        with _quiet_numerics():
+            _solution(ex.speed.solution)(*outs)
+    except Exception:  # the course's kernel cannot run on this GPU (fp8 before Ada): no reference, no case
+        return None
+    expected = {arg.name: out.detach().to(torch.float64) for arg, out in zip(args, outs) if isinstance(arg, Out)}
+    rtol = max(speed_tolerance(arg.dtype) for arg in args if isinstance(arg, Out))
+    scale = max(float(e[torch.isfinite(e)].square().mean().sqrt()) if e.numel() else 0.0 for e in expected.values())
+    label = (f"the speed line's size, {ex.speed.label} (GPU only), against the course's solution: the small cases "
+             "pass, so a path your kernel takes only on a large problem (a config the autotuner picks there, a "
+             "TMA or split path, offsets past int32) is wrong")
+    return Case(label, args, expected, atol=rtol * scale, rtol=rtol)
 
 
 def _materialize(args: tuple, device: str) -> tuple:
