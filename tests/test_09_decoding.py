@@ -504,3 +504,13 @@ def test_kv_append_addressing_the_new_token_as_contiguous_heads_fails():
                    ("v = tl.load(v_ptr + b * stride_vb + h * stride_vh + offs_d * stride_vd, mask=mask)",
                     "v = tl.load(v_ptr + b * stride_vb + h * D + offs_d, mask=mask)"))
     failing("09.kv_append", wrong, "k_new a transposed view, strides (D H, 1, H)")
+
+
+def test_kv_append_reading_k_new_in_the_caches_dtype_fails():
+    """A kernel that takes k_new to be of the caches' dtype (its pointer cast to theirs, a bit copy): right
+    wherever the two match, as in every case but the toy Llama's, whose rotary embedding gives fp32 keys."""
+    from helpers import failure as failing, mutant
+
+    wrong = mutant("l09_decoding", "kv_append",
+                   ("k = tl.load(k_ptr + b * stride_kb", "k = tl.load(k_ptr.to(ck_ptr.dtype) + b * stride_kb"))
+    failing("09.kv_append", wrong, "k_new fp32 on", "as the toy Llama's decode step calls it")

@@ -110,9 +110,10 @@ def _kv_explain(outs, case) -> str:
 
 
 def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None, strided_new=False,
-             layout_v=None):
+             layout_v=None, k_dtype=None):
     """strided_new: k_new and v_new slices of a fused QKV output (True), or v_new only ("v"), or ("per_head")
-    k_new transposed and v_new a slice of a per-head fused one; layout_v: cache_v's layout when not cache_k's."""
+    k_new transposed and v_new a slice of a per-head fused one; layout_v: cache_v's layout when not cache_k's;
+    k_dtype: k_new's dtype when not the caches' (the cache holds it rounded to its own dtype)."""
     if strided_new == "per_head":
         k_new = randn((B, D, H), dtype, gen).permute(0, 2, 1)  # strides (D H, 1, H): d is the far axis
         v_new = randn((B, H, 3 * D), dtype, gen)[:, :, 2 * D:]  # GPT-NeoX's (B, H, 3 D): strides (3 H D, 3 D, 1)
@@ -122,7 +123,7 @@ def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None,
         if strided_new == "v":
             k_new = k_new.contiguous()  # strides (H D, D, 1): not v_new's
     else:
-        k_new, v_new = randn((B, H, D), dtype, gen), randn((B, H, D), dtype, gen)
+        k_new, v_new = randn((B, H, D), k_dtype or dtype, gen), randn((B, H, D), dtype, gen)
     if positions is None:
         positions = torch.randint(0, S, (B,), generator=gen)
     positions = torch.as_tensor(positions, dtype=torch.int32)
@@ -130,7 +131,7 @@ def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None,
     cache_v = _cache(B, H, S, D, dtype, gen, layout_v or layout)
     want_k, want_v = f64(cache_k), f64(cache_v)
     rows = torch.arange(B)
-    want_k[rows, :, positions.long()] = f64(k_new)
+    want_k[rows, :, positions.long()] = f64(k_new.to(dtype))
     want_v[rows, :, positions.long()] = f64(v_new)
     writable = torch.zeros(B, H, S, D, dtype=torch.bool)  # row positions[b] of every (b, h), nothing else
     writable[rows, :, positions.long()] = True
@@ -163,6 +164,9 @@ def _kv_cases(gen):
     yield _kv_case("k_new a transposed view, strides (D H, 1, H); v_new a slice of GPT-NeoX's fused QKV per "
                    "head, (B, H, 3 D), strides (3 H D, 3 D, 1): address k_new and v_new with all three of "
                    "their strides", 2, 3, 9, 16, half, gen, strided_new="per_head")
+    yield _kv_case(f"k_new fp32 on {_name(half)} caches, as the toy Llama's decode step calls it (its rotary "
+                   "embedding runs in fp32): each value rounded to the cache's dtype when stored", 3, 2, 11, 32,
+                   half, gen, k_dtype=torch.float32)
 
 
 # --- 09.decode_attention ----------------------------------------------------------------------

@@ -64,7 +64,8 @@ def decode_floor(batch: int, weight_bytes: float, kv_bytes_per_token: float, con
 # Taught in the lesson's [The KV cache as a preallocated tensor](../notebooks/09_decoding.ipynb#The-KV-cache-as-a-preallocated-tensor).
 #
 # - `k_new`, `v_new`: (B, H_kv, D), the new token's keys and values, **any strides** (in a model they are
-#   slices of one fused QKV output);
+#   slices of one fused QKV output), and either may be wider than the caches (the toy Llama's decode step
+#   below rotates its keys in fp32 and appends fp32 `k_new` to a bf16 cache): a store rounds to the cache's dtype;
 # - `cache_k`, `cache_v`: (B, H_kv, S_max, D), **any strides**; they are inputs *and* outputs: write
 #   `cache_k[b, :, positions[b], :] = k_new[b]` (and the same for V) and **nothing else**. The rest of the
 #   cache holds the earlier tokens: the check fills it with values that must still be there afterwards;
