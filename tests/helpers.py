@@ -42,7 +42,10 @@ def mutant(module: str, name: str, *edits: tuple[str, str]):
 
     source = inspect.getsource(importlib.import_module(f"course_utils.lessons.{module}"))
     for old, new in edits:
-        assert old in source, f"{old!r} is not in course_utils/lessons/{module}.py"
+        # once: a text that also stands in a comment (the lesson quoting its own code) would be edited there too,
+        # and a kernel left unedited would make the test's "wrong answer" the solution, or another mistake
+        assert source.count(old) == 1, (f"{old!r} is in course_utils/lessons/{module}.py {source.count(old)} times, "
+                                        "not once")
         source = source.replace(old, new)
     path = Path(tempfile.mkdtemp(prefix="mutant_")) / f"mutant_{module}.py"
     path.write_text(source)

@@ -677,8 +677,9 @@ def test_linear_relu_assuming_contiguous_x_and_out_fails(edit):
 @pytest.mark.skipif(current().interpret, reason="a GPU's grid limit: the interpreter has none")
 def test_naive_on_a_2d_grid_fails_on_a_gpu_past_65535_columns():
     """A 2-D grid (M, N) puts N programs on axis 1, where a GPU launches at most 65535 (lesson 02)."""
-    wrong = mutant("l03_matmul", "matmul_naive", ("m = pid % M", "m = tl.program_id(0)"),
-                   ("n = pid // M", "n = tl.program_id(1)"), ("grid = (M * N,)", "grid = (M, N)"))
+    wrong = mutant("l03_matmul", "matmul_naive", ("m = (pid % M).to(tl.int64)", "m = tl.program_id(0).to(tl.int64)"),
+                   ("n = (pid // M).to(tl.int64)", "n = tl.program_id(1).to(tl.int64)"),
+                   ("grid = (M * N,)", "grid = (M, N)"))
     failure("03.matmul_naive", wrong, "N = 65539: more output columns than a GPU grid's axis 1 holds")
 
 

@@ -303,8 +303,11 @@ def _whole_row(bug):
             _online(0)(x, out)
             return
         rows = ROWS if ROWS * block <= 1 << 20 else 1  # a tile holds at most 2^20 elements
+        # 16 warps for a row of 2^17: 256 values a thread spill to local memory, whose reservation for every
+        # resident thread of the GPU at 4 warps (1024 values a thread) ran out of memory beside other tests
         _softmax_whole_row_kernel[(triton.cdiv(n_rows, rows),)](
-            x, out, n_rows, n_cols, *x.stride(), *out.stride(), BLOCK=block, BUG=bug, R=rows)
+            x, out, n_rows, n_cols, *x.stride(), *out.stride(), BLOCK=block, BUG=bug, R=rows,
+            num_warps=max(4, min(16, block // 8192)))
     return softmax_whole_row
 
 

@@ -539,6 +539,7 @@ def _add_cases(gen):
         yield Case(f"n={n}", (x, y, Out("out", (n,), torch.float32)), {"out": f64(x) + f64(y)}, 1e-6, 1e-6)
 
 
+@interpreter_only_because("a stand-in GPU over the interpreter; a real one runs test_03's large-problem case")
 def test_on_a_gpu_the_speed_size_is_a_case_judged_against_the_courses_solution(monkeypatch, scratch_exercises):
     """A kernel right on the small cases and wrong at the size the speed line times (a path it takes only
     on large problems) fails on a GPU, on the last case; the interpreter never runs that size. The

@@ -391,6 +391,17 @@ def _mlp_cases(gen):
                "strides too, float16",
                (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
                {"out": expected}, *_dot_tolerance(half))
+    # Every case above has fewer or more rows than hidden: with as many (a 4096-token prefill of a 4096-wide
+    # model), w_down and the transposed views of w_gate and w_up have one row per row of x too.
+    rows = hidden = 48
+    x, norm_weight = randn((rows, hidden), half, gen), uniform((hidden,), 0.5, 1.5, half, gen)
+    w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
+        _weights(hidden, inter, half, gen)
+    expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
+    yield Case(f"{rows} rows, hidden {hidden}: as many rows as w_down has (weight packing inside the call is on "
+               "the weights, not on the activations), float16",
+               (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
+               {"out": expected}, *_dot_tolerance(half))
 
 
 def _mlp_temporary(case: Case) -> tuple[int, str] | None:
@@ -422,7 +433,8 @@ register(Exercise(
                   "itself or from a pre-pass that reads x and writes one value per row, so rmsnorm(x) never "
                   "goes to memory; then one more launch, the down projection (weight packing on weights is not "
                   "counted)",
-                  _mlp_temporary, kernels=2, pre_pass=True, own_temporaries=_mlp_own_temporaries),
+                  _mlp_temporary, kernels=2, pre_pass=True, own_temporaries=_mlp_own_temporaries,
+                  activations=("x", "out")),
     speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), randn((HIDDEN,), _half()),
                          _weights_speed(INTER, HIDDEN), _weights_speed(INTER, HIDDEN),
                          _weights_speed(HIDDEN, INTER), 1e-6, Out("out", (ROWS, HIDDEN), _half())),

@@ -28,7 +28,7 @@ import sys
 import sysconfig
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -150,6 +150,9 @@ class Launch:
     # Per tensor argument: the bytes of its whole storage, all of which the kernel can reach (a 1-element
     # view of a (rows, hidden) buffer still reaches rows x hidden elements): harness._statistics_pass.
     storage_bytes: tuple[int, ...] = ()
+    # Per tensor argument: the name of the call's parameter whose storage it shares ("" if none): a weight
+    # with as many rows as the activations is still a weight (harness._launches_on_the_rows).
+    params: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,7 @@ class Watch:
     # arguments apart by them.
     input_storages: set = field(default_factory=set)
     call_shapes: dict = field(default_factory=dict)  # storage of each of the call's tensors -> its shape
+    call_names: dict = field(default_factory=dict)  # storage of each of the call's tensors -> its parameter
     # Where the code watched started a Python thread: torch's dispatch modes, which see the host's ops, are
     # the calling thread's own, so another thread's torch ops go unrecorded (a function exercise's
     # arithmetic, its forbidden ops; on a GPU, where no Tracker follows the bytes, a kernel exercise's too).
@@ -1317,7 +1321,8 @@ def _launch_record(kernel, watch: Watch, args, kwargs) -> Launch:
     return Launch(_kernel_name(kernel), _kernel_module(kernel), tuple(tuple(t.shape) for t in tensors),
                   tuple(_storage(t) in watch.input_storages for t in tensors),
                   tuple(watch.call_shapes.get(_storage(t), ()) for t in tensors),
-                  tuple(_storage(t) for t in tensors), tuple(t.untyped_storage().nbytes() for t in tensors))
+                  tuple(_storage(t) for t in tensors), tuple(t.untyped_storage().nbytes() for t in tensors),
+                  tuple(watch.call_names.get(_storage(t), "") for t in tensors))
 
 
 def _modes_beneath() -> list[str]:
@@ -1496,7 +1501,8 @@ _WATCH_LOCK = threading.RLock()
 
 @contextlib.contextmanager
 def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | None = None,
-             inputs: Iterable[torch.Tensor] = (), outputs: Iterable[torch.Tensor] = ()):
+             inputs: Iterable[torch.Tensor] = (), outputs: Iterable[torch.Tensor] = (),
+             names: Mapping[str, torch.Tensor] | None = None):
     """Record launches and torch ops of the code inside; guard interpreter memory accesses.
 
     after_launch: called after each counted kernel launch returns, e.g. to snapshot outputs.
@@ -1504,16 +1510,19 @@ def watching(after_launch: Callable[[], None] | None = None, tracker: Tracker | 
     inputs: the call's input tensors; each launch records which of its tensor arguments are (views of) them.
     outputs: the call's output tensors; each launch records the shape of the input or output each of its
     tensor arguments views (Launch.bases).
+    names: {parameter: tensor} of the call; each launch records the parameter each of its tensor arguments
+    shares storage with (Launch.params).
     """
-    with _WATCH_LOCK, _watching(after_launch, tracker, inputs, outputs) as watch:
+    with _WATCH_LOCK, _watching(after_launch, tracker, inputs, outputs, names or {}) as watch:
         yield watch
 
 
 @contextlib.contextmanager
-def _watching(after_launch, tracker, inputs, outputs):
+def _watching(after_launch, tracker, inputs, outputs, names):
     inputs = list(inputs)
     watch = Watch(input_storages={_storage(t) for t in inputs},
-                  call_shapes={_storage(t): tuple(t.shape) for t in (*inputs, *outputs)})
+                  call_shapes={_storage(t): tuple(t.shape) for t in (*inputs, *outputs)},
+                  call_names={_storage(t): name for name, t in names.items()})
     watch.subclasses += _modes_beneath()
     recorder = _RecordOps(watch)
     undo_launch = _patch_launchers(watch, recorder, after_launch)

@@ -190,6 +190,10 @@ class Fusion:
     # call) is no allocation the call makes, and a kernel can store the intermediate there and read it back.
     # A storage of one of own_temporaries' counts (in 1-, 2- or 4-byte elements) is the answer's own.
     kept_buffers: bool = False
+    # The parameters that hold the rows' data ("x", "out"): a launch that gets one of them (any view), or a
+    # buffer an earlier such launch wrote, works on the activations. (): any tensor with one row per output
+    # row does, which counts a weight that happens to have as many rows (hidden = rows) as well.
+    activations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -395,20 +399,22 @@ def _fmt(x: float) -> str:
 def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> list[str]:
     """Problems with one output: unwritten elements, mismatches beyond tolerance (empty when fine)."""
     problems = []
-    got_cpu = got.detach().cpu()
-    exp = expected.detach().cpu()
-    if tuple(exp.shape) != tuple(got_cpu.shape):
-        return [f"`{name}` has shape {tuple(got_cpu.shape)}, expected {tuple(exp.shape)}"]
-    poison = _is_poison(got_cpu)
-    if got_cpu.dtype.is_floating_point or exp.dtype.is_floating_point:
-        g = got_cpu.to(torch.float64)
+    # Where the output lies: a GPU compares a speed-sized output (2^26 elements) in milliseconds, where a copy
+    # to the host and float64 there took seconds; only the few elements a message shows come back
+    got_here = got.detach()
+    exp = expected.detach().to(got_here.device)
+    if tuple(exp.shape) != tuple(got_here.shape):
+        return [f"`{name}` has shape {tuple(got_here.shape)}, expected {tuple(exp.shape)}"]
+    poison = _is_poison(got_here)
+    if got_here.dtype.is_floating_point or exp.dtype.is_floating_point:
+        g = got_here.to(torch.float64)
         e = exp.to(torch.float64)
         both_nan = torch.isnan(g) & torch.isnan(e)
         same_inf = torch.isinf(e) & (g == e)
         err = (g - e).abs()
         bad = ~(both_nan | same_inf | (err <= atol + rtol * e.abs()))
     else:
-        g, e = got_cpu.to(torch.int64), exp.to(torch.int64)
+        g, e = got_here.to(torch.int64), exp.to(torch.int64)
         err = (g - e).abs().to(torch.float64)
         bad = g != e
     unwritten = poison & bad
@@ -416,10 +422,10 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
     if n_unwritten:
         first = unwritten.flatten().nonzero()[:SHOW, 0].tolist()
         problems.append(Problem(
-            f"`{name}`: {n_unwritten} of {got_cpu.numel()} elements were never written "
+            f"`{name}`: {n_unwritten} of {got_here.numel()} elements were never written "
             f"(still the poison value), first at {', '.join(_index(i, tuple(exp.shape)) for i in first)}"
             + (" (or only added into without zeroing the output first: it arrives full of NaN, and NaN + x is "
-               "NaN)" if got_cpu.dtype.is_floating_point else ""),
+               "NaN)" if got_here.dtype.is_floating_point else ""),
             "unwritten"))
     wrong = bad & ~unwritten
     n_wrong = int(wrong.sum())
@@ -432,7 +438,7 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
         nan_text = (f" ({n_nan} of them NaN where a number was expected: computed from an undefined lane, or "
                     "added into without zeroing the output first, which arrives full of NaN)" if n_nan else "")
         lines = [
-            f"`{name}`: {n_wrong} of {got_cpu.numel()} elements differ beyond atol={atol:g}, rtol={rtol:g}"
+            f"`{name}`: {n_wrong} of {got_here.numel()} elements differ beyond atol={atol:g}, rtol={rtol:g}"
             f"{nan_text}; worst abs error {_fmt(worst_abs)}, worst rel error {_fmt(worst_rel)}"
         ]
         for i in wrong.flatten().nonzero()[:SHOW, 0].tolist():
@@ -440,12 +446,12 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
                 f"    at {_index(i, tuple(exp.shape))}: expected {_fmt(float(e.flatten()[i]))}, "
                 f"got {_fmt(float(g.flatten()[i]))}"
             )
-        half = _rounded_to_half(got_cpu.dtype, g, e, wrong) if not n_nan else ""
+        half = _rounded_to_half(got_here.dtype, g, e, wrong) if not n_nan else ""
         if half:
             lines.append(f"  every differing value of `{name}` is an {half} number, a rounding or two from the "
                          f"expected one: the result went through {half} (a .to(tl.{_TL_NAMES[half]}), a 16-bit "
                          f"accumulator or temporary); keep fp32 until the store into the "
-                         f"{str(got_cpu.dtype)[6:]} output")
+                         f"{str(got_here.dtype)[6:]} output")
         problems.append(Problem("\n".join(lines), "nan" if n_nan else "wrong"))
     return problems
 
@@ -791,7 +797,10 @@ def _launches_on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[st
     (fusion.pre_pass) is not counted and taints nothing: it holds at most two values per row."""
     counted, written, kept = [], set(), {}
     for launch in launched:
-        on_rows = any(len(shape) >= 2 and shape[0] == rows for shape in (*launch.shapes, *launch.bases))
+        if fusion.activations and len(launch.params) == len(launch.shapes):
+            on_rows = any(param in fusion.activations for param in launch.params)
+        else:
+            on_rows = any(len(shape) >= 2 and shape[0] == rows for shape in (*launch.shapes, *launch.bases))
         if fusion.pre_pass and _statistics_pass(launch, rows, kept, written):
             continue
         if on_rows or any(storage in written for storage in launch.storages):
@@ -996,8 +1005,9 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
                      and arg.untyped_storage().data_ptr() not in output_storages}
     inputs = [arg for name, arg in zip(ex.params, call_args) if isinstance(arg, torch.Tensor) and name not in buffers]
     outputs = [view for _, view, _ in buffers.values()]
+    names = {name: arg for name, arg in zip(ex.params, call_args) if isinstance(arg, torch.Tensor)}
     with _quiet_numerics(), watching(after_launch=snapshot, tracker=tracker, inputs=inputs,
-                                     outputs=outputs) as watch:
+                                     outputs=outputs, names=names) as watch:
         try:
             result = candidate(*call_args)
         except Refused as exc:

@@ -418,7 +418,8 @@ def facts_out(facts) -> dict:
             "host": problems_out(facts.host), "changed_later": list(facts.changed_later),
             "launched": [{"name": x.name, "module": x.module, "shapes": [list(s) for s in x.shapes],
                           "inputs": list(x.inputs), "bases": [list(s) for s in x.bases],
-                          "storages": list(x.storages), "storage_bytes": list(x.storage_bytes)}
+                          "storages": list(x.storages), "storage_bytes": list(x.storage_bytes),
+                          "params": list(x.params)}
                          for x in facts.launched],
             "allocations": [{"op": a.op, "shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""),
                              "site": a.site} for a in facts.allocations]}
@@ -457,7 +458,8 @@ def facts_in(data) -> Any:
         changed_later=[text(n) for n in _list(data.get("changed_later", []))],
         launched=[Launch(text(x.get("name")), text(x.get("module")), tuple(ints(s) for s in _list(x.get("shapes"))),
                          flags(x.get("inputs", [])), tuple(ints(s) for s in _list(x.get("bases", []))),
-                         ints(x.get("storages", [])), ints(x.get("storage_bytes", [])))
+                         ints(x.get("storages", [])), ints(x.get("storage_bytes", [])),
+                         tuple(text(n)[:200] for n in _list(x.get("params", []))))
                   for x in _list(data.get("launched", [])) if isinstance(x, dict)],
         allocations=[Allocation(text(a.get("op")), ints(a.get("shape")), _dtype(a.get("dtype")), text(a.get("site")))
                      for a in _list(data.get("allocations", [])) if isinstance(a, dict)],
