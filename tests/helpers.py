@@ -29,6 +29,19 @@ def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> Check
     return info.value
 
 
+def _without_comments(source: str) -> str:
+    """The source with each comment blanked out (tokenize finds them; a '#' in a string is no comment)."""
+    import io
+    import tokenize
+
+    lines = source.splitlines(keepends=True)
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            (row, start), (_, end) = token.start, token.end
+            lines[row - 1] = lines[row - 1][:start] + " " * (end - start) + lines[row - 1][end:]
+    return "".join(lines)
+
+
 def mutant(module: str, name: str, *edits: tuple[str, str]):
     """`name` from a copy of course_utils.lessons.<module> with each (old, new) text edit applied: the
     course's solution with one mistake a student makes. The copy is a module of its own (not the
@@ -41,11 +54,11 @@ def mutant(module: str, name: str, *edits: tuple[str, str]):
     from pathlib import Path
 
     source = inspect.getsource(importlib.import_module(f"course_utils.lessons.{module}"))
+    code = _without_comments(source)
     for old, new in edits:
-        # once: a text that also stands in a comment (the lesson quoting its own code) would be edited there too,
-        # and a kernel left unedited would make the test's "wrong answer" the solution, or another mistake
-        assert source.count(old) == 1, (f"{old!r} is in course_utils/lessons/{module}.py {source.count(old)} times, "
-                                        "not once")
+        # in the code: a text found only in a comment (the lesson quoting a line its kernel no longer has) would
+        # leave the kernel unedited, and the test's "wrong answer" the solution or another mistake
+        assert (code if "#" not in old else source).count(old), f"{old!r} is not in the code of course_utils/lessons/{module}.py"
         source = source.replace(old, new)
     path = Path(tempfile.mkdtemp(prefix="mutant_")) / f"mutant_{module}.py"
     path.write_text(source)

@@ -1232,6 +1232,20 @@ def test_a_sum_carried_between_the_programs_of_a_launch_is_a_race():
     # an atomic first that releases nothing: the carried sum is still a race
     with pytest.raises(CheckFailed, match=r"loaded bytes of `dw` that program \(0, 0, 0\) of the same launch"):
         check("08.rmsnorm_backward", dummy["rmsnorm_backward"], seed=1, quiet=True)
+    # a fake lock: an atomic before the load and another after the store, their values unused, so nothing
+    # waits for anything on a GPU; a real lock spins on its compare-and-swap and passes
+    fake = _candidate(_DW.replace("    else:  # the sum carried", "    elif n_rows < 0:\n        pass\n    else:  # the sum carried")
+                      .replace("        tl.store(dw_ptr + cols, tl.load(dw_ptr + cols, mask=ok) + dy * xhat, mask=ok)\n",
+                               "        tl.atomic_add(ticket_ptr, 0)\n"
+                               "        tl.store(dw_ptr + cols, tl.load(dw_ptr + cols, mask=ok) + dy * xhat, mask=ok)\n"
+                               "        tl.atomic_add(ticket_ptr, 0)\n"), "dw_fake_lock")
+    with pytest.raises(CheckFailed, match=r"loaded bytes of `dw` that program \(0, 0, 0\) of the same launch"):
+        check("08.rmsnorm_backward", fake["rmsnorm_backward"], seed=1, quiet=True)
+    lock = _candidate(_DW.replace("        tl.store(dw_ptr + cols, tl.load(dw_ptr + cols, mask=ok) + dy * xhat, mask=ok)\n",
+                                  "        while tl.atomic_cas(ticket_ptr, 0, 1) == 1:\n            pass\n"
+                                  "        tl.store(dw_ptr + cols, tl.load(dw_ptr + cols, mask=ok) + dy * xhat, mask=ok)\n"
+                                  "        tl.debug_barrier()\n        tl.atomic_xchg(ticket_ptr, 0)\n"), "dw_lock")
+    check("08.rmsnorm_backward", lock["rmsnorm_backward"], seed=1, quiet=True)
 
 
 _SPILL = """

@@ -672,6 +672,9 @@ class Tracker:
     programs synchronized through atomics, the reader before its load and the writer after its stores (a
     ticket: the last program to finish merges what the others stored, which a GPU orders by the atomics'
     acquire/release semantics); an atomic update of another program's plain stores is refused too.
+    The reader's atomic synchronizes only if the program decided something by the value it returned (an
+    if or a while on it, or a load's mask or address made from it: the ticket's count, a lock's
+    compare-and-swap): an atomic whose value goes unused orders nothing on a GPU (a fake lock).
     """
 
     def __init__(self):
@@ -685,15 +688,22 @@ class Tracker:
         # per program of the launch: when (a count of its memory operations) it last stored and last did an
         # atomic; a program whose atomic came after its stores has released them (the ticket pattern)
         self.step, self.last_store, self.last_atomic = 0, {}, {}
+        # per program: when it last decided something by the value an atomic returned (AtomicResult)
+        self.last_acquire: dict[int, int] = {}
 
     def new_launch(self, kernel: str) -> None:
         self.kernel, self.programs = kernel, []
         self.stored_by.clear()
         self.last_store.clear()
         self.last_atomic.clear()
+        self.last_acquire.clear()
 
     def _released(self, writer: int) -> bool:
         return self.last_atomic.get(writer, -1) > self.last_store.get(writer, -1)
+
+    def acquired(self) -> None:
+        """The running program decided something by the value an atomic returned to it."""
+        self.last_acquire[len(self.programs) - 1] = self.step
 
     def new_program(self, pid: tuple) -> None:
         self.programs.append(pid)
@@ -804,7 +814,7 @@ class Tracker:
                     continue
                 if what != "tl.load":
                     self._race(name, reader, int(writer), "atomically updated")
-                elif not (reader in self.last_atomic and self._released(int(writer))):
+                elif not (reader in self.last_acquire and self._released(int(writer))):
                     self._race(name, reader, int(writer))
                 break
 
@@ -823,7 +833,7 @@ class Tracker:
                 # the other program's atomic after its stores and this one's before: the read rule's ticket)
                 changed = real[offs] != shadow[offs]
                 for writer in np.unique(stored_by[offs][changed]):
-                    if writer >= 0 and writer != program and not (program in self.last_atomic
+                    if writer >= 0 and writer != program and not (program in self.last_acquire
                                                                   and self._released(int(writer))):
                         self._race(name, program, int(writer), "stored other values over")
                         break
@@ -832,6 +842,39 @@ class Tracker:
             if start not in self.stored_by:
                 self.stored_by[start] = np.full(end - start, -1, dtype=np.int32)
             self.stored_by[start][offs] = -2 if atomic else program
+
+
+class AtomicResult(np.ndarray):
+    """The value an atomic returned, in the interpreter: what a program computes from it is one too (NumPy
+    keeps the subclass through its ufuncs, and __array_function__ through its functions). Turning it into
+    a Python bool or int (an if or a while on it, in the kernel) tells the tracker the program acquired."""
+
+    def __array_function__(self, func, types, args, kwargs):
+        result = super().__array_function__(func, types, args, kwargs)
+        return result.view(AtomicResult) if isinstance(result, np.ndarray) else result
+
+    def _decided(self):
+        if _trackers:
+            _trackers[-1].acquired()
+        return self.view(np.ndarray)
+
+    def __bool__(self):
+        return bool(self._decided())
+
+    def __int__(self):
+        return int(self._decided())
+
+    def __index__(self):
+        return self._decided().__index__()
+
+    def item(self, *args):
+        return self._decided().item(*args)
+
+
+def _decides(*handles) -> None:
+    """A load or store whose mask or addresses come from an atomic's value: the program acquired."""
+    if _trackers and any(isinstance(getattr(h, "data", None), AtomicResult) for h in handles):
+        _trackers[-1].acquired()
 
 
 _trackers: list[Tracker] = []  # the active tracker (at most one: the call being checked)
@@ -1169,6 +1212,7 @@ def _patch_interpreter():
 
     def store(self, ptrs, value, mask, *args, **kwargs):
         _check_addresses(ptrs.data, mask.data, value.data.dtype.itemsize, "tl.store")
+        _decides(ptrs, mask)
         done = orig_store(self, ptrs, value, mask, *args, **kwargs)
         if _trackers:
             _trackers[-1].after_write(_addresses(ptrs.data, mask.data), value.data.dtype.itemsize)
@@ -1183,9 +1227,12 @@ def _patch_interpreter():
             addrs = _addresses(ptr.data, None if mask is None else mask.data) if _trackers else None
             if addrs is not None:
                 _trackers[-1].before_read(addrs, itemsize, what)
+            _decides(ptr, mask)
             done = orig(self, *args, **kwargs)
             if addrs is not None:
                 _trackers[-1].after_write(addrs, itemsize, atomic=True)
+                if isinstance(getattr(done, "data", None), np.ndarray):
+                    done.data = done.data.view(AtomicResult)
             return done
 
         return run
@@ -1193,6 +1240,7 @@ def _patch_interpreter():
     def load(self, ptrs, mask, other, *args, **kwargs):
         dtype_np = np.dtype(interp._get_np_dtype(ptrs.get_element_ty()))
         _check_addresses(ptrs.data, mask.data, dtype_np.itemsize, "tl.load")
+        _decides(ptrs, mask)
         if _trackers:
             _trackers[-1].before_read(_addresses(ptrs.data, mask.data), dtype_np.itemsize, "tl.load")
         if other is None and not bool(np.all(mask.data)) and not _falsy_other_given(sys._getframe(1)):
