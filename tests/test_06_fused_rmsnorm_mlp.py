@@ -1048,3 +1048,48 @@ def test_rmsnorm_of_a_transposed_x_past_2_31_elements():
     head = x[:4096].float()
     want = head * torch.rsqrt(head.pow(2).mean(1, keepdim=True) + 1e-6) * weight.float()
     torch.testing.assert_close(out[:4096].float(), want, atol=1e-2, rtol=1e-2)
+
+
+def test_gate_up_silu_that_repacks_its_weights_passes_with_as_many_rows_as_hidden():
+    """w_gate and w_up copied by a kernel in the call, (intermediate, hidden) each: as many elements as g when
+    rows = hidden (the case of 48 rows, hidden 48; the speed line's 4096 tokens of a 4096-wide model). The
+    weights reached them first, not x: the answer's own, and the copies no launches on the activations."""
+    from course_utils.grading.provenance import course_solutions_allowed
+    from course_utils.lessons.l02_first_kernels import copy_2d
+
+    fused = _buggy_gate_up("none")
+
+    def gate_up_silu(x, w_gate, w_up, out):
+        w_g = torch.empty(w_gate.shape, dtype=w_gate.dtype, device=w_gate.device)
+        w_u = torch.empty(w_up.shape, dtype=w_up.dtype, device=w_up.device)
+        copy_2d(w_gate, w_g)
+        copy_2d(w_up, w_u)
+        fused(x, w_g, w_u, out)
+
+    with course_solutions_allowed():
+        check("06.gate_up_silu", gate_up_silu, seed=SEED, quiet=True)
+
+
+def test_one_h_of_the_normalized_activations_count_is_the_blocks_own_and_a_second_buffer_is_not():
+    """hidden = intermediate = rows: w_down.T packed in the call, h and the normalized activations all have
+    rows x hidden elements. The packed weight (reached first by a copy of w_down) and one h (reached by the
+    gate/up kernel, on x) are the block's own; a second buffer that x reached first is room for n."""
+    from course_utils.checks.l06_fused_rmsnorm_mlp import _mlp_cases
+    from course_utils.grading import exercises
+    from course_utils.grading.guard import Allocation, Launch
+    from course_utils.grading.harness import _launch_problems
+
+    ex = {e.id: e for e in exercises("06")}["06.rmsnorm_mlp"]
+    case = next(c for c in _mlp_cases(torch.Generator().manual_seed(1)) if c.label.startswith("64 rows, hidden 64"))
+    n = 64 * 64
+    w_down_t, h, normed = (Allocation("empty", (64, 64), torch.float16, "", address) for address in (1, 2, 3))
+    copy = Launch("copy_2d_kernel", "m", ((64, 64), (64, 64)), (True, False), ((64, 64), ()), (10, 1), (2 * n, 2 * n),
+                  ("w_down", ""))
+    gate_up = Launch("gate_up", "m", ((64, 64), (64, 64)), (True, False), ((64, 64), ()), (11, 2), (2 * n, 2 * n),
+                     ("x", ""))
+    down = Launch("down", "m", ((64, 64), (64, 64), (64, 64)), (False, False, False), ((), (), (64, 64)),
+                  (2, 1, 12), (2 * n, 2 * n, 2 * n), ("", "", "out"))
+    assert _launch_problems(ex, case, [copy, gate_up, down], [w_down_t, h]) == []
+    norm = Launch("norm", "m", ((64, 64), (64, 64)), (True, False), ((64, 64), ()), (11, 3), (2 * n, 2 * n), ("x", ""))
+    problems = _launch_problems(ex, case, [copy, norm, gate_up, down], [w_down_t, h, normed])
+    assert any("the normalized activations" in p for p in problems), problems

@@ -252,6 +252,15 @@ def _gate_up_cases(gen):
     yield Case(f"{TALL_LABEL}, float16", (x, w_gate, w_up, Out("out", (TALL[0], TALL[2]), torch.float16)),
                {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
                explain=_gate_up_explain)
+    # As many rows as hidden (a 4096-token prefill of a 4096-wide model): a weight repacked to (hidden,
+    # intermediate) has as many elements as g and one row per row of x; it stays the answer's own
+    rows = hidden = 48
+    x, w_gate, w_up = (randn((rows, hidden), torch.float16, gen), _weights(136, hidden, torch.float16, gen),
+                       _weights(136, hidden, torch.float16, gen))
+    yield Case(f"{rows} rows, hidden {hidden}: as many rows as a weight repacked to (hidden, intermediate), "
+               "float16", (x, w_gate, w_up, Out("out", (rows, 136), torch.float16)),
+               {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
+               explain=_gate_up_explain)
 
 
 def _gate_up_explain(outs: dict, case: Case) -> str:
@@ -299,7 +308,7 @@ register(Exercise(
     _gate_up_cases,
     fusion=Fusion("one kernel computes both x @ w_gate.T and x @ w_up.T tiles in fp32 accumulators and "
                   "applies silu(g) * u to them before its one store of out", _gate_up_temporary,
-                  own_temporaries=_gate_up_own_temporaries, kept_buffers=True),
+                  own_temporaries=_gate_up_own_temporaries, kept_buffers=True, activations=("x", "out")),
     speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), _weights_speed(INTER, HIDDEN),
                          _weights_speed(INTER, HIDDEN), Out("out", (ROWS, INTER), _half())),
                 lambda args: Cost(4.0 * ROWS * INTER * HIDDEN, 2 * (ROWS * HIDDEN + 2 * INTER * HIDDEN
@@ -402,6 +411,17 @@ def _mlp_cases(gen):
                "the weights, not on the activations), float16",
                (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
                {"out": expected}, *_dot_tolerance(half))
+    # As many rows as intermediate, or hidden = intermediate: a packed w_down.T, or h, has as many elements as
+    # the normalized activations; they stay the answer's own (the weights reached w_down.T first; h is one)
+    for rows, hidden, inter in ((64, 32, 64), (64, 64, 64)):
+        x, norm_weight = randn((rows, hidden), half, gen), uniform((hidden,), 0.5, 1.5, half, gen)
+        w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
+            _weights(hidden, inter, half, gen)
+        expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
+        yield Case(f"{rows} rows, hidden {hidden}, intermediate {inter}: a packed w_down.T or h has as many "
+                   "elements as the normalized activations, float16",
+                   (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
+                   {"out": expected}, *_dot_tolerance(half))
 
 
 def _mlp_temporary(case: Case) -> tuple[int, str] | None:
@@ -434,7 +454,8 @@ register(Exercise(
                   "goes to memory; then one more launch, the down projection (weight packing on weights is not "
                   "counted)",
                   _mlp_temporary, kernels=2, pre_pass=True, own_temporaries=_mlp_own_temporaries,
-                  activations=("x", "out")),
+                  activations=("x", "out"), written_temporaries=lambda case: (case.args[-1].shape[0]
+                                                                              * case.args[2].shape[0],)),
     speed=Speed(lambda: (randn((ROWS, HIDDEN), _half()), randn((HIDDEN,), _half()),
                          _weights_speed(INTER, HIDDEN), _weights_speed(INTER, HIDDEN),
                          _weights_speed(HIDDEN, INTER), 1e-6, Out("out", (ROWS, HIDDEN), _half())),

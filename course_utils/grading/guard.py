@@ -161,6 +161,7 @@ class Allocation:
     shape: tuple[int, ...]
     dtype: torch.dtype
     site: str  # where the student's code called it ("" when no frame of theirs was found)
+    storage: int = 0  # the address of its storage: which launches got it (Launch.storages)
 
     @property
     def numel(self) -> int:
@@ -343,7 +344,7 @@ class _RecordOps(TorchDispatchMode):
         for t in outs:
             if t.numel() and _storage_ptr(t) not in owned:
                 site = student_site(3)
-                self.watch.allocations.append(Allocation(name, tuple(t.shape), t.dtype, site))
+                self.watch.allocations.append(Allocation(name, tuple(t.shape), t.dtype, site, _storage_ptr(t)))
                 self.watch.made[_storage_ptr(t)] = t.untyped_storage().nbytes()
                 if _trackers:
                     if name.startswith(("empty", "new_empty")):

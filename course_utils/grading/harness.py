@@ -194,6 +194,10 @@ class Fusion:
     # buffer an earlier such launch wrote, works on the activations. (): any tensor with one row per output
     # row does, which counts a weight that happens to have as many rows (hidden = rows) as well.
     activations: tuple[str, ...] = ()
+    # Counts of own_temporaries that a launch on the activations writes (06.rmsnorm_mlp: h, rows x intermediate):
+    # one allocation each of the intermediate's very count is the answer's own all the same (hidden =
+    # intermediate). Without it, such an allocation is the answer's own only if the weights reached it first.
+    written_temporaries: Callable[["Case"], tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -790,24 +794,57 @@ def _statistics_pass(launch, rows: int, kept: dict[int, int], written: set) -> b
     return True
 
 
-def _launches_on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[str]:
-    """The names of the launches that work on the activations: a tensor with one row per output row (the
-    call's x or out, or a view of them), or a buffer that an earlier such launch wrote (by its storage:
-    a temporary stored transposed, padded or flat is still the rows' data). A statistics pre-pass
-    (fusion.pre_pass) is not counted and taints nothing: it holds at most two values per row."""
-    counted, written, kept = [], set(), {}
+def _on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[bool]:
+    """Per launch: does it work on the activations? It gets the call's activations (fusion.activations:
+    x or out, any view of them; without them, any tensor with one row per output row), or a buffer that an
+    earlier such launch wrote (by its storage: a temporary stored transposed, padded or flat is still the
+    rows' data). A statistics pre-pass (fusion.pre_pass) is not and taints nothing: it holds at most two
+    values per row."""
+    flags, written, kept = [], set(), {}
     for launch in launched:
         if fusion.activations and len(launch.params) == len(launch.shapes):
             on_rows = any(param in fusion.activations for param in launch.params)
         else:
             on_rows = any(len(shape) >= 2 and shape[0] == rows for shape in (*launch.shapes, *launch.bases))
         if fusion.pre_pass and _statistics_pass(launch, rows, kept, written):
+            flags.append(False)
             continue
-        if on_rows or any(storage in written for storage in launch.storages):
-            counted.append(launch.name)
-            flags = _input_flags(launch)
-            written |= {storage for storage, is_input in zip(launch.storages, flags) if not is_input}
-    return counted
+        on_rows = on_rows or any(storage in written for storage in launch.storages)
+        flags.append(on_rows)
+        if on_rows:
+            written |= {storage for storage, is_input in zip(launch.storages, _input_flags(launch)) if not is_input}
+    return flags
+
+
+def _launches_on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[str]:
+    """The names of the launches that work on the activations (_on_the_rows)."""
+    return [launch.name for launch, on_rows in zip(launched, _on_the_rows(fusion, launched, rows)) if on_rows]
+
+
+def _own_of_the_same_count(ex: Exercise, case: Case, allocations, launched) -> set[int]:
+    """The allocations (their indices) of exactly the intermediate's count that are the answer's own all the
+    same, where a temporary of its own has that count too (rows = intermediate: w_down.T packed to
+    (intermediate, hidden) has rows x hidden elements, as many as the normalized activations): a weight
+    packed in the call, which a launch on no activations reached first (a copy or scaling of the weights),
+    and as many as fusion.written_temporaries names of that count, reached by the activations first (h).
+    Told only where the fusion names its activations and the allocations' storages were recorded."""
+    fusion, (numel, _) = ex.fusion, ex.fusion.temporary(case)
+    own = ex.fusion.own_temporaries(case) if ex.fusion.own_temporaries is not None else ()
+    if not fusion.activations or numel not in own:
+        return set()
+    on_rows = _on_the_rows(fusion, launched, _rows(case))
+    written = list(fusion.written_temporaries(case)) if fusion.written_temporaries is not None else []
+    forgiven = set()
+    for i, alloc in enumerate(allocations):
+        first = next((flag for launch, flag in zip(launched, on_rows) if alloc.storage in launch.storages), None)
+        if alloc.numel != numel or not alloc.storage or first is None:
+            continue
+        if not first:
+            forgiven.add(i)
+        elif numel in written:
+            written.remove(numel)
+            forgiven.add(i)
+    return forgiven
 
 
 def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[str]:
@@ -830,7 +867,10 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
         numel, description = temporary
         own = ex.fusion.own_temporaries
         allowed = own(case) if own is not None else ()
-        for alloc in allocations:
+        forgiven = _own_of_the_same_count(ex, case, allocations, launched)
+        for i, alloc in enumerate(allocations):
+            if i in forgiven:
+                continue
             if alloc.numel == numel or (own is not None and alloc.numel > numel and alloc.numel not in allowed):
                 at = f" at {alloc.site}" if alloc.site else ""
                 size = "the size of" if alloc.numel == numel else f"{alloc.numel} elements, room for"

@@ -341,6 +341,12 @@ def _list(value) -> list:
     return value
 
 
+def _int(value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ProtocolError("expected an integer")
+    return value
+
+
 def _wrapped(t, wrap: str):
     """A course input wrapper (e.g. the tensor that logs its reads) around t: only classes of
     course_utils.checks with a `watch` constructor."""
@@ -422,7 +428,7 @@ def facts_out(facts) -> dict:
                           "params": list(x.params)}
                          for x in facts.launched],
             "allocations": [{"op": a.op, "shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""),
-                             "site": a.site} for a in facts.allocations]}
+                             "site": a.site, "storage": a.storage} for a in facts.allocations]}
 
 
 def facts_in(data) -> Any:
@@ -461,7 +467,8 @@ def facts_in(data) -> Any:
                          ints(x.get("storages", [])), ints(x.get("storage_bytes", [])),
                          tuple(text(n)[:200] for n in _list(x.get("params", []))))
                   for x in _list(data.get("launched", [])) if isinstance(x, dict)],
-        allocations=[Allocation(text(a.get("op")), ints(a.get("shape")), _dtype(a.get("dtype")), text(a.get("site")))
+        allocations=[Allocation(text(a.get("op")), ints(a.get("shape")), _dtype(a.get("dtype")), text(a.get("site")),
+                                _int(a.get("storage", 0)))
                      for a in _list(data.get("allocations", [])) if isinstance(a, dict)],
     )
 
