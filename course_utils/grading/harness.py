@@ -1530,7 +1530,8 @@ def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, qui
     """Run every case of an exercise against `candidate`; print one line on success, raise on failure.
 
     course=True: the candidate is the course's own solution, shown passing in a lesson (a check
-    refuses the course's solutions otherwise). On a GPU a passing check also prints its speed.
+    refuses the course's solutions otherwise). On a GPU the last case of an exercise with a speed line is
+    its realistic size (speed_case), and a passing check also prints its speed.
     """
     ex = _exercise(exercise_id)
     _check_signature(ex, candidate)

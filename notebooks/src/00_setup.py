@@ -88,7 +88,10 @@ except CheckFailed as failure:
 # The message names the exercise, the case (shapes, dtypes, strides), the seed, what went wrong and a
 # hint. The fix (a *mask* that switches off the lanes past the end) is the subject of lesson 02; you
 # write it yourself in `exercises/02_first_kernels.ipynb`. When an answer is right, `check` prints one
-# line, `02.vector_add passed: ...`, and the notebook moves on.
+# line, `02.vector_add passed: ...`, and the notebook moves on. On a GPU the last case of a timed exercise
+# is the realistic size its speed line reports (a 2^26-element vector, a 4096^3 matmul), judged against
+# the course's own solution, so that a path your kernel takes only on large problems is checked too; then
+# a second line gives your kernel's speed beside the solution's.
 #
 # A check also refuses answers that get the numbers right the wrong way: computing the result outside
 # a Triton kernel (`out.copy_(x + y)` runs torch's own kernels, on the GPU or the CPU) instead of in
