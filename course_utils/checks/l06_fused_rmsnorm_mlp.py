@@ -380,48 +380,33 @@ def _mlp_cases(gen):
                        (x, norm_weight, w_gate, w_up, w_down, eps, Out("out", tuple(x.shape), dtype)),
                        {"out": expected}, *tol)
     # After the loop, as in _gate_up_cases
-    (rows, hidden, inter), half = TALL, torch.float16
-    x, norm_weight = randn((rows, hidden), half, gen), uniform((hidden,), 0.5, 1.5, half, gen)
-    w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
-        _weights(hidden, inter, half, gen)
-    expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
-    yield Case(f"{TALL_LABEL}, float16",
-               (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
-               {"out": expected}, *_dot_tolerance(half))
+    yield _half_mlp_case(f"{TALL_LABEL}, float16", randn(TALL[:2], torch.float16, gen), TALL[2], gen)
     # The strided case above has 37 rows on the CPU, where the statistics come from the gate/up kernel's own
     # second pass over x: a pre-pass (row_rstd, above 64 rows) that took x's columns as contiguous passed
     # there. 100 rows of a strided x, last (the cases above draw what they drew before it came).
-    rows, hidden, inter = 100, 40, 136
-    x, norm_weight = _wider(rows, hidden, half, gen), uniform((hidden,), 0.5, 1.5, half, gen)
-    w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
-        _weights(hidden, inter, half, gen)
-    expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
-    yield Case(f"{rows} rows, {_wider_label(hidden)}; a statistics pre-pass over many rows reads x with both "
-               "strides too, float16",
-               (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
-               {"out": expected}, *_dot_tolerance(half))
+    yield _half_mlp_case(f"100 rows, {_wider_label(40)}; a statistics pre-pass over many rows reads x with both "
+                         "strides too, float16", _wider(100, 40, torch.float16, gen), 136, gen)
     # Every case above has fewer or more rows than hidden: with as many (a 4096-token prefill of a 4096-wide
     # model), w_down and the transposed views of w_gate and w_up have one row per row of x too.
-    rows = hidden = 48
-    x, norm_weight = randn((rows, hidden), half, gen), uniform((hidden,), 0.5, 1.5, half, gen)
-    w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
-        _weights(hidden, inter, half, gen)
-    expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
-    yield Case(f"{rows} rows, hidden {hidden}: as many rows as w_down has (weight packing inside the call is on "
-               "the weights, not on the activations), float16",
-               (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
-               {"out": expected}, *_dot_tolerance(half))
+    yield _half_mlp_case("48 rows, hidden 48: as many rows as w_down has (weight packing inside the call is on the "
+                         "weights, not on the activations), float16", randn((48, 48), torch.float16, gen), 136, gen)
     # As many rows as intermediate, or hidden = intermediate: a packed w_down.T, or h, has as many elements as
     # the normalized activations; they stay the answer's own (the weights reached w_down.T first; h is one)
     for rows, hidden, inter in ((64, 32, 64), (64, 64, 64)):
-        x, norm_weight = randn((rows, hidden), half, gen), uniform((hidden,), 0.5, 1.5, half, gen)
-        w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
-            _weights(hidden, inter, half, gen)
-        expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
-        yield Case(f"{rows} rows, hidden {hidden}, intermediate {inter}: a packed w_down.T or h has as many "
-                   "elements as the normalized activations, float16",
-                   (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", (rows, hidden), half)),
-                   {"out": expected}, *_dot_tolerance(half))
+        yield _half_mlp_case(f"{rows} rows, hidden {hidden}, intermediate {inter}: a packed w_down.T or h has as "
+                             "many elements as the normalized activations, float16",
+                             randn((rows, hidden), torch.float16, gen), inter, gen)
+
+
+def _half_mlp_case(label: str, x: torch.Tensor, inter: int, gen) -> Case:
+    """A float16 case of the block on x (rows, hidden), eps 1e-6: norm_weight and the weights drawn after x."""
+    hidden, half = x.shape[1], torch.float16
+    norm_weight = uniform((hidden,), 0.5, 1.5, half, gen)
+    w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
+        _weights(hidden, inter, half, gen)
+    expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
+    return Case(label, (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", tuple(x.shape), half)),
+                {"out": expected}, *_dot_tolerance(half))
 
 
 def _mlp_temporary(case: Case) -> tuple[int, str] | None:
