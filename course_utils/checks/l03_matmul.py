@@ -415,6 +415,9 @@ def _linear_explain(outs: dict, case: Case) -> str:
 
 register(Exercise(
     "03.linear_relu", "fused linear + bias + ReLU", "linear_relu(x, w, bias, out)", _linear_relu_cases,
+    # one launch of any kind: a transposing copy of w first is a second launch whatever the shapes (counted
+    # as one on the activations, it failed only where w has as many rows or columns as x has rows)
+    max_launches=1,
     hint={"wrong": "w is (N, K): pass w.t(), a (K, N) view with strides (1, K), as b; add bias[n] along "
                    "the columns (the N axis) to the fp32 accumulator and apply max(., 0) before the one "
                    "store",
@@ -425,7 +428,8 @@ register(Exercise(
           "nan": "a masked load without other= reads undefined values (NaN in the checker): give the K-tail "
                  "loads other=0.0",
           "launches": "one launch: the matmul kernel adds bias[n] to its fp32 accumulator and applies "
-                      "max(., 0) before its one store; no separate bias or ReLU kernel",
+                      "max(., 0) before its one store; no separate bias or ReLU kernel, and no copy of w "
+                      "(w.t() is a view the kernel reads through its strides)",
           "fusion": "no (M, N) temporary: bias and ReLU are applied to the accumulator in registers",
           "host": "no torch arithmetic outside your kernel (no x @ w.T, no relu): it all happens in "
                   "your kernel"},
