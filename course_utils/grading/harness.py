@@ -1612,8 +1612,10 @@ def speed_case(ex: Exercise, seed: int) -> Case | None:
 
     Tolerance: two roundings of each output's dtype (speed_tolerance), relative, and as much again of the
     outputs' root mean square, absolute (sums near zero); garbage and a lost tile of K are far outside it."""
-    with torch.random.fork_rng(devices=[]):  # the inputs follow from the seed; torch's own stream is kept
-        torch.manual_seed(seed)
+    # The inputs follow from the seed, drawn on the CPU (inputs.randn); torch's own stream is put back, and
+    # the GPU's generators are not touched (torch.manual_seed would reseed them too)
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
         args = ex.speed.args()
     outs = _materialize(args, current().device)
     try:
