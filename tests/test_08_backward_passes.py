@@ -1003,3 +1003,23 @@ def test_rmsnorm_train_returning_fp32_for_an_fp16_x_fails():
     """y's values were compared, its dtype was not: an fp32 y for an fp16 x passed."""
     failure("08.rmsnorm_train", lambda x, w, eps: _Fp32Output.apply(x, w, eps), "float16",
             "returned a float32 tensor for a float16 x")
+
+
+@pytest.mark.parametrize("shape", [(13, 1), (2, 7, 1), (13, 2)])
+def test_rmsnorm_train_of_one_or_two_columns_may_save_rstd(shape):
+    """hidden = 1: the saved rstd (rows,) has rows x hidden elements, as a copy of x would; more than two
+    values a row is what counts as a (rows, hidden) tensor kept for the backward."""
+    from course_utils.checks import l08_backward_passes as c8
+    from course_utils.grading import Case, exercises
+    from course_utils.grading.harness import _run_function_case
+    from course_utils.grading.provenance import course_solutions_allowed
+    from course_utils.lessons.l08_backward_passes import rmsnorm_train
+
+    ex = {e.id: e for e in exercises("08")}["08.rmsnorm_train"]
+    gen = torch.Generator().manual_seed(0)
+    x = torch.nn.Parameter(torch.randn(shape, generator=gen).to(DEVICE))
+    w = torch.nn.Parameter((torch.rand(shape[-1], generator=gen) + 0.5).to(DEVICE))
+    dy = torch.randn(shape, generator=gen).to(DEVICE)
+    case = Case(f"{shape} float32", (x, w, 1e-6), None, verify=c8._train_verify(x, w, 1e-6, dy))
+    with course_solutions_allowed():
+        assert _run_function_case(ex, rmsnorm_train, case) == []

@@ -844,3 +844,13 @@ def test_the_graders_stand_in_for_a_sandboxed_node_saves_on_the_calls_device():
     info = {"function": True, "saved": [{"input": 0}, {"shape": [4, 8], "dtype": "float32"}]}
     y = remote.autograd_in(None, x.detach(), info, [x], "meta")
     assert [t.device.type for t in y.grad_fn.saved_tensors] == ["meta", "meta"]
+
+
+def test_the_bytes_of_one_element_with_a_stride_are_read():
+    """A (1, 1) column of a wider tensor keeps its strides through .contiguous() (one element is contiguous
+    whatever its strides); viewing it as bytes raised, and the checker crashed before the candidate ran."""
+    from course_utils.grading.harness import _bits
+
+    one = torch.arange(18, dtype=torch.float16).view(2, 9)[:1, 3:4:2]
+    assert one.stride() == (9, 2) or one.numel() == 1
+    assert torch.equal(_bits(one), torch.tensor([3.0], dtype=torch.float16).view(torch.uint8))

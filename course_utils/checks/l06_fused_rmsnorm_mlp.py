@@ -396,6 +396,10 @@ def _mlp_cases(gen):
         yield _half_mlp_case(f"{rows} rows, hidden {hidden}, intermediate {inter}: a packed w_down.T or h has as "
                              "many elements as the normalized activations, float16",
                              randn((rows, hidden), torch.float16, gen), inter, gen)
+    # Small weights and many rows: packed weights of fewer bytes than a few per row are no statistics pre-pass
+    # (they read no x), and must not fill the pre-pass's budget of bytes per row before row_rstd runs
+    yield _half_mlp_case("100 rows, hidden 16, intermediate 16: the weights packed in the call are smaller than "
+                         "the statistics of the rows, float16", randn((100, 16), torch.float16, gen), 16, gen)
 
 
 def _half_mlp_case(label: str, x: torch.Tensor, inter: int, gen) -> Case:

@@ -138,6 +138,15 @@ def _dw_tol(dy, x, rstd) -> tuple[float, float]:
     return 32 * 2.0**-24 * float(terms.max()) + 1e-30, 64 * 2.0**-24
 
 
+def _dx_tol(dtype: torch.dtype, dx: torch.Tensor, dy, weight, rstd) -> tuple[float, float]:
+    """dx = rstd * (w * dy - xhat * mean(w * dy * xhat)): its two terms can cancel (w = 1 and dy = y, the
+    gradient of sum(y^2) / 2, gives dx ~ eps: the roundings of the terms, not of dx, set the error), so
+    atol is relative to the largest term, rstd * |w * dy|, when that is larger than dx."""
+    hidden = dy.shape[-1]
+    terms = (f64(dy).reshape(-1, hidden) * f64(weight) * rstd.reshape(-1, 1)).abs()
+    return _tol(dtype, dx, floor=float(terms.max()) if terms.numel() else 0.0)
+
+
 def _rmsnorm_backward_cases(gen):
     rows, hidden = size((1823, 781), (37, 781))
     many = size((4096, 1024), (150, 80))
@@ -163,10 +172,21 @@ def _rmsnorm_backward_cases(gen):
             weight = uniform((n,), 0.5, 1.5, dtype, gen)
             _, dx, dw, rstd = _rmsnorm_grads(x, weight, eps, dy)
             rstd32 = rstd.to(torch.float32).to(current().device)
-            tols = {"dx": _tol(dtype, dx), "dw": _dw_tol(dy, x, rstd)}
+            tols = {"dx": _dx_tol(dtype, dx, dy, weight, rstd), "dw": _dw_tol(dy, x, rstd)}
             args = (dy, x, weight, rstd32, Out("dx", (m, n), dtype), Out("dw", (n,), torch.float32))
             yield _case(f"{label}, {_name(dtype)}", args, {"dx": dx, "dw": dw}, tols,
                         _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
+    # Last (the cases above draw what they drew before it came): the gradient of sum(y^2) / 2 with w = 1, the
+    # first backward a test writes, is dy = y, and dx = rstd * (y - xhat * mean(y * xhat)) cancels to ~eps
+    x = randn((4, 80), torch.float32, gen)
+    weight = torch.ones(80, device=current().device)
+    dy = (f64(x) * torch.rsqrt(f64(x).pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.float32).to(x.device)
+    _, dx, dw, rstd = _rmsnorm_grads(x, weight, 1e-6, dy)
+    tols = {"dx": _dx_tol(torch.float32, dx, dy, weight, rstd), "dw": _dw_tol(dy, x, rstd)}
+    args = (dy, x, weight, rstd.to(torch.float32).to(current().device), Out("dx", (4, 80), torch.float32),
+            Out("dw", (80,), torch.float32))
+    yield _case("w = 1 and dy = y, the gradient of sum(y^2) / 2: dx's two terms cancel to ~eps, float32", args,
+                {"dx": dx, "dw": dw}, tols, _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
 
 
 register(Exercise(
@@ -435,7 +455,7 @@ def _train_verify(x, weight, eps, dy, pair: dict | None = None, role: str = ""):
     dtype, hidden = x.dtype, x.shape[-1]
     rows = x.numel() // hidden
     given = {"x": x.untyped_storage().nbytes(), "weight": weight.untyped_storage().nbytes()}  # before the call
-    tol_y, tol_dx = _tol(dtype, y64), _tol(dtype, dx64)
+    tol_y, tol_dx = _tol(dtype, y64), _dx_tol(dtype, dx64, dy, weight, rstd)
     tol_dw = _dw_tol(dy, x, rstd)
     if weight.dtype != torch.float32:  # dw is returned in weight's dtype: one more rounding
         tol_dw = (tol_dw[0] + 4 * EPS[weight.dtype] * float(dw64.abs().max()), 4 * EPS[weight.dtype] + tol_dw[1])
@@ -530,7 +550,9 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
         return [f"could not read the saved tensors: {exc}"]
     saved += [t for _, t in ctx_tensors(vars(fn))] if hasattr(fn, "__dict__") else []  # lists, dicts too
     inputs = {x.untyped_storage().data_ptr(), weight.untyped_storage().data_ptr()}
-    copies = [t for t in saved if t.numel() >= rows * hidden and t.untyped_storage().data_ptr() not in inputs]
+    # more than two values a row (rstd, or a mean beside it): with hidden = 1 or 2, rstd itself has rows x hidden
+    copies = [t for t in saved if t.numel() >= rows * hidden and t.numel() > 2 * rows
+              and t.untyped_storage().data_ptr() not in inputs]
     problems = []
     advice = "save x, weight and rstd (rows,) fp32, and recompute xhat = x * rstd in the backward"
     if copies:

@@ -379,7 +379,12 @@ def _same_layout_copy(t: torch.Tensor) -> torch.Tensor:
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """The raw bytes of a tensor's elements (so NaN == NaN and -0.0 != 0.0)."""
-    return t.detach().contiguous().view(-1).view(torch.uint8) if t.numel() else t.new_empty(0, dtype=torch.uint8)
+    if not t.numel():
+        return t.new_empty(0, dtype=torch.uint8)
+    flat = t.detach().contiguous().view(-1)
+    if flat.stride(0) != 1:  # one element keeps its stride through .contiguous() (a column of a wider tensor)
+        flat = torch.empty_like(flat, memory_format=torch.contiguous_format).copy_(flat)
+    return flat.view(torch.uint8)
 
 
 def _is_poison(t: torch.Tensor) -> torch.Tensor:
@@ -802,10 +807,14 @@ def _on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[bool]:
     values per row."""
     flags, written, kept = [], set(), {}
     for launch in launched:
-        if fusion.activations and len(launch.params) == len(launch.shapes):
+        named = fusion.activations and len(launch.params) == len(launch.shapes)
+        if named:
             on_rows = any(param in fusion.activations for param in launch.params)
         else:
             on_rows = any(len(shape) >= 2 and shape[0] == rows for shape in (*launch.shapes, *launch.bases))
+        if named and not on_rows and not any(storage in written for storage in launch.storages):
+            flags.append(False)  # the weights alone (packing them): no pre-pass, whose bytes count per row
+            continue
         if fusion.pre_pass and _statistics_pass(launch, rows, kept, written):
             flags.append(False)
             continue
