@@ -812,13 +812,14 @@ def _on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[bool]:
             on_rows = any(param in fusion.activations for param in launch.params)
         else:
             on_rows = any(len(shape) >= 2 and shape[0] == rows for shape in (*launch.shapes, *launch.bases))
-        if named and not on_rows and not any(storage in written for storage in launch.storages):
+        tainted = any(storage in written for storage in launch.storages)
+        if named and not on_rows and not tainted:
             flags.append(False)  # the weights alone (packing them): no pre-pass, whose bytes count per row
             continue
         if fusion.pre_pass and _statistics_pass(launch, rows, kept, written):
             flags.append(False)
             continue
-        on_rows = on_rows or any(storage in written for storage in launch.storages)
+        on_rows = on_rows or tainted
         flags.append(on_rows)
         if on_rows:
             written |= {storage for storage, is_input in zip(launch.storages, _input_flags(launch)) if not is_input}
@@ -830,18 +831,17 @@ def _launches_on_the_rows(fusion: Fusion, launched, rows: int | None) -> list[st
     return [launch.name for launch, on_rows in zip(launched, _on_the_rows(fusion, launched, rows)) if on_rows]
 
 
-def _own_of_the_same_count(ex: Exercise, case: Case, allocations, launched) -> set[int]:
+def _own_of_the_same_count(fusion: Fusion, case: Case, numel: int, own: tuple[int, ...], allocations, launched,
+                           on_rows: list[bool]) -> set[int]:
     """The allocations (their indices) of exactly the intermediate's count that are the answer's own all the
     same, where a temporary of its own has that count too (rows = intermediate: w_down.T packed to
     (intermediate, hidden) has rows x hidden elements, as many as the normalized activations): a weight
     packed in the call, which a launch on no activations reached first (a copy or scaling of the weights),
     and as many as fusion.written_temporaries names of that count, reached by the activations first (h).
-    Told only where the fusion names its activations and the allocations' storages were recorded."""
-    fusion, (numel, _) = ex.fusion, ex.fusion.temporary(case)
-    own = ex.fusion.own_temporaries(case) if ex.fusion.own_temporaries is not None else ()
+    Told only where the fusion names its activations and the allocations' storages were recorded.
+    numel: the intermediate's count; own: the counts of the answer's own temporaries; on_rows: _on_the_rows."""
     if not fusion.activations or numel not in own:
         return set()
-    on_rows = _on_the_rows(fusion, launched, _rows(case))
     written = list(fusion.written_temporaries(case)) if fusion.written_temporaries is not None else []
     forgiven = set()
     for i, alloc in enumerate(allocations):
@@ -861,9 +861,10 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
     problems = []
     names = [launch.name for launch in launched]
     limit, counted, what = ex.max_launches, names, "kernels"
+    on_rows = _on_the_rows(ex.fusion, launched, _rows(case)) if ex.fusion is not None else []
     if ex.fusion is not None and ex.max_launches is None:  # else every launch counts, as max_launches says
         limit = ex.fusion.kernels
-        counted = _launches_on_the_rows(ex.fusion, launched, _rows(case))
+        counted = [launch.name for launch, flag in zip(launched, on_rows) if flag]
         what = "kernels on the activations"
     if limit is not None and len(counted) > limit:
         shown = ", ".join(counted[:6]) + (", ..." if len(counted) > 6 else "")
@@ -876,7 +877,7 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
         numel, description = temporary
         own = ex.fusion.own_temporaries
         allowed = own(case) if own is not None else ()
-        forgiven = _own_of_the_same_count(ex, case, allocations, launched)
+        forgiven = _own_of_the_same_count(ex.fusion, case, numel, allowed, allocations, launched, on_rows)
         for i, alloc in enumerate(allocations):
             if i in forgiven:
                 continue
@@ -1574,12 +1575,21 @@ def run_cases(ex: Exercise, seed: int, run_case: Callable[[Case], list[str]]) ->
     if not cases:
         raise CheckFailed(f"{ex.id} has no cases: nothing was checked, so it cannot pass", exercise=ex.id,
                           seed=seed)
-    large = speed_case(ex, seed) if current().gpu and ex.kernel and ex.speed is not None else None
-    if large is not None:
-        cases.append(large)
+    large = current().gpu and ex.kernel and ex.speed is not None
+    total = len(cases) + large  # the speed size counted ahead (it is left out only where the solution cannot run)
+
+    def judged() -> Iterable[Case]:
+        yield from cases
+        # built once the small cases pass: its inputs and the solution's run at the speed size cost seconds,
+        # which an answer that fails early never needs
+        last = speed_case(ex, seed) if large else None
+        if last is not None:
+            yield last
+
     reproduce = f'reproduce with check("{ex.id}", {ex.func_name}, seed={seed})'
-    for i, case in enumerate(cases, 1):
-        header = f"{ex.id} failed on case {i}/{len(cases)}: {describe_case(ex, case)}\n  seed {seed}: {reproduce}"
+    i = 0
+    for i, case in enumerate(judged(), 1):
+        header = f"{ex.id} failed on case {i}/{total}: {describe_case(ex, case)}\n  seed {seed}: {reproduce}"
         about = {"exercise": ex.id, "case": describe_case(ex, case), "seed": seed}
         try:
             problems = run_case(case)
@@ -1592,7 +1602,7 @@ def run_cases(ex: Exercise, seed: int, run_case: Callable[[Case], list[str]]) ->
             hint = ex.hint_for(kind_of(problems[0]))
             hint = f"\n  hint: {hint}" if hint else ""
             raise CheckFailed(f"{header}\n{body}{hint}", problems=problems, **about)
-    return len(cases)
+    return i
 
 
 # --- speed on a GPU ---------------------------------------------------------------------------
