@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from .bench import device_key, ratio_text
+from .bench import CLOSE_CALL, DECIDING_ROUNDS, device_key, ratio_text
 from .lessons_index import LESSONS, course_root
 
 
@@ -40,7 +40,8 @@ def _cell(t: dict | None) -> str:
     if t is None or t.get("ratio") is None:
         return "not measured"
     met = "" if t["minimum"] is None else (" ok" if t["met"] else " **miss**")
-    return f"{ratio_text(t['ratio'], t['minimum'])} x {t['peer']}{met}"
+    decided = " (close call, timed again in turns)" if t.get("decided") else ""
+    return f"{ratio_text(t['ratio'], t['minimum'])} x {t['peer']}{met}{decided}"
 
 
 def targets_table(results: list[dict]) -> str:
@@ -65,7 +66,9 @@ def targets_table(results: list[dict]) -> str:
     lines += ["", "Ratios are peer time / our time (or our rate / peer rate for GB/s and TFLOP/s), each against "
               "the peer named in its cell: the fastest of the candidates in that run. A name ending in "
               "[graph] is a CUDA-graph replay (launch-bound sizes are timed both ways). Two decimals, "
-              "or more where two would round a miss up to its threshold."]
+              "or more where two would round a miss up to its threshold. A close call (a first ratio within "
+              f"{CLOSE_CALL:.0%} of the threshold) is timed again, ours and the peers near the fastest taking "
+              f"turns for {DECIDING_ROUNDS} rounds, and the medians of that second measurement decide it."]
     seen = {}
     for data in results:
         dev = data.get("device_key") or device_key(data["device"])

@@ -442,6 +442,79 @@ def test_alternating_timings_take_turns_and_keep_each_median(fake_gpu, monkeypat
     assert rows[1].tflops == pytest.approx(1000.0)
 
 
+def _clocked(monkeypatch, times: dict[str, list[float]]) -> list[str]:
+    """do_bench returns each function's next time from `times` (by __name__); returns the calls' order."""
+    order, clocks = [], {name: iter(v) for name, v in times.items()}
+
+    def fake_bench(fn, **kw):
+        order.append(fn.__name__)
+        return next(clocks[fn.__name__])
+
+    monkeypatch.setattr(bench, "do_bench", fake_bench)
+    return order
+
+
+def _named(name: str):
+    def fn():
+        return None
+
+    fn.__name__ = name
+    return fn
+
+
+def test_a_close_call_is_decided_again_in_turns(fake_gpu, monkeypatch):
+    """Ties at a copy's rate: the first ratio picked the fastest of noisy equals, so a ratio near its
+    threshold is measured again, ours and the peers near the fastest in turns, and their medians decide."""
+    rounds = bench.DECIDING_ROUNDS
+    order = _clocked(monkeypatch, {
+        "ours": [1.01] + [1.00] * rounds, "compiled": [1.00] + [1.02] * rounds,
+        "autotuned": [1.02] + [1.01] * rounds, "eager": [2.0]})
+    table = bench.Table("99")
+    for name in ("ours", "compiled", "autotuned", "eager"):
+        table.time("op", name, _named(name), n_bytes=1e9)
+    t = table.target("op", "ours", ["eager", "compiled", "autotuned"], 1.0)
+    assert order[4:] == ["ours", "compiled", "autotuned"] * rounds  # eager, far behind, is not timed again
+    assert t.decided["first_ratio"] == pytest.approx(1.00 / 1.01) and t.decided["first_peer"] == "compiled"
+    assert t.peer == "autotuned" and t.ratio == pytest.approx(1.01) and t.met is True
+    assert t.decided["ms"] == {"ours": 1.0, "compiled": 1.02, "autotuned": 1.01}
+    assert "close call" in results_table._cell(asdict(t))
+
+
+def test_a_clear_verdict_or_an_untimed_row_is_not_measured_again(fake_gpu, monkeypatch):
+    order = _clocked(monkeypatch, {"ours": [1.25, 1.0], "peer": [1.0, 1.0]})
+    table = bench.Table("99")
+    table.time("op", "ours", _named("ours"))
+    table.time("op", "peer", _named("peer"))
+    clear = table.target("op", "ours", "peer", 1.0)
+    assert clear.decided is None and clear.ratio == pytest.approx(0.8) and len(order) == 2
+    table.add("op", "floor", 1.24)  # computed, no function: nothing to time again
+    near = table.target("op", "ours", "floor", 1.0)
+    assert near.decided is None and near.ratio == pytest.approx(1.24 / 1.25) and len(order) == 2
+
+
+def test_a_close_rate_target_is_decided_on_each_side_s_own_bytes(fake_gpu, monkeypatch):
+    """A copy ceiling moves other bytes than ours: the rematch keeps each row's work, only its time changes."""
+    rounds = bench.DECIDING_ROUNDS
+    _clocked(monkeypatch, {"ours": [2.0] + [1.9] * rounds, "copy": [1.0] * (rounds + 1)})
+    table = bench.Table("99")
+    table.time("op", "ours", _named("ours"), n_bytes=1.6e9)  # 800 GB/s
+    table.time("op", "copy", _named("copy"), n_bytes=0.8e9)  # 800 GB/s
+    t = table.target("op", "ours", "copy", 1.0, metric="gbps")
+    assert t.decided["first_ratio"] == pytest.approx(1.0) and t.ratio == pytest.approx(2.0 / 1.9)
+
+
+def test_a_sweep_s_best_is_timed_again_by_the_function_of_its_row(fake_gpu, monkeypatch):
+    rounds = bench.DECIDING_ROUNDS
+    order = _clocked(monkeypatch, {"wide": [1.0] + [0.9] * rounds, "narrow": [1.2], "peer": [0.99] * (rounds + 1)})
+    table = bench.Table("99")
+    table.time("op", "triton (ours) wide", _named("wide"))
+    table.time("op", "triton (ours) narrow", _named("narrow"))
+    table.time("op", "peer", _named("peer"))
+    table.add_best("op")
+    t = table.target("op", "triton (ours)", "peer", 1.0)
+    assert order[3:] == ["wide", "peer"] * rounds and t.ratio == pytest.approx(0.99 / 0.9)
+
+
 def test_smi_samples_parse_to_medians():
     """clock_and_power's reading of nvidia-smi: medians of clock, power and limit, the capped share; a
     field the driver does not report ("[N/A]") gives no figures rather than wrong ones."""

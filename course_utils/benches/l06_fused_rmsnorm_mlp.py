@@ -118,6 +118,7 @@ def _best(table: Table, group: str) -> None:
     best = min(ours, key=lambda r: r.ms)
     table.add(group, "triton (ours)", best.ms, n_bytes=best.gbps and best.gbps * best.ms * 1e6,
               flops=best.tflops and best.tflops * best.ms * 1e9)
+    table.same_run(group, "triton (ours)", best.name)
     table.notes.append(f"{group}: fastest is '{best.name}' ({best.ms:.4f} ms)")
 
 
@@ -278,6 +279,7 @@ def _bench_block_at(table: Table, block, compiled, packed, shape: tuple[int, int
     best = min(graph_rows, key=lambda r: r.ms) if graph_rows else None
     if best is not None:
         table.add(group, "triton (ours) [graph]", best.ms, flops=flops)
+        table.same_run(group, "triton (ours) [graph]", best.name)
     table.target_plain_and_graph(group, "triton (ours)", peers, 1.0, None if small else 1.1)
     if best is not None:
         weight_bytes = 3 * hidden * inter * x.element_size()

@@ -55,6 +55,7 @@ def _best_of_ours(table: Table, group: str, peers: list[str], minimum: float, st
             best = min(rows, key=lambda r: r.ms)
             name = "triton (ours) [graph]" if graph else "triton (ours)"
             table.add(group, name, best.ms, n_bytes=n_bytes)
+            table.same_run(group, name, best.name)
             table.notes.append(f"{group}: {name} is {best.name}")
     table.target_plain_and_graph(group, "triton (ours)", [p for p in peers if not p.endswith("[graph]")],
                                  minimum, stretch)
@@ -105,6 +106,7 @@ def _attention(table: Table, context: int) -> None:
                key=lambda r: r.ms, default=None)
     if best is not None:
         table.add(group, "triton (ours) vs copy", best.ms, n_bytes=n_bytes)
+        table.same_run(group, "triton (ours) vs copy", best.name)
         table.target(group, "triton (ours) vs copy", "copy ceiling (K/V bytes)", 0.8, 0.9, metric="gbps")
 
 
