@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -38,6 +39,8 @@ def execute(path: Path, timeout: int = 600) -> tuple[bool, float, str]:
         try:
             client.execute()
         except CellExecutionError as exc:
+            # the log gets the failing cell's traceback (its last lines, colours stripped); the results one line
+            print(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()[-4000:], flush=True)
             return False, time.perf_counter() - start, str(exc).strip().splitlines()[-1][:300]
         except Exception as exc:  # a dead kernel, a timeout
             return False, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[:300]
