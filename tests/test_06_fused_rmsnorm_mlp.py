@@ -1093,3 +1093,45 @@ def test_one_h_of_the_normalized_activations_count_is_the_blocks_own_and_a_secon
     norm = Launch("norm", "m", ((64, 64), (64, 64)), (True, False), ((64, 64), ()), (11, 3), (2 * n, 2 * n), ("x", ""))
     problems = _launch_problems(ex, case, [copy, norm, gate_up, down], [w_down_t, h, normed])
     assert any("the normalized activations" in p for p in problems), problems
+
+
+@triton.jit
+def _rmsnorm_two_paths_kernel(x_ptr, w_ptr, out_ptr, n_cols, stride_x, stride_xn, stride_out, eps,
+                              BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, MISTAKE: tl.constexpr):
+    """Rows that fit one block read once (right); wider rows loop over blocks, with one MISTAKE there:
+    "fp16 squares" (no fp32 before squaring), "contiguous" (x.stride(1) taken as 1) or "no eps"."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    if ONE_BLOCK:
+        x = tl.load(x_ptr + row * stride_x + cols * stride_xn, mask=cols < n_cols, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * stride_out + cols, (x * rstd * w).to(out_ptr.dtype.element_ty), mask=cols < n_cols)
+    else:
+        squares = tl.zeros((BLOCK,), tl.float32)
+        for c0 in range(0, n_cols, BLOCK):
+            step = 1 if MISTAKE == "contiguous" else stride_xn
+            x = tl.load(x_ptr + row * stride_x + (c0 + cols) * step, mask=c0 + cols < n_cols, other=0.0)
+            if MISTAKE == "fp16 squares":
+                squares += (x * x).to(tl.float32)
+            else:
+                squares += x.to(tl.float32) * x.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(squares, axis=0) / n_cols + (0.0 if MISTAKE == "no eps" else eps))
+        for c0 in range(0, n_cols, BLOCK):
+            x = tl.load(x_ptr + row * stride_x + (c0 + cols) * stride_xn, mask=c0 + cols < n_cols,
+                        other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + c0 + cols, mask=c0 + cols < n_cols, other=0.0).to(tl.float32)
+            tl.store(out_ptr + row * stride_out + c0 + cols, (x * rstd * w).to(out_ptr.dtype.element_ty),
+                     mask=c0 + cols < n_cols)
+
+
+@pytest.mark.parametrize("mistake", ["fp16 squares", "contiguous", "no eps"])
+def test_rmsnorm_whose_loop_for_wide_rows_has_a_mistake_fails(mistake):
+    """The mistakes the narrow cases catch, made only on the path for rows wider than a block of 4096
+    (the hint's "or loop over blocks"): the wide case with the narrow cases' edges catches each."""
+    def rmsnorm(x, weight, eps, out):
+        block = min(triton.next_power_of_2(x.shape[1]), 4096)
+        _rmsnorm_two_paths_kernel[(x.shape[0],)](x, weight, out, x.shape[1], *x.stride(), out.stride(0), eps,
+                                                 BLOCK=block, ONE_BLOCK=x.shape[1] <= block, MISTAKE=mistake)
+
+    failure("06.rmsnorm", rmsnorm, "with the narrow cases' edges")

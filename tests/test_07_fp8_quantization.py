@@ -905,3 +905,13 @@ def test_quantize_whose_two_pass_path_lacks_a_guard_of_the_one_pass_path_fails(s
     wrong = mutant("l07_fp8_quantization", "quantize_rowwise",
                    (_SECOND_PASS_GUARD, f"        amax = tl.max(running, axis=0)\n        safe = {safe}\n"))
     fails("07.quantize_rowwise", wrong, "4 x 16500", says)
+
+
+@needs_fp8
+def test_quantize_whose_two_pass_path_takes_columns_as_contiguous_fails():
+    """x's column stride dropped in the two-pass path only: the one transposed case was 300 columns wide (one
+    pass), so the long rows are stored column-major too."""
+    wrong = mutant("l07_fp8_quantization", "quantize_rowwise",
+                   ("x = tl.load(x_row + (start + cols) * stride_xc, mask=mask, other=0.0).to(tl.float32)",
+                    "x = tl.load(x_row + (start + cols), mask=mask, other=0.0).to(tl.float32)"))
+    fails("07.quantize_rowwise", wrong, "stored column-major")

@@ -1023,3 +1023,19 @@ def test_rmsnorm_train_of_one_or_two_columns_may_save_rstd(shape):
     case = Case(f"{shape} float32", (x, w, 1e-6), None, verify=c8._train_verify(x, w, 1e-6, dy))
     with course_solutions_allowed():
         assert _run_function_case(ex, rmsnorm_train, case) == []
+
+
+def test_cross_entropy_reading_long_rows_at_the_vocabulary_s_stride_fails():
+    """Rows past 4096 columns addressed at row * vocab (the stride taken as the row's length): the sliced case's
+    vocabulary fits one block of 4096, and the long row was contiguous; it is a slice now."""
+    wrong = mutant("l08_backward_passes", "cross_entropy",
+                   ("    logits_row = logits_ptr + row * stride_lm\n",
+                    "    logits_row = logits_ptr + row * tl.where(n_cols > 4096, n_cols, stride_lm)\n"))
+    failure("08.cross_entropy", wrong, "slice of a wider tensor")
+
+
+def test_rmsnorm_backward_with_its_block_capped_at_4096_columns_fails():
+    """A row of one block of at most 4096 columns (the layer-norm tutorial's cap), no loop: no case was wider."""
+    wrong = mutant("l08_backward_passes", "rmsnorm_backward",
+                   ("block_n = triton.next_power_of_2(n_cols)", "block_n = min(triton.next_power_of_2(n_cols), 4096)"))
+    failure("08.rmsnorm_backward", wrong, "hidden 4100")

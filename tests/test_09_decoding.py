@@ -254,6 +254,17 @@ def test_w4a16_with_an_fp16_running_sum_fails_on_the_cancelling_sums():
     assert "climbs to about 550" in message and "accumulate in fp32" in message, message
 
 
+@interpreter_only_because("the case of cancelling sums is the interpreter's only")
+def test_w4a16_with_an_fp16_running_sum_for_batches_only_fails():
+    """fp32 sums for one token, fp16 for a batch: the cancelling case had one token only; it has two now."""
+    one, batch = _w4a16_via_dot(tl.float32), _w4a16_via_dot(tl.float16)
+
+    def w4a16_gemv(x, w_packed, scales, group_size, out):
+        (one if x.shape[0] == 1 else batch)(x, w_packed, scales, group_size, out)
+
+    assert "climbs to about 550" in str(failure("09.w4a16_gemv", w4a16_gemv))
+
+
 def test_w4a16_errors_of_rounding_size_are_told_from_wrong_weights():
     """Values off by far less than a wrong nibble, zero point or scale (1/20 of sqrt(sum (x W)^2)): the
     failure names a 16-bit accumulator, not the nibble order; values of swapped nibbles are named as such."""
@@ -514,3 +525,20 @@ def test_kv_append_reading_k_new_in_the_caches_dtype_fails():
     wrong = mutant("l09_decoding", "kv_append",
                    ("k = tl.load(k_ptr + b * stride_kb", "k = tl.load(k_ptr.to(ck_ptr.dtype) + b * stride_kb"))
     failing("09.kv_append", wrong, "k_new fp32 on", "as the toy Llama's decode step calls it")
+
+
+@interpreter_only_because("the case of 16384 tokens is the interpreter's only")
+def test_decode_attention_with_running_sums_rounded_to_the_cache_s_dtype_fails():
+    """l and acc rounded to fp16 after every tile of 16 keys, in one or two programs per head: the contexts of a
+    few thousand mixed-sign values passed; sums that reach thousands, where fp16's step is 2, do not."""
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "decode_attention", (
+        "        l_i = l_i * alpha + tl.sum(p, axis=1)\n        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)\n",
+        "        l_i = (l_i * alpha + tl.sum(p, axis=1)).to(v.dtype).to(tl.float32)\n"
+        "        acc = (acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)).to(v.dtype).to(tl.float32)\n"))
+    for splits in (1, 2):
+        def decode_attention(q, cache_k, cache_v, lengths, out, splits=splits):
+            wrong(q, cache_k, cache_v, lengths, out, num_splits=splits, BLOCK_N=16)
+
+        assert "16384 tokens" in failure("09.decode_attention", decode_attention)

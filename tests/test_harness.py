@@ -854,3 +854,28 @@ def test_the_bytes_of_one_element_with_a_stride_are_read():
     one = torch.arange(18, dtype=torch.float16).view(2, 9)[:1, 3:4:2]
     assert one.stride() == (9, 2) or one.numel() == 1
     assert torch.equal(_bits(one), torch.tensor([3.0], dtype=torch.float16).view(torch.uint8))
+
+
+def _zeroed_slice(x, y, out):
+    out[:] = 0  # torch lifts the 0 into a one-element tensor and fills from it: a constant all the same
+
+
+def _zeroed_ellipsis(x, y, out):
+    out[...] = 0.0
+
+
+def _constant_allocations(x, y, out):
+    return (out.new_full((4,), float("-inf")), out.new_ones((4,)), torch.ones_like(out), torch.arange(4),
+            torch.scalar_tensor(0.0))
+
+
+@pytest.mark.parametrize("before", [_zeroed_slice, _zeroed_ellipsis, _constant_allocations])
+def test_constants_set_or_allocated_on_the_host_are_no_host_computation(before):
+    """`t[:] = 0` fills t from a tensor torch lifts from the Python 0, and new_full, new_ones, ones_like, arange
+    and scalar_tensor allocate constants or indices: none carries anybody's data (a fill from one of x's
+    elements still does, and is refused: test_grading_attacks)."""
+    def vector_add(x, y, out):
+        before(x, y, out)
+        add(x, y, out)
+
+    check("02.vector_add", vector_add, seed=1, quiet=True, course=True)

@@ -84,6 +84,12 @@ def _wider(rows: int, hidden: int, dtype, gen) -> torch.Tensor:
     return randn((rows, 2 * hidden + 7), dtype, gen)[:, 3:3 + 2 * hidden:2]
 
 
+def _wide_edges(dtype, gen, hidden: int = 4100) -> torch.Tensor:
+    """4 strided rows (as _wider) wider than a 4096-column block, scaled by 300, 0.03, 1 and 0."""
+    scales = torch.tensor([[300.0], [0.03], [1.0], [0.0]], dtype=torch.float64, device=current().device)
+    return (randn((4, 2 * hidden + 7), torch.float64, gen) * scales).to(dtype)[:, 3:3 + 2 * hidden:2]
+
+
 def _wider_label(hidden: int) -> str:
     return (f"x every other column of a wider tensor (strides ({2 * hidden + 7}, 2), not ({hidden}, 1)): "
             "address x with both its strides, x.stride(0) and x.stride(1)")
@@ -159,6 +165,11 @@ def _rmsnorm_cases(gen):
         inputs.append(("4 rows x hidden 4100: wider than a block of up to 4096 columns; size the block from "
                        "the hidden size (triton.next_power_of_2), or loop over blocks summing the squares of "
                        "the WHOLE row before normalizing any of it", randn((4, 4100), dtype, gen), 1e-6))
+        # the edge cases of the narrow rows again on rows that take a looping kernel's other path: a
+        # kernel with one block for short rows and a loop for long ones must get both right
+        inputs.append((f"4 rows x hidden 4100, wider than a block, with the narrow cases' edges: {_wider_label(4100)}; "
+                       "rows ~300 (square in fp32), ~0.03 with eps = 1e-3 (eps inside the square root), ~1, "
+                       "and 0 (gives 0, not NaN)", _wide_edges(dtype, gen), 1e-3))
         if fp16:
             inputs.append(("values ~300 in fp16: x * x overflows fp16 (largest finite 65504), so square and "
                            "sum in fp32", randn((rows, hidden), dtype, gen, scale=300.0), 1e-6))

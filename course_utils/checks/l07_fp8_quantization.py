@@ -182,7 +182,9 @@ def _quantize_cases(gen):
     wide = size(20000, 5000)
     x = randn((3, wide), gen=gen)
     x[1] = 0  # on a GPU, a row of zeros in the two-pass path (20000 columns: more than one block)
-    yield _quantize_case(f"3 x {wide}: a long row, row 1 all zeros", x)
+    # stored column-major as the short transposed case above: a path for long rows must take the strides too
+    yield _quantize_case(f"3 x {wide}: a long row, row 1 all zeros; stored column-major, strides (1, 3)",
+                         x.t().contiguous().t())
     # Last, so that the cases above draw what they drew before it came. Every amax above is a normal fp32
     # number, whose inverse is finite: a kernel that multiplies by 1 / amax passed them all.
     yield _quantize_case("5 x 300, values around 1e-40, fp32 subnormals: 1 / amax overflows fp32 to inf",
@@ -198,7 +200,8 @@ def _quantize_cases(gen):
         x[3] *= 1e-40
         yield _quantize_case("4 x 16500: longer than a block of 16384, two passes (amax, then quantize) that "
                              "each loop over every block of the row; row 1 all zeros, rows 2 and 3 of values "
-                             "near 1e-37 and 1e-40: the two-pass path needs the one-pass path's guards", x)
+                             "near 1e-37 and 1e-40, and stored column-major (strides (1, 4)): the two-pass "
+                             "path needs the one-pass path's guards and x's strides", x.t().contiguous().t())
 
 
 # --- 07.fp8_matmul ----------------------------------------------------------------------------

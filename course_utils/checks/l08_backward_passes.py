@@ -187,6 +187,17 @@ def _rmsnorm_backward_cases(gen):
             Out("dw", (80,), torch.float32))
     yield _case("w = 1 and dy = y, the gradient of sum(y^2) / 2: dx's two terms cancel to ~eps, float32", args,
                 {"dx": dx, "dw": dw}, tols, _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
+    # Wider than a block of 4096 columns (Triton's layer-norm tutorial caps its block there; Llama-13B's
+    # hidden is 5120): a kernel whose row is one capped block leaves columns unwritten and out of the mean.
+    x, dy = randn((3, 4100), torch.float32, gen), randn((3, 4100), torch.float32, gen)
+    weight = uniform((4100,), 0.5, 1.5, torch.float32, gen)
+    _, dx, dw, rstd = _rmsnorm_grads(x, weight, 1e-6, dy)
+    tols = {"dx": _dx_tol(torch.float32, dx, dy, weight, rstd), "dw": _dw_tol(dy, x, rstd)}
+    args = (dy, x, weight, rstd.to(torch.float32).to(current().device), Out("dx", (3, 4100), torch.float32),
+            Out("dw", (4100,), torch.float32))
+    yield _case("3 rows x hidden 4100, wider than a block of up to 4096 columns: size the block from the hidden "
+                "size, or loop over the whole row (mean(wdy * xhat) over every column), float32", args,
+                {"dx": dx, "dw": dw}, tols, _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
 
 
 register(Exercise(
@@ -387,10 +398,14 @@ def _ce_cases(gen):
             # The CPU's vocabularies above fit in one block of 4096 (the GPU's block): a kernel that never
             # loops over a row passed them all, and so did one whose ignored rows were zeroed over one block
             # (no loop in that branch). The GPU's cases have 32000 and 50257 already.
-            logits, targets = randn((2, 32000), dtype, gen, 2.0), _targets(2, 32000, gen)
+            # Near 100 and a slice: the narrow cases' overflow and stride mistakes, on a looping kernel's path.
+            logits = randn((3, 32005), dtype, gen, 2.0, 100.0)[:, 2:2 + 32000]
+            targets = _targets(3, 32000, gen)
             targets[1] = IGNORE  # set, not drawn: the cases after this one draw what they drew before
-            inputs.append(("2 rows, vocab 32000 (Llama's), the second ignored: more than one block of 4096, loop "
-                           "over the whole row in both passes, and in the ignored row's zeros", logits, targets))
+            inputs.append(("3 rows, vocab 32000 (Llama's), the second ignored, logits near 100 in a slice of a "
+                           "wider tensor (row stride 32005): more than one block of 4096, loop over the whole "
+                           "row in both passes (the running max subtracted, rows at their stride), and in the "
+                           "ignored row's zeros", logits, targets))
         for label, logits, targets in inputs:
             yield _ce_case(f"{label}, {_name(dtype)}", logits, targets)
     # Last, so that the cases above draw what they drew before it came. In every case above each row has a

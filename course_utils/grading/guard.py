@@ -53,6 +53,8 @@ HOST_OPS = frozenset({
     "unsqueeze", "squeeze", "detach", "alias", "lift_fresh", "resolve_conj", "resolve_neg",
     "_local_scalar_dense", "split", "chunk", "narrow", "unbind", "view_as", "expand_as", "flatten", "unflatten",
     "is_nonzero", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "set_",
+    # allocations filled with a constant or with indices, as `full` and `zeros` are: no data of anybody's
+    "new_full", "new_ones", "ones_like", "arange", "scalar_tensor",
 })
 
 
@@ -189,6 +191,9 @@ class Watch:
     # Tensors the host code allocated (outside launches): what a fused exercise must not need.
     allocations: list[Allocation] = field(default_factory=list)
     made: dict[int, int] = field(default_factory=dict)  # {storage address: bytes} of those allocations
+    # Storages of the one-element tensors torch lifts from Python numbers (`t[:] = 0` fills t from one): a
+    # fill from them writes a constant, not a tensor's element
+    constants: set = field(default_factory=set)
     dtypes: set = field(default_factory=set)  # dtypes of every tensor the host code's torch ops touched
     # Host functions an autotuned kernel runs around its launches ("pre_hook of `k`"): host code the
     # op recorder does not watch (it pauses inside launches).
@@ -324,9 +329,13 @@ class _RecordOps(TorchDispatchMode):
             name = func.overloadpacket.__name__
             if name == _SCALAR_READ:
                 self.watch.host_reads.append("item")
-            if name in _FILLS and any(isinstance(a, torch.Tensor) for a in args[1:]):
+            if name == "lift_fresh" and isinstance(result, torch.Tensor) and result.numel() == 1:
+                self.watch.constants.add(_storage_ptr(result))
+            values = [a for a in args[1:] if isinstance(a, torch.Tensor)]
+            if name in _FILLS and any(_storage_ptr(v) not in self.watch.constants for v in values):
                 name = "fill_.Tensor"  # filled with a tensor's element: a copy of data, not a constant
-            elif name == "fill_" and _fills_part_with_data(args):
+            elif name == "fill_" and _fills_part_with_data((args[0], *(v.item() for v in values), *args[2:])
+                                                           if values else args):
                 self.watch.host_fills += 1
             self.watch.torch_ops.append(name)
             if name not in HOST_OPS:
