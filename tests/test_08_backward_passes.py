@@ -1039,3 +1039,34 @@ def test_rmsnorm_backward_with_its_block_capped_at_4096_columns_fails():
     wrong = mutant("l08_backward_passes", "rmsnorm_backward",
                    ("block_n = triton.next_power_of_2(n_cols)", "block_n = min(triton.next_power_of_2(n_cols), 4096)"))
     failure("08.rmsnorm_backward", wrong, "hidden 4100")
+
+
+class _SavesPaddedRstdAndAnFp32Weight(torch.autograd.Function):
+    """The course's kernels, with rstd allocated in whole blocks of 16 rows (saved whole, sliced in the
+    backward) and an fp32 copy of the weight saved for the backward: neither is a (rows, hidden) copy."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        y = torch.empty_like(rows)
+        rstd = torch.empty(triton.cdiv(rows.shape[0], 16) * 16, device=x.device, dtype=torch.float32)
+        l08.rmsnorm_forward(rows, weight, eps, y, rstd[: rows.shape[0]])
+        ctx.save_for_backward(x, weight.float(), rstd)
+        ctx.weight_dtype = weight.dtype
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight32, rstd = ctx.saved_tensors
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        dx = torch.empty_like(rows)
+        dw = torch.empty(rows.shape[1], device=x.device, dtype=torch.float32)
+        l08.rmsnorm_backward(dy.reshape(rows.shape).contiguous(), rows, weight32, rstd[: rows.shape[0]], dx, dw)
+        return dx.view(x.shape), dw.to(ctx.weight_dtype), None
+
+
+def test_rmsnorm_train_saving_a_padded_rstd_and_an_fp32_weight_passes():
+    """rstd padded to whole blocks of rows was 'no rstd', and a (hidden,) weight copy a '(rows, hidden) tensor'
+    at one row and bytes over the budget at more."""
+    check("08.rmsnorm_train", lambda x, weight, eps: _SavesPaddedRstdAndAnFp32Weight.apply(x, weight, eps),
+          seed=1, quiet=True, course=True)

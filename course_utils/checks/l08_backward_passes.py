@@ -565,6 +565,11 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
         return [f"could not read the saved tensors: {exc}"]
     saved += [t for _, t in ctx_tensors(vars(fn))] if hasattr(fn, "__dict__") else []  # lists, dicts too
     inputs = {x.untyped_storage().data_ptr(), weight.untyped_storage().data_ptr()}
+    # A copy of the weight (weight.float() for an fp32 backward) is (hidden,): per column, not per element of x;
+    # at one row it is as large as an x-hat, so it is told apart by its values.
+    w64 = weight.detach().double().flatten().cpu()
+    inputs |= {t.untyped_storage().data_ptr() for t in saved if t.numel() == hidden and t.is_floating_point()
+               and torch.equal(t.detach().double().flatten().cpu(), w64)}
     # more than two values a row (rstd, or a mean beside it): with hidden = 1 or 2, rstd itself has rows x hidden
     copies = [t for t in saved if t.numel() >= rows * hidden and t.numel() > 2 * rows
               and t.untyped_storage().data_ptr() not in inputs]
@@ -596,7 +601,8 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
                 f"({shown}): {total / rows:.0f} bytes a row, where rstd takes 4 (rows = {rows}, hidden = "
                 f"{hidden}). Split, or inside an object or a closure on ctx, a copy of x-hat still holds "
                 f"rows x hidden values: {advice}")
-    if not any(t.numel() == rows and t.dtype == torch.float32 for t in saved):
+    # rstd may be padded to whole blocks of rows (stored unmasked) and sliced in the backward
+    if not any(rows <= t.numel() < rows + 1024 and t.dim() == 1 and t.dtype == torch.float32 for t in saved):
         problems.append(f"the forward saves no rstd: ctx.save_for_backward(x, weight, rstd) with rstd ({rows},) "
                         "fp32")
     return problems
