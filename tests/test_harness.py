@@ -879,3 +879,27 @@ def test_constants_set_or_allocated_on_the_host_are_no_host_computation(before):
         add(x, y, out)
 
     check("02.vector_add", vector_add, seed=1, quiet=True, course=True)
+
+
+@triton.jit
+def _grid_stride_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, SCALAR_MASK: tl.constexpr):
+    for b in tl.range(tl.program_id(0), tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        if SCALAR_MASK:  # a block's mask and a scalar condition, combined
+            offs = b * BLOCK + tl.arange(0, BLOCK)
+            mask = (offs < n) & (tl.program_id(0) >= 0)
+        else:
+            offs = b.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # a Triton scalar's method, on a GPU
+            mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@interpreter_only_because("both compile on a GPU: the interpreter alone refuses them")
+@pytest.mark.parametrize("scalar_mask, says", [(False, "tl.cast(i, tl.int64)"),
+                                               (True, "a mask made of a block and a scalar condition")])
+def test_interpreter_only_refusals_of_gpu_code_get_advice(scalar_mask, says):
+    """A loop variable is a Python int in the interpreter (b.to(tl.int64) fails), and triton 3.9's interpreter
+    refuses a mask ANDed with a scalar: code that runs on a GPU gets advice, not a bare traceback."""
+    def vector_add(x, y, out):
+        _grid_stride_add_kernel[(4,)](x, y, out, out.numel(), BLOCK=64, SCALAR_MASK=scalar_mask)
+
+    failure("02.vector_add", vector_add, says)

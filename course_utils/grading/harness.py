@@ -612,6 +612,16 @@ _KNOWN_MISTAKES = (
      "Triton's interpreter (no GPU) does not run libdevice: its functions (libdevice.sin, libdevice.exp, ...) "
      "return None there; use tl.sin, tl.exp, tl.sqrt or tl.math's instead, which run in both modes. Or a "
      "@triton.jit helper of yours returns nothing (a missing return)"),
+    # In the interpreter a loop over range / tl.range yields Python ints, which have no Triton methods.
+    ("'int' object has no attribute", "called a Triton method on a Python int",
+     "in Triton's interpreter (no GPU) the variable of a `for ... in range(...)` or tl.range loop is a Python "
+     "int, not a Triton scalar, so i.to(tl.int64) fails there (it compiles on a GPU): write "
+     "tl.cast(i, tl.int64), which works in both modes"),
+    # triton 3.9's interpreter refuses a mask that combines a block with a scalar condition
+    ("mask has unsupported dtype", "used a mask the interpreter cannot take",
+     "Triton's interpreter (no GPU) refuses a mask made of a block and a scalar condition, such as "
+     "(offs < n) & (tl.program_id(0) == 0); it compiles on a GPU. Test the scalar with an `if` around the "
+     "load or store, or broadcast it first: (offs < n) & (tl.zeros_like(offs) + flag != 0)"),
 )
 
 
