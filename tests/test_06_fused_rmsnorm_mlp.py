@@ -1135,3 +1135,14 @@ def test_rmsnorm_whose_loop_for_wide_rows_has_a_mistake_fails(mistake):
                                                  BLOCK=block, ONE_BLOCK=x.shape[1] <= block, MISTAKE=mistake)
 
     failure("06.rmsnorm", rmsnorm, "with the narrow cases' edges")
+
+
+@pytest.mark.parametrize("edit", [
+    ("        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)\n        sum_sq += x * x",
+     "        x = tl.load(ptrs, mask=mask, other=0.0)\n        sum_sq += x * x"),  # squares in fp16
+    ("tl.rsqrt(tl.sum(sum_sq, axis=1) / n_cols + eps)", "tl.rsqrt(tl.sum(sum_sq, axis=1) / n_cols)"),  # no eps
+])
+def test_rmsnorm_mlp_statistics_pre_pass_with_a_narrow_case_s_mistake_fails(edit):
+    """The pre-pass runs above 64 rows; the edge cases of the statistics had 37 on the CPU. They have 100 too."""
+    wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp", edit)
+    failure("06.rmsnorm_mlp", wrong, "100 rows of the statistics' edges" if current().interpret else "differ")

@@ -411,16 +411,23 @@ def _mlp_cases(gen):
     # (they read no x), and must not fill the pre-pass's budget of bytes per row before row_rstd runs
     yield _half_mlp_case("100 rows, hidden 16, intermediate 16: the weights packed in the call are smaller than "
                          "the statistics of the rows, float16", randn((100, 16), torch.float16, gen), 16, gen)
+    # The edge cases of the statistics above have 37 rows on the CPU: a pre-pass of one's own above 64 rows (as
+    # the solution's row_rstd) that squared in fp16 or left out eps passed. The same edges on 100 rows.
+    scales = torch.cat([torch.full((33, 1), 300.0), torch.full((33, 1), 0.03), torch.ones(33, 1), torch.zeros(1, 1)])
+    yield _half_mlp_case("100 rows of the statistics' edges, for a pre-pass over many rows: ~300 (square in fp32), "
+                         "~0.03 with eps = 1e-3 (inside the square root), ~1, and a last row of zeros (0, not "
+                         "NaN), float16", (randn((100, 48), torch.float64, gen) * scales.to(current().device))
+                         .to(torch.float16), 136, gen, eps=1e-3)
 
 
-def _half_mlp_case(label: str, x: torch.Tensor, inter: int, gen) -> Case:
-    """A float16 case of the block on x (rows, hidden), eps 1e-6: norm_weight and the weights drawn after x."""
+def _half_mlp_case(label: str, x: torch.Tensor, inter: int, gen, eps: float = 1e-6) -> Case:
+    """A float16 case of the block on x (rows, hidden): norm_weight and the weights drawn after x."""
     hidden, half = x.shape[1], torch.float16
     norm_weight = uniform((hidden,), 0.5, 1.5, half, gen)
     w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
         _weights(hidden, inter, half, gen)
-    expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, 1e-6), w_gate, w_up) @ f64(w_down).T
-    return Case(label, (x, norm_weight, w_gate, w_up, w_down, 1e-6, Out("out", tuple(x.shape), half)),
+    expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, eps), w_gate, w_up) @ f64(w_down).T
+    return Case(label, (x, norm_weight, w_gate, w_up, w_down, eps, Out("out", tuple(x.shape), half)),
                 {"out": expected}, *_dot_tolerance(half))
 
 
