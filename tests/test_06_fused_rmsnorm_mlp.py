@@ -1141,8 +1141,11 @@ def test_rmsnorm_whose_loop_for_wide_rows_has_a_mistake_fails(mistake):
     ("        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)\n        sum_sq += x * x",
      "        x = tl.load(ptrs, mask=mask, other=0.0)\n        sum_sq += x * x"),  # squares in fp16
     ("tl.rsqrt(tl.sum(sum_sq, axis=1) / n_cols + eps)", "tl.rsqrt(tl.sum(sum_sq, axis=1) / n_cols)"),  # no eps
+    ("for c0 in range(0, n_cols, BLOCK_N):\n        mask = (rows[:, None] < n_rows)",
+     "for c0 in range(0, BLOCK_N, BLOCK_N):\n        mask = (rows[:, None] < n_rows)"),  # the first block only
 ])
-def test_rmsnorm_mlp_statistics_pre_pass_with_a_narrow_case_s_mistake_fails(edit):
-    """The pre-pass runs above 64 rows; the edge cases of the statistics had 37 on the CPU. They have 100 too."""
+def test_rmsnorm_mlp_statistics_pre_pass_mistakes_fail_on_many_rows(edit):
+    """The pre-pass runs above 64 rows; the edge cases of the statistics had 37 on the CPU, and no case past 64
+    rows was wider than the pre-pass's block of 1024 columns. Both have 100 rows now."""
     wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp", edit)
-    failure("06.rmsnorm_mlp", wrong, "100 rows of the statistics' edges" if current().interpret else "differ")
+    failure("06.rmsnorm_mlp", wrong, "100 rows" if current().interpret else "differ")

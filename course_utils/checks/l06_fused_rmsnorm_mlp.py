@@ -418,6 +418,9 @@ def _mlp_cases(gen):
                          "~0.03 with eps = 1e-3 (inside the square root), ~1, and a last row of zeros (0, not "
                          "NaN), float16", (randn((100, 48), torch.float64, gen) * scales.to(current().device))
                          .to(torch.float16), 136, gen, eps=1e-3)
+    # ... and past 1024 columns, a pre-pass's usual block (row_rstd's): its loop must cover every column
+    yield _half_mlp_case("100 rows, hidden 1100: a pre-pass over many rows sums the squares of every block of "
+                         "the row, not of the first, float16", randn((100, 1100), torch.float16, gen), 16, gen)
 
 
 def _half_mlp_case(label: str, x: torch.Tensor, inter: int, gen, eps: float = 1e-6) -> Case:
