@@ -165,14 +165,14 @@ def _rmsnorm_cases(gen):
         inputs.append(("4 rows x hidden 4100: wider than a block of up to 4096 columns; size the block from "
                        "the hidden size (triton.next_power_of_2), or loop over blocks summing the squares of "
                        "the WHOLE row before normalizing any of it", randn((4, 4100), dtype, gen), 1e-6))
+        if fp16:
+            inputs.append(("values ~300 in fp16: x * x overflows fp16 (largest finite 65504), so square and "
+                           "sum in fp32", randn((rows, hidden), dtype, gen, scale=300.0), 1e-6))
         # the edge cases of the narrow rows again on rows that take a looping kernel's other path: a
         # kernel with one block for short rows and a loop for long ones must get both right
         inputs.append((f"4 rows x hidden 4100, wider than a block, with the narrow cases' edges: {_wider_label(4100)}; "
                        "rows ~300 (square in fp32), ~0.03 with eps = 1e-3 (eps inside the square root), ~1, "
                        "and 0 (gives 0, not NaN)", _wide_edges(dtype, gen), 1e-3))
-        if fp16:
-            inputs.append(("values ~300 in fp16: x * x overflows fp16 (largest finite 65504), so square and "
-                           "sum in fp32", randn((rows, hidden), dtype, gen, scale=300.0), 1e-6))
         for label, x, eps in inputs:
             weight = uniform((x.shape[1],), 0.5, 1.5, dtype, gen)
             yield Case(f"{label}, {_name(dtype)}", (x, weight, eps, Out("out", tuple(x.shape), dtype)),
