@@ -424,10 +424,10 @@ class Table:
         """Time ours and the close peers again in turns; the fastest peer of those medians sets t.ratio."""
         import statistics
 
-        if not current().gpu or any((t.group, r.name) not in self.runs for r in [a, *close]):
+        rows = [a, *close]
+        if not current().gpu or any((t.group, r.name) not in self.runs for r in rows):
             return
-        runs = [(r.name, self.runs[t.group, r.name]) for r in [a, *close] if r.name != a.name]
-        times = in_turns([(a.name, self.runs[t.group, a.name]), *runs], DECIDING_ROUNDS)
+        times = in_turns([(r.name, self.runs[t.group, r.name]) for r in rows], DECIDING_ROUNDS)
         ms = {name: statistics.median(v) for name, v in times.items()}
         peer = min(close, key=lambda r: ms[r.name] / work[r.name])
         t.decided = {"rounds": DECIDING_ROUNDS, "first_ratio": t.ratio, "first_peer": t.peer,

@@ -147,6 +147,17 @@ def _dx_tol(dtype: torch.dtype, dx: torch.Tensor, dy, weight, rstd) -> tuple[flo
     return _tol(dtype, dx, floor=float(terms.max()) if terms.numel() else 0.0)
 
 
+def _rmsnorm_backward_case(label: str, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> Case:
+    """A case of rmsnorm_backward on x (rows, hidden): dx in x's dtype, dw fp32, the forward's rstd fp32."""
+    (m, n), dtype = x.shape, x.dtype
+    _, dx, dw, rstd = _rmsnorm_grads(x, weight, eps, dy)
+    tols = {"dx": _dx_tol(dtype, dx, dy, weight, rstd), "dw": _dw_tol(dy, x, rstd)}
+    args = (dy, x, weight, rstd.to(torch.float32).to(current().device), Out("dx", (m, n), dtype),
+            Out("dw", (n,), torch.float32))
+    return _case(label, args, {"dx": dx, "dw": dw}, tols,
+                 _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
+
+
 def _rmsnorm_backward_cases(gen):
     rows, hidden = size((1823, 781), (37, 781))
     many = size((4096, 1024), (150, 80))
@@ -170,34 +181,21 @@ def _rmsnorm_backward_cases(gen):
             else:
                 x, dy = randn((m, n), dtype, gen, scale), randn((m, n), dtype, gen)
             weight = uniform((n,), 0.5, 1.5, dtype, gen)
-            _, dx, dw, rstd = _rmsnorm_grads(x, weight, eps, dy)
-            rstd32 = rstd.to(torch.float32).to(current().device)
-            tols = {"dx": _dx_tol(dtype, dx, dy, weight, rstd), "dw": _dw_tol(dy, x, rstd)}
-            args = (dy, x, weight, rstd32, Out("dx", (m, n), dtype), Out("dw", (n,), torch.float32))
-            yield _case(f"{label}, {_name(dtype)}", args, {"dx": dx, "dw": dw}, tols,
-                        _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
+            yield _rmsnorm_backward_case(f"{label}, {_name(dtype)}", dy, x, weight, eps)
     # Last (the cases above draw what they drew before it came): the gradient of sum(y^2) / 2 with w = 1, the
     # first backward a test writes, is dy = y, and dx = rstd * (y - xhat * mean(y * xhat)) cancels to ~eps
     x = randn((4, 80), torch.float32, gen)
     weight = torch.ones(80, device=current().device)
     dy = (f64(x) * torch.rsqrt(f64(x).pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.float32).to(x.device)
-    _, dx, dw, rstd = _rmsnorm_grads(x, weight, 1e-6, dy)
-    tols = {"dx": _dx_tol(torch.float32, dx, dy, weight, rstd), "dw": _dw_tol(dy, x, rstd)}
-    args = (dy, x, weight, rstd.to(torch.float32).to(current().device), Out("dx", (4, 80), torch.float32),
-            Out("dw", (80,), torch.float32))
-    yield _case("w = 1 and dy = y, the gradient of sum(y^2) / 2: dx's two terms cancel to ~eps, float32", args,
-                {"dx": dx, "dw": dw}, tols, _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
+    yield _rmsnorm_backward_case("w = 1 and dy = y, the gradient of sum(y^2) / 2: dx's two terms cancel to ~eps, "
+                                 "float32", dy, x, weight, 1e-6)
     # Wider than a block of 4096 columns (Triton's layer-norm tutorial caps its block there; Llama-13B's
     # hidden is 5120): a kernel whose row is one capped block leaves columns unwritten and out of the mean.
     x, dy = randn((3, 4100), torch.float32, gen), randn((3, 4100), torch.float32, gen)
     weight = uniform((4100,), 0.5, 1.5, torch.float32, gen)
-    _, dx, dw, rstd = _rmsnorm_grads(x, weight, 1e-6, dy)
-    tols = {"dx": _dx_tol(torch.float32, dx, dy, weight, rstd), "dw": _dw_tol(dy, x, rstd)}
-    args = (dy, x, weight, rstd.to(torch.float32).to(current().device), Out("dx", (3, 4100), torch.float32),
-            Out("dw", (4100,), torch.float32))
-    yield _case("3 rows x hidden 4100, wider than a block of up to 4096 columns: size the block from the hidden "
-                "size, or loop over the whole row (mean(wdy * xhat) over every column), float32", args,
-                {"dx": dx, "dw": dw}, tols, _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
+    yield _rmsnorm_backward_case("3 rows x hidden 4100, wider than a block of up to 4096 columns: size the block "
+                                 "from the hidden size, or loop over the whole row (mean(wdy * xhat) over every "
+                                 "column), float32", dy, x, weight, 1e-6)
 
 
 register(Exercise(
