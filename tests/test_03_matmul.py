@@ -555,6 +555,25 @@ def test_matmul_of_fp32_tiles_cast_to_fp16_fails_outside_fp16_range():
         assert close == passes, f"{candidate.__module__}: within the tolerance {close}, expected {passes}"
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")
+def test_matmul_storing_an_fp16_copy_of_the_accumulator_fails_past_fp16_range():
+    """Triton's tutorial stores acc.to(tl.float16): into an fp32 out that is 10 mantissa bits, TF32's, within
+    a GPU's fp32 tolerance at unit scale; outputs past 65504 become inf."""
+    from course_utils.checks.l03_matmul import _matmul_cases
+
+    case = next(c for c in _matmul_cases(torch.Generator().manual_seed(1)) if "outputs past 65504" in c.label)
+    a, b, out = case.args
+    exact = case.expected["out"]
+    wrong = mutant("l03_matmul", "matmul", ("tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)",
+                                            "tl.store(c_ptrs, acc.to(tl.float16), mask=mask)"))
+    for candidate, passes in ((matmul, True), (wrong, False)):
+        got = torch.empty(out.shape, dtype=out.dtype, device=a.device)
+        candidate(a, b, got)
+        close = bool(((got.double().cpu() - exact).abs() <= case.atol + case.rtol * exact.abs()).all())
+        assert close == passes, f"{candidate.__module__}: within the tolerance {close}, expected {passes}"
+    assert got.isinf().any(), "the fp16 copy overflows"
+
+
 @triton.jit
 def relu_inplace_kernel(out_ptr, n_elements, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -164,6 +164,23 @@ def test_sin4_launching_over_rows_misses_elements():
     failure("04.sin4", sin4_rows_only, "never written", "2-D")
 
 
+# The last program masks with the remainder: offs < n % BLOCK, which is 0 when n is a multiple of BLOCK.
+REMAINDER_MASK = ("tl.arange(0, BLOCK) < "
+                  "tl.where(tl.program_id(0) == tl.num_programs(0) - 1, n_elements % BLOCK, BLOCK)")
+
+
+@pytest.mark.parametrize("exercise_id, name, line", [
+    ("04.sin4", "sin4", "    mask = offsets < n_elements  # the last block is partial\n"),
+    ("04.silu_mul", "silu_mul", "    mask = offsets < n_elements\n    g = tl.load"),
+], ids=["sin4", "silu_mul"])
+def test_a_mask_from_the_remainder_fails_where_the_last_block_is_full(exercise_id, name, line):
+    """Lesson 02's WHOLE_BLOCKS case again: in the interpreter every other length is no multiple of any block
+    (on a GPU sin4's 2^20 arguments up to +-50 come first, also whole blocks)."""
+    wrong = mutant("l04_fusion", name, (line, line.replace("offsets < n_elements", REMAINDER_MASK)))
+    first = "up to +-50" if exercise_id == "04.sin4" and current().gpu else "a multiple of every block size"
+    failure(exercise_id, wrong, first, "elements were never written")
+
+
 def test_sin4_in_torch_fails():
     failure("04.sin4", sin4_with_torch, "no Triton kernel was launched", "torch")
 

@@ -317,7 +317,8 @@ def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, 
     """The online kernel for every row length, R rows per program (an argument: a GPU compile reads no
     plain Python global). BUG 1: d not rescaled; 2: no guard for lanes still at -inf; 3: no max subtracted
     at all (exp(x) summed as it is); 4: every exp taken against the max of the row's first block (0 if that
-    block is all -inf), a fixed shift instead of a running max."""
+    block is all -inf), a fixed shift instead of a running max; 5: the last block masked with
+    cols < n_cols % BLOCK_N (lesson 02's remainder mask), which is 0 where the block is full."""
     rows = tl.program_id(0) * R + tl.arange(0, R)
     safe_rows = tl.minimum(rows, n_rows - 1)
     cols = tl.arange(0, BLOCK_N)
@@ -329,6 +330,8 @@ def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, 
     d = tl.zeros((R, BLOCK_N), tl.float32)
     for start in range(0, n_cols, BLOCK_N):
         mask = start + cols[None, :] < n_cols
+        if BUG == 5:
+            mask = cols[None, :] < tl.where(start + BLOCK_N >= n_cols, n_cols % BLOCK_N, BLOCK_N)
         x = tl.load(x_ptr + safe_rows[:, None] * sxm + (start + cols[None, :]) * sxn, mask=mask,
                     other=float("-inf")).to(tl.float32)
         m_new = tl.maximum(m, x)
@@ -356,6 +359,8 @@ def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, 
         d_row = tl.sum(d * tl.exp(m - m_row[:, None]), 1)
     for start in range(0, n_cols, BLOCK_N):
         mask = start + cols[None, :] < n_cols
+        if BUG == 5:
+            mask = cols[None, :] < tl.where(start + BLOCK_N >= n_cols, n_cols % BLOCK_N, BLOCK_N)
         x = tl.load(x_ptr + safe_rows[:, None] * sxm + (start + cols[None, :]) * sxn, mask=mask,
                     other=float("-inf")).to(tl.float32)
         y = tl.exp(x - m_row[:, None]) / d_row[:, None]
@@ -363,12 +368,18 @@ def _softmax_online_buggy_kernel(x_ptr, out_ptr, n_rows, n_cols, sxm, sxn, som, 
                  y.to(out_ptr.dtype.element_ty), mask=mask & (rows[:, None] < n_rows))
 
 
-def _online(bug):
+def _online(bug, programs_at_most=None, out_contiguous=False):
+    """The online kernel with BUG `bug`; with `programs_at_most`, one row per program on a grid capped
+    there and no loop over the rows it leaves; with `out_contiguous`, out's strides taken as (n_cols, 1)."""
     def softmax_online(x, out):
         n_rows, n_cols = x.shape
         rows = min(ROWS, triton.next_power_of_2(n_rows))  # one row of 2^20 + 3: not 15 copies of it besides
-        _softmax_online_buggy_kernel[(triton.cdiv(n_rows, rows),)](
-            x, out, n_rows, n_cols, *x.stride(), *out.stride(), BLOCK_N=8192, BUG=bug, R=rows)
+        if programs_at_most:
+            rows = 1
+        programs = triton.cdiv(n_rows, rows)
+        out_strides = (n_cols, 1) if out_contiguous else out.stride()
+        _softmax_online_buggy_kernel[(min(programs, programs_at_most or programs),)](
+            x, out, n_rows, n_cols, *x.stride(), *out_strides, BLOCK_N=8192, BUG=bug, R=rows)
     return softmax_online
 
 
@@ -395,6 +406,20 @@ def test_softmax_online_without_max_subtraction_fails():
         (_whole_row(0) if x.shape[1] <= 8192 else _online(3))(x, out)
 
     failure("05.softmax", two_paths, f"rows of {LONG_COLS} near +100", "subtract each row's max")
+
+
+def test_softmax_online_masked_by_the_remainder_fails_on_rows_of_whole_blocks():
+    failure("05.softmax", _online(5), "2 rows of 2^16: a multiple of every block size", "never written")
+
+
+def test_softmax_on_a_grid_capped_at_64_programs_fails():
+    """One row per program (the interpreter's ROWS), at most 64 programs, no loop over the rest."""
+    failure("05.softmax", _online(0, programs_at_most=64), "never written",
+            "267 rows of 5" if current().interpret else "")
+
+
+def test_softmax_storing_into_out_as_if_contiguous_fails():
+    failure("05.softmax", _online(0, out_contiguous=True), "a transposed out")
 
 
 def test_softmax_online_without_minus_inf_guard_fails():

@@ -15,7 +15,7 @@ from course_utils.mode import current
 from course_utils.lessons import l08_backward_passes as l08
 from course_utils.llama import toy_config, toy_llama
 
-from helpers import failure, flat_copy_kernel, mutant, recorded_launches
+from helpers import failure, flat_copy_kernel, interpreter_only_because, mutant, recorded_launches
 
 SEED = 1234
 DEVICE = current().device  # the tests draw on the CPU (same values in both modes), then move there
@@ -48,6 +48,8 @@ def test_dw_is_deterministic():
 
 # --- wrong RMSNorm backwards ------------------------------------------------------------------
 
+SHARED_PARTS: tl.constexpr = 256  # the partial rows of dw in Triton's layer-norm tutorial, at hidden <= 1024
+
 @triton.jit
 def _rmsnorm_bwd_bug_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, n_cols, stride_dy, stride_x,
                             BUG: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -70,6 +72,9 @@ def _rmsnorm_bwd_bug_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, n_co
     tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
     if BUG == "dw stored, not added":  # every row overwrites dw: one row's contribution survives
         tl.store(dw_ptr + cols, dy * xhat, mask=ok)
+    elif BUG == "partial rows shared, no lock":  # dw_ptr: (SHARED_PARTS, n_cols) partial rows, summed after
+        part = dw_ptr + (row % SHARED_PARTS) * n_cols + cols  # Triton's layer-norm tutorial without its lock
+        tl.store(part, tl.load(part, mask=ok) + dy * xhat, mask=ok)
     else:
         tl.atomic_add(dw_ptr + cols, dy * xhat, mask=ok)
         if BUG == "dw twice":
@@ -79,9 +84,12 @@ def _rmsnorm_bwd_bug_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, n_co
 def _buggy_rmsnorm_backward(bug: str):
     def rmsnorm_backward(dy, x, weight, rstd, dx, dw):
         n_rows, n_cols = x.shape
-        dw.zero_()
-        _rmsnorm_bwd_bug_kernel[(n_rows,)](dy, x, weight, rstd, dx, dw, n_cols, dy.stride(0), x.stride(0),
+        shared = bug == "partial rows shared, no lock"
+        target = torch.zeros((SHARED_PARTS, n_cols), device=x.device) if shared else dw.zero_()
+        _rmsnorm_bwd_bug_kernel[(n_rows,)](dy, x, weight, rstd, dx, target, n_cols, dy.stride(0), x.stride(0),
                                            BUG=bug, BLOCK_N=triton.next_power_of_2(n_cols))
+        if shared:
+            l08.sum_rows(target, dw)
     return rmsnorm_backward
 
 
@@ -103,6 +111,13 @@ def test_rmsnorm_backward_mistakes_are_named(bug, says):
                 "tl.atomic_add", seed=SEED)
         return
     failure("08.rmsnorm_backward", _buggy_rmsnorm_backward(bug), "likely mistake", says, seed=SEED)
+
+
+@interpreter_only_because("the interpreter's guard sees the race; a GPU's outcome depends on timing")
+def test_rmsnorm_backward_sharing_partial_rows_without_a_lock_fails():
+    """Rows past 256 share a partial row: a plain load, add and store of it is a race between programs."""
+    failure("08.rmsnorm_backward", _buggy_rmsnorm_backward("partial rows shared, no lock"), "300 rows x hidden 16",
+            "had stored with a plain tl.store", seed=SEED)
 
 
 # --- wrong SwiGLU backwards -------------------------------------------------------------------

@@ -247,6 +247,14 @@ def _matmul_cases(gen, *, naive: bool = False):
         yield _mm_case(f"fp32 a near 1e5 and b near 1e-5, outside fp16's range (65504 overflows, 1e-5 is "
                        f"subnormal): give tl.dot the fp32 tiles (TF32 on a GPU), not fp16 copies, M, N, K = "
                        f"{M}, {N}, {K}", randn((M, K), gen=gen, scale=1e5), randn((K, N), gen=gen, scale=1e-5))
+        # An fp32 out rounded through fp16 on its way (Triton's tutorial stores acc.to(tl.float16)) keeps
+        # 10 mantissa bits, as TF32 does: within a GPU's fp32 tolerance, until the outputs pass 65504.
+        M, N, K = size((65, 33, 96), (17, 9, 40))
+        atol, rtol = dot_tolerance(torch.float32, K)  # of unit-scale inputs: these products are 300^2 larger
+        yield _mm_case(f"fp32 a and b near 300: outputs past 65504, fp16's largest (store the fp32 accumulator "
+                       f"into the fp32 out, not an fp16 copy of it), M, N, K = {M}, {N}, {K}",
+                       randn((M, K), gen=gen, scale=300.0), randn((K, N), gen=gen, scale=300.0),
+                       tol=(atol * 300.0**2, rtol))
         M, N, K = size((1024, 512, 96), (256, 128, 40))
         yield _mm_case(f"M, N = {M}, {N}: multiples of every tile size, no partial tile (tiles per axis: "
                        f"cdiv(M, BLOCK_M), not M // BLOCK_M + 1), K = {K}", randn((M, K), torch.float16, gen),

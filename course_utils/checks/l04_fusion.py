@@ -10,7 +10,7 @@ from ..grading.harness import Fusion, Speed
 from ..grading.inputs import EPS, f64, randn, tolerance, uniform
 from ..mode import current, size
 from ..roofline import elementwise_cost
-from .l02_first_kernels import CAPPED_GRID_LABEL, CAPPED_GRID_LENGTH
+from .l02_first_kernels import CAPPED_GRID_LABEL, CAPPED_GRID_LENGTH, WHOLE_BLOCKS, WHOLE_BLOCKS_LABEL
 
 SPEED_N = 1 << 26  # 2^26 elements: 256 MiB of fp32, far beyond any cache
 SPEED_ROWS, SPEED_INTER = 4096, 11008  # silu_mul's speed size: a 4096-token prefill of Llama-7B's MLP
@@ -105,6 +105,7 @@ def _sin4_cases(gen):
                 randn((1823,), dt, gen=gen, scale=2.0)) for dt in low]
     inputs += [(f"2-D odd sizes, {str(dt)[6:]}", randn(size((1823, 781), (37, 781)), dt, gen=gen, scale=2.0))
                for dt in low]
+    inputs.append((f"4 rows, {WHOLE_BLOCKS_LABEL}", randn((4, WHOLE_BLOCKS // 4), gen=gen, scale=2.0)))
     inputs.append((CAPPED_GRID_LABEL, randn((CAPPED_GRID_LENGTH,), gen=gen, scale=2.0)))
     for label, x in inputs:
         atol, rtol = _SIN_FP32_TOL if x.dtype == torch.float32 else (_SIN_FP32_TOL[0], _SIN_LOW_RTOL * EPS[x.dtype])
@@ -184,6 +185,9 @@ def _silu_mul_cases(gen):
         for label, g, u in inputs:
             yield Case(f"{label}, {name}", (g, u, Out("out", tuple(g.shape), dtype)),
                        {"out": _silu_mul_expected(g, u)}, atol, rtol)
+    g, u = randn((4, WHOLE_BLOCKS // 4), gen=gen, scale=3.0), randn((4, WHOLE_BLOCKS // 4), gen=gen)
+    yield Case(f"4 rows, {WHOLE_BLOCKS_LABEL}, float32", (g, u, Out("out", tuple(g.shape), torch.float32)),
+               {"out": _silu_mul_expected(g, u)}, *_silu_mul_tolerance(torch.float32))
     g, u = randn(CAPPED_GRID_LENGTH, gen=gen, scale=3.0), randn(CAPPED_GRID_LENGTH, gen=gen)
     yield Case(f"{CAPPED_GRID_LABEL}, float32", (g, u, Out("out", (CAPPED_GRID_LENGTH,), torch.float32)),
                {"out": _silu_mul_expected(g, u)}, *_silu_mul_tolerance(torch.float32))

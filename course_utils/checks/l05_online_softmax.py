@@ -21,6 +21,7 @@ from ..mode import current, size
 from ..roofline import Cost, softmax_cost
 
 NEG_INF = float("-inf")
+CAPPED_GRID_ROWS = 2 * 132 + 3  # one row past a grid of twice an H100's SMs, with a few to spare
 
 
 def _bf16() -> bool:
@@ -521,10 +522,15 @@ def _softmax_explain(outs: dict, case: Case) -> str:
     return ""
 
 
-def _softmax_case(label, x):
+def _softmax_case(label, x, out_layout="contiguous"):
     expected = torch.softmax(f64(x), dim=1)
-    return Case(label, (x, Out("out", tuple(x.shape), x.dtype)), {"out": expected}, *_SOFTMAX_TOL[x.dtype],
+    return Case(label, (x, Out("out", tuple(x.shape), x.dtype, out_layout)), {"out": expected}, *_SOFTMAX_TOL[x.dtype],
                 explain=_softmax_explain)
+
+
+def _whole_blocks_case(rows: int, log2_cols: int, gen) -> Case:
+    return _softmax_case(f"{rows} rows of 2^{log2_cols}: a multiple of every block size, the last block full (a "
+                         "mask from n_cols % BLOCK masks all of it off)", randn((rows, 1 << log2_cols), gen=gen, scale=2))
 
 
 def _softmax_cases(gen):
@@ -551,6 +557,12 @@ def _softmax_cases(gen):
     yield _softmax_case("every other column of a wider tensor: use both strides",
                         randn((m, 2 * n + 1), gen=gen)[:, 1::2])
     yield _softmax_case("a transposed tensor: strides (1, rows)", randn((n, m), gen=gen).t())
+    yield _softmax_case("a transposed out: strides (1, rows), address out with its own strides",
+                        randn((m, n), gen=gen), out_layout="transposed")
+    yield _softmax_case(f"{CAPPED_GRID_ROWS} rows of 5: more rows than a grid capped at twice the SM count "
+                        "(2 x 132 programs) covers; launch a program per row, or loop over the rest",
+                        randn((CAPPED_GRID_ROWS, 5), gen=gen))
+    yield _whole_blocks_case(4, 10, gen)
     yield _softmax_case(f"rows of {long_cols}: longer than one block, the running max changes (rescale the "
                         "running sum by exp(m_old - m_new))",
                         randn((long_rows, long_cols), gen=gen, scale=2))
@@ -566,7 +578,7 @@ def _softmax_cases(gen):
     # kernel) must address x and out with their strides too.
     yield _softmax_case(f"rows of {long_cols}, every other column of a wider tensor: the long-row loop uses "
                         "both strides of x, and out's own",
-                        randn((3, 2 * long_cols + 1), gen=gen, scale=2)[:, 1::2])
+                        randn((3, 2 * long_cols + 1), gen=gen, scale=2)[:, 1::2], out_layout="padded")
     # The case with a 50 last, reversed: a running max that falls to a later block's (m_new = the block's
     # max alone, not max(m_old, it)) is an exact rescaling until exp(m_old - m_new) overflows, here e^150.
     x = randn((3, long_cols), gen=gen, scale=2, offset=-100.0)
@@ -586,6 +598,7 @@ def _softmax_cases(gen):
     x[:, -1] = 50.0
     yield _softmax_case("long rows: values near -100, then a 50 last: the max grows by 150 in the last block "
                         "(keep a running max; exp(x - the first block's max) overflows)", x)
+    yield _whole_blocks_case(2, 16, gen)  # the long-row loop's last block: after the cases that name its maths
     # Last, the longest to run (a wrong answer that fails earlier never gets here). Triton refuses blocks of
     # more than 2^20 elements (TRITON_MAX_TENSOR_NUMEL) in the interpreter too, which has no register limit:
     # this row is where a kernel with one block per row (no loop) fails there. One row of 4 MiB of fp32 in

@@ -196,6 +196,13 @@ def _rmsnorm_backward_cases(gen):
     yield _rmsnorm_backward_case("3 rows x hidden 4100, wider than a block of up to 4096 columns: size the block "
                                  "from the hidden size, or loop over the whole row (mean(wdy * xhat) over every "
                                  "column), float32", dy, x, weight, 1e-6)
+    # More rows than the 256 partial rows of dw in Triton's layer-norm tutorial: programs share one, so
+    # each must add to it under a lock (or atomically), or own its partial row.
+    x, dy = randn((300, 16), torch.float32, gen), randn((300, 16), torch.float32, gen)
+    weight = uniform((16,), 0.5, 1.5, torch.float32, gen)
+    yield _rmsnorm_backward_case("300 rows x hidden 16, more rows than 256 partial rows of dw: programs that "
+                                 "share a partial row add to it atomically or under a lock, float32",
+                                 dy, x, weight, 1e-6)
 
 
 register(Exercise(
