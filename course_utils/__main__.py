@@ -5,6 +5,18 @@ import argparse
 import sys
 
 
+def _lesson_number(text: str) -> str:
+    """--lesson 2, 02: "02", a lesson of the course; argparse's usage error otherwise."""
+    import argparse
+
+    from .lessons_index import LESSONS
+
+    number = f"{int(text):02d}" if text.isdigit() else text
+    if number not in LESSONS:
+        raise argparse.ArgumentTypeError(f"no lesson {text!r}: one of {', '.join(LESSONS)}")
+    return number
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_utils", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -22,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="notebooks graded at once")
     p.add_argument("--seed", type=int, default=None, help="one seed for every check (reproducible grading)")
     p.add_argument("--memory", type=float, default=None, help="GiB of data memory per sandbox (3, 16 on a GPU)")
+    p.add_argument("--lesson", type=_lesson_number, default=None,
+                   help="score every notebook on this lesson's exercises (default: the lesson most notebooks check)")
     p = sub.add_parser("bench", help="run a lesson's GPU benchmarks and write results/")
     p.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
     p = sub.add_parser("prove", help="on a GPU: execute lesson + solution notebooks, bench, write results/")
@@ -59,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         from .grading.sandbox import Limits
 
         return grade_main(args.paths, timeout=args.timeout, report=args.report, jobs=args.jobs, seed=args.seed,
-                          limits=Limits(memory=int(args.memory * (1 << 30))) if args.memory else None)
+                          limits=Limits(memory=int(args.memory * (1 << 30))) if args.memory else None,
+                          lesson=args.lesson)
     if args.command == "bench":
         from .mode import setup
 

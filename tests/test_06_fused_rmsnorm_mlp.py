@@ -1149,3 +1149,10 @@ def test_rmsnorm_mlp_statistics_pre_pass_mistakes_fail_on_many_rows(edit):
     rows was wider than the pre-pass's block of 1024 columns. Both have 100 rows now."""
     wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp", edit)
     failure("06.rmsnorm_mlp", wrong, "100 rows" if current().interpret else "differ")
+
+
+def test_gate_up_silu_reading_w_up_with_w_gates_strides_fails():
+    """One pair of weight strides for both: every other case gives w_gate and w_up the same strides."""
+    wrong = mutant("l06_fused_rmsnorm_mlp", "gate_up_silu",
+                   ("w_up.stride(0), w_up.stride(1)", "w_gate.stride(0), w_gate.stride(1)"))
+    failure("06.gate_up_silu", wrong, "w_up K-major (strides (1, 136))")

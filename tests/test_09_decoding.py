@@ -542,3 +542,34 @@ def test_decode_attention_with_running_sums_rounded_to_the_cache_s_dtype_fails()
             wrong(q, cache_k, cache_v, lengths, out, num_splits=splits, BLOCK_N=16)
 
         assert "16384 tokens" in failure("09.decode_attention", decode_attention)
+
+
+# --- a round of wrong answers that passed: sizes no case had ----------------------------------------
+
+def test_kv_append_with_a_block_of_d_fixed_at_128_fails():
+    """Llama's head dim as the block, masked d < D: every D of the cases was at most 128."""
+    from helpers import failure as failing, mutant
+
+    wrong = mutant("l09_decoding", "kv_append", ("BLOCK_D=triton.next_power_of_2(D))", "BLOCK_D=128)"))
+    failing("09.kv_append", wrong, "D = 256, the toy Llama's head dim", "512 of 7168 elements differ")
+
+
+def test_decode_attention_with_a_block_of_d_fixed_at_128_fails():
+    from helpers import failure as failing, mutant
+
+    wrong = mutant("l09_decoding", "decode_attention", ("GROUP=group, BLOCK_G=block_g, BLOCK_N=BLOCK_N, D=D,",
+                                                        "GROUP=group, BLOCK_G=block_g, BLOCK_N=BLOCK_N, D=min(D, 128),"))
+    failing("09.decode_attention", wrong, "D = 256, the toy Llama's head dim")
+
+
+@interpreter_only_because("the fp32 path's scale load; a GPU's bf16 x takes the bf16x2 path, the same load")
+def test_w4a16_with_one_scale_per_tile_of_k_fails(tmp_path, monkeypatch):
+    """The group of the tile's first word for every word of the tile: right while a group holds a whole tile,
+    as in every case but the one-group case of group 16."""
+    monkeypatch.setattr(l09, "w4a16_gemv_kernel", _patched(l09.w4a16_gemv_kernel, tmp_path,
+                                                           ("(kw // WORDS) * stride_sg", "(kw0 // WORDS) * stride_sg")))
+
+    def tiles_of_32(x, w_packed, scales, group_size, out):  # as wide as the smallest group of every other case
+        l09.w4a16_gemv(x, w_packed, scales, group_size, out, BLOCK_K=32)
+
+    assert "4 groups of 16" in failure("09.w4a16_gemv", tiles_of_32)

@@ -2420,3 +2420,142 @@ def test_a_function_that_claims_to_be_the_grader_stand_in_is_still_searched():
     y = _ClaimsToBeTheStandIn.apply(x)
     kept = kept_alive(y.grad_fn, {x.untyped_storage().data_ptr(), y.untyped_storage().data_ptr()})
     assert list(kept.values()) == [(64 * 32 * 4, "(64, 32) float32")], kept
+
+
+# --- the sandbox's channel, and the grader's own memory -------------------------------------------
+
+# The check of the sandbox reached through the libraries' own readers of a function's closure (no name the scan
+# knew): its channel, whose send a wrapper replaced on the instance, dropped the host problems from each reply
+# before the MAC (credit with the stubs computed in host torch). Then the same channel used to answer directly.
+CLOSURE_READERS = {
+    "triton_capture_scope": """
+class _Any:
+    def __getattr__(self, name):
+        return {}
+_it = _Any()
+_it.fn = check
+_chan = triton.runtime.jit.JITFunction.get_capture_scope(_it)["chan"]
+""",
+    "torch_get_closure": '_chan = torch._jit_internal.get_closure(check)["chan"]\n',
+}
+_SCRUBBED = """
+_send = _chan.send
+def _scrubbed(header, blobs=()):
+    if header.get("op") == "called" and isinstance(header.get("facts"), dict):
+        header = dict(header, facts=dict(header["facts"], host=[], changed_later=[]))
+    return _send(header, blobs)
+_chan.send = _scrubbed
+"""
+_HOST_DEFS = """
+@triton.jit
+def _touch(a, b, c):
+    pass
+def add(x, y, out):
+    out.copy_(x + y)
+    _touch[(1,)](x, y, out)
+def relu(x, out):
+    out.copy_(x.clamp_min(0))
+    _touch[(1,)](x, x, out)
+def copy_2d(x, out):
+    out.copy_(x)
+    _touch[(1,)](x, x, out)
+"""
+
+
+def _grade_alone(folder: Path, notebooks: dict[str, dict], timeout: float = TIMEOUT) -> dict:
+    if sandbox.probe():
+        pytest.skip(f"no sandbox here: {sandbox.probe()}")
+    for name, nb in notebooks.items():
+        (folder / name).write_text(json.dumps(nb))
+    return {sub.name: sub for sub in batch.grade([folder], timeout=timeout, jobs=2)}
+
+
+def test_no_library_hands_a_notebook_the_channel_to_the_grader(tmp_path):
+    """The sandbox's check reaches nothing but the list of the cell's calls: the channel and its key are in no
+    closure, global or attribute that a library's introspection could hand over (remote.serve)."""
+    exercise = _load("exercises")
+    notebooks = {}
+    for name, reader in CLOSURE_READERS.items():
+        nb = _with_cell(exercise, "import torch, triton, triton.language as tl\n" + reader + _SCRUBBED)
+        for check in ('check("02.vector_add"', 'check("02.relu"', 'check("02.copy_2d"'):
+            nb = _with_cell(nb, _HOST_DEFS, check)
+        notebooks[f"{name}.ipynb"] = nb
+    for name, sub in _grade_alone(tmp_path, notebooks).items():
+        assert sub.passed == 0 and sub.total == 3, (name, sub)
+        assert "frames" in " ".join(sub.flags), (name, sub.flags)
+
+
+def _bootstrap(nb: dict) -> dict:
+    """The solution's cells up to its vector_add check (setup, imports, the kernel) and that check."""
+    nb = copy.deepcopy(nb)
+    nb["cells"] = nb["cells"][:_index(nb, 'check("02.vector_add"') + 1]
+    return nb
+
+
+def _traced_peak(grade) -> tuple[object, int]:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        return grade(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+QUIET = 'import contextlib\ncontextlib.redirect_stdout(open("/dev/null", "w")).__enter__()\n'
+
+
+def test_a_flood_of_made_up_exercise_ids_costs_the_grader_nothing(tmp_path):
+    """Each check(...) call names its id, up to 4 MiB, and the grader kept a verdict under every one: a loop of
+    check(<1 MiB id>, None) grew the grader's own process (which no sandbox limit bounds) by 2 MiB per call
+    (here 100 calls, past the 60 to 90 MiB that grading the rest takes at its peak). An id that no check cell
+    names and no exercise has is answered and counted, not kept."""
+    nb = _bootstrap(_load("solutions"))
+    nb["cells"].append(_code(QUIET + 'for i in range(100):\n    check("99.x" + "x" * (1 << 20) + str(i), None)\n'))
+    subs, peak = _traced_peak(lambda: _grade_alone(tmp_path, {"ids.ipynb": nb}))
+    sub = subs["ids.ipynb"]
+    assert sub.exercises["02.vector_add"].status == batch.PASS, sub
+    assert peak < 150 << 20, f"{peak >> 20} MiB of the grader's memory at the peak"
+    assert "100 check(...) call(s) named no exercise" in sub.notes and len(sub.notes) < 500, sub.notes
+
+
+def test_a_flood_of_huge_exception_texts_costs_the_grader_nothing(tmp_path):
+    """The grader kept the first line of each cell's exception as the sandbox sent it (up to 4 MiB): cells that
+    raise a 1 MiB message held 1 MiB each of the grader's memory (here 150; 5000 cells: 15 GiB), and the first
+    was printed whole in the notes. Kept: its first ERROR_MAX characters, and how long it was."""
+    nb = _bootstrap(_load("solutions"))
+    nb["cells"].append(_code(QUIET + 'class Big(Exception):\n    def __str__(self):\n        return "x" * (1 << 20)\n'))
+    nb["cells"] += [_code(f"raise Big()  # {i}") for i in range(150)]
+    subs, peak = _traced_peak(lambda: _grade_alone(tmp_path, {"errors.ipynb": nb}))
+    sub = subs["errors.ipynb"]
+    assert sub.exercises["02.vector_add"].status == batch.PASS, sub
+    assert peak < 150 << 20, f"{peak >> 20} MiB of the grader's memory at the peak"
+    assert re.search(r"raised Big: x+\.\.\. \(cut: 1,048,5\d\d characters\)", sub.notes), sub.notes[:300]
+    assert len(sub.notes) < 1000
+
+
+MANY_PROCESSES = """
+import subprocess, sys, time
+kids = [subprocess.Popen([sys.executable, "-c", "import time; b = b'x' * (700 << 20); time.sleep(60)"])
+        for _ in range(4)]
+time.sleep(15)
+alive = sum(k.poll() is None for k in kids)
+raise RuntimeError(f"HELD by {alive} of 4" if alive == 4 else f"KILLED {4 - alive} of 4")
+"""
+
+
+def test_the_memory_limit_binds_the_sandbox_not_each_process(tmp_path):
+    """The rlimits bind each process: under a limit of 1 GiB a notebook's four processes of 0.7 GiB held 2.8 GiB
+    (with the defaults, 1024 processes of 3 GiB: the machine's memory, and the OOM killer chooses among every
+    process on it). A root grader puts each sandbox in a cgroup that bounds its processes' memory in all."""
+    probe, why = sandbox.make_cgroup(sandbox.Limits(), -2)
+    if probe is None:
+        pytest.skip(f"no cgroup can be made here ({why})")
+    probe.remove()
+    nb = _bootstrap(_load("solutions"))
+    nb["cells"].insert(_index(nb, 'check("02.vector_add"'), _code(MANY_PROCESSES))
+    (tmp_path / "many.ipynb").write_text(json.dumps(nb))
+    limits = sandbox.Limits(memory=1 << 30, tmpfs=64 << 20, shm=16 << 20)
+    (sub,) = batch.grade([tmp_path], timeout=120, limits=limits)
+    assert "HELD" not in sub.notes, sub
+    assert "KILLED" in sub.notes or sub.status == batch.DIED, sub

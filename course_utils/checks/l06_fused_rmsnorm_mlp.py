@@ -263,6 +263,14 @@ def _gate_up_cases(gen):
     yield Case(f"{TALL_LABEL}, float16", (x, w_gate, w_up, Out("out", (TALL[0], TALL[2]), torch.float16)),
                {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
                explain=_gate_up_explain)
+    # w_up stored K-major (an nn.Linear weight kept transposed, strides (1, hidden)) beside a row-major w_gate:
+    # each weight has its own strides (every case above gives both the same ones)
+    x, w_gate, w_up = (randn((16, 48), torch.float16, gen), _weights(136, 48, torch.float16, gen),
+                       _weights(48, 136, torch.float16, gen).t())
+    yield Case("w_up K-major (strides (1, 136)) beside a row-major w_gate: address each weight with its own "
+               "strides, float16", (x, w_gate, w_up, Out("out", (16, 136), torch.float16)),
+               {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
+               explain=_gate_up_explain)
     # As many rows as hidden (a 4096-token prefill of a 4096-wide model): a weight repacked to (hidden,
     # intermediate) has as many elements as g and one row per row of x; it stays the answer's own
     rows = hidden = 48

@@ -191,17 +191,17 @@ def _quantize_cases(gen):
                          randn((5, 300), gen=gen, scale=1e-40))
     # The CPU's long row above (5000) fits one block of up to 16384 columns (the GPU's 20000 does not): a
     # host that takes one pass up to there never ran its two-pass path, and a wrong one passed. Its rows of
-    # zeros and of tiny values are for the guards: on the CPU every such row above fits one block, and a
-    # two-pass path that left them out (0 / 0, 448 / amax, 1 / a subnormal amax) passed.
-    if not current().gpu:
-        x = randn((4, 16500), gen=gen)
-        x[1] = 0
-        x[2] *= 1e-37
-        x[3] *= 1e-40
-        yield _quantize_case("4 x 16500: longer than a block of 16384, two passes (amax, then quantize) that "
-                             "each loop over every block of the row; row 1 all zeros, rows 2 and 3 of values "
-                             "near 1e-37 and 1e-40, and stored column-major (strides (1, 4)): the two-pass "
-                             "path needs the one-pass path's guards and x's strides", x.t().contiguous().t())
+    # zeros and of tiny values are for the guards: every such row above fits one block, and a two-pass path
+    # that left them out (0 / 0, 448 / amax, 1 / a subnormal amax) passed, on a GPU too.
+    long_row = size(20000, 16500)
+    x = randn((4, long_row), gen=gen)
+    x[1] = 0
+    x[2] *= 1e-37
+    x[3] *= 1e-40
+    yield _quantize_case(f"4 x {long_row}: longer than a block of 16384, two passes (amax, then quantize) that "
+                         "each loop over every block of the row; row 1 all zeros, rows 2 and 3 of values "
+                         "near 1e-37 and 1e-40, and stored column-major (strides (1, 4)): the two-pass "
+                         "path needs the one-pass path's guards and x's strides", x.t().contiguous().t())
 
 
 # --- 07.fp8_matmul ----------------------------------------------------------------------------

@@ -167,6 +167,8 @@ def _kv_cases(gen):
     yield _kv_case(f"k_new fp32 on {_name(half)} caches, as the toy Llama's decode step calls it (its rotary "
                    "embedding runs in fp32): each value rounded to the cache's dtype when stored", 3, 2, 11, 32,
                    half, gen, k_dtype=torch.float32)
+    yield _kv_case("D = 256, the toy Llama's head dim: size the block of D from D (a block fixed at 128 leaves "
+                   "half of each row)", 2, 2, 7, 256, half, gen)
 
 
 # --- 09.decode_attention ----------------------------------------------------------------------
@@ -342,6 +344,9 @@ def _attention_cases(gen):
     yield _attention_case(f"q fp32 from the model's fp32 projection, caches and out {_name(half)} (the toy "
                           "Llama's decode step): tl.dot takes two operands of one dtype, cast q's block to the "
                           "cache's", 2, 4, 2, 40, 16, half, gen, lengths=[40, 9], q_dtype=f32)
+    # Every D above is at most 128 (Llama's): a block of D fixed at 128 and masked passed them all
+    yield _attention_case(f"D = 256, the toy Llama's head dim, {_name(half)}: size the block of D from D", 2, 8, 2,
+                          40, 256, half, gen, lengths=[40, 17])
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
@@ -452,6 +457,10 @@ def _w4_cases(gen):
     # run has measured the solution's bf16x2 path on it (lesson 06's cancelling case waits for the same).
     if not current().gpu:
         yield _w4_case(W4_CANCELLING, 2, 32, 4096, 32, half, gen, cancelling=True)  # M = 2: a batch path too
+    # Groups smaller than a tile of K: one scale per (row, group), not per tile (scales[n, k0 // group_size]
+    # for a whole tile passed while the only group of 16 was the one-group case)
+    yield _w4_case("M = 2, K = 64 in 4 groups of 16, N = 17: each group of 16 weights has its own scale, also "
+                   "inside one tile of K", 2, 17, 64, 16, half, gen)
 
 
 # --- registration -----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""Grade exercise notebooks: `python -m course_utils grade PATH... [--timeout S] [--report P] [--jobs N]`.
+"""Grade exercise notebooks: `python -m course_utils grade PATH... [--timeout S] [--report P] [--jobs N]
+[--lesson NN]`.
 
 PATH is a notebook or a folder of them (searched recursively, checkpoints skipped; a symbolic link in a
-folder is reported as an invalid notebook, not followed). Each notebook:
+folder, to a notebook or to a folder, is reported as an invalid notebook, not followed). Each notebook:
 - is read, never written, and runs in a sandbox of its own (sandbox.py: bubblewrap, an unprivileged
   user, no network, its own PID namespace, a private /tmp, the course package without the solutions,
   limits on memory, processes, output and time), `timeout` seconds in all, cell by cell;
@@ -12,7 +13,9 @@ folder is reported as an invalid notebook, not followed). Each notebook:
   does not stop the notebook, and neither do cells that raise. `progress(...)` is skipped.
 The exercises of a notebook are the ids of its check cells (its check(...) calls, read with ast: spaces and
 keywords as Python allows them), plus those of the course's own exercise notebook of the same lesson
-(exercises/NN_*.ipynb) whose check cell was deleted ("missing").
+(exercises/NN_*.ipynb) whose check cell was deleted ("missing"). A submission is scored on one lesson
+(score_lessons): `lesson` when given, else the one of its lessons that most submissions of the run check;
+exercises of other lessons are shown, not counted.
 `--jobs N` grades N notebooks at a time only where each sandbox has a uid of its own (a root grader with
 bubblewrap); otherwise the sandboxes would share one limit on processes and threads, and one notebook
 could starve the others: they run one at a time, with a warning that says so.
@@ -67,6 +70,10 @@ NOTEBOOK_MAX = 64 << 20
 CELL_CODE_MAX = 256 << 10  # characters of one code cell
 CODE_MAX = 2 << 20  # characters of code in all
 CELLS_MAX = 5000
+# What the grader keeps of the notebook's own text, per cell and per check (the sandbox may send up to
+# remote.HEADER_MAX, 4 MiB, each time): a cell's exception line, an exercise id no check cell names.
+ERROR_MAX = 500
+ID_MAX = 64
 CELL_WIDTH = 60  # table cells (a failure's reason) are cut to this many characters
 NOTES_WIDTH = 90
 
@@ -133,18 +140,45 @@ class Submission:
     seconds: float = 0.0
     exercises: dict[str, Verdict] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)  # constructs for a human to look at (flags.py)
+    lesson: str = ""  # the lesson it is scored on ("02"; score_lessons): other lessons' exercises are shown only
+
+    def scored(self) -> list[Verdict]:
+        return [v for key, v in self.exercises.items() if not self.lesson or lesson_of(key) == self.lesson]
 
     @property
     def passed(self) -> int:
-        return sum(v.status == PASS for v in self.exercises.values())
+        return sum(v.status == PASS for v in self.scored())
 
     @property
     def total(self) -> int:
-        return len(self.exercises)
+        return len(self.scored())
 
     @property
     def score(self) -> str:
         return f"{self.passed}/{self.total}" if self.total else "-"
+
+
+def lesson_of(exercise_id: str) -> str:
+    return exercise_id.split(".", 1)[0]
+
+
+def score_lessons(subs: Sequence[Submission], lesson: str | None = None) -> None:
+    """Score each submission on one lesson: `lesson` when the instructor names it; otherwise, of the lessons
+    it checks, the one that the most submissions of the run check (a tie, as in a run of one notebook: the
+    first it checks). A notebook of lesson 02 with lesson 01's five function exercises appended scored 5/8,
+    above an honest 2/3 on lesson 02: those are shown, not counted."""
+    checked = [list(dict.fromkeys(lesson_of(key) for key in sub.exercises)) for sub in subs]
+    counts: dict[str, int] = {}
+    for lessons in checked:
+        for number in lessons:
+            counts[number] = counts.get(number, 0) + 1
+    lesson = f"{int(lesson):02d}" if lesson is not None else None  # 2, "2" or "02"
+    for sub, lessons in zip(subs, checked):
+        sub.lesson = lesson or max(lessons, key=counts.__getitem__, default="")  # max keeps the first of a tie
+        others = sorted({lesson_of(key) for key in sub.exercises} - {sub.lesson})
+        if sub.lesson and others:
+            note = f"scored on lesson {sub.lesson}: exercises of lesson {', '.join(others)} not counted"
+            sub.notes = f"{sub.notes}; {note}" if sub.notes else note
 
 
 # --- reading submissions ------------------------------------------------------------------------
@@ -153,15 +187,16 @@ def find_notebooks(paths: Iterable[str | Path]) -> list[tuple[str, Path]]:
     """(name for the table, path) of every notebook named or found under the folders named.
 
     A symbolic link found in a folder is kept as the link (grade_notebook refuses it: it would grade the
-    file it points to, the course's solution or another submission, as this one); a file named on the
-    command line is the instructor's choice and is followed."""
+    file it points to, the course's solution or another submission, as this one), a link to a folder too
+    (rglob does not descend into it: a student's folder linked from elsewhere had no row at all); a file
+    named on the command line is the instructor's choice and is followed."""
     found: list[tuple[str, Path]] = []
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            inside = sorted(p for p in path.rglob("*.ipynb")
-                            if ".ipynb_checkpoints" not in p.parts and (p.is_file() or p.is_symlink()))
-            found += [(p.relative_to(path).as_posix(), p) for p in inside]
+            inside = sorted({p for p in path.rglob("*.ipynb") if p.is_file() or p.is_symlink()}
+                            | {p for p in path.rglob("*") if p.is_symlink() and p.is_dir()})
+            found += [(p.relative_to(path).as_posix(), p) for p in inside if ".ipynb_checkpoints" not in p.parts]
         elif path.is_file():
             found.append((path.name, path.resolve()))
         else:
@@ -182,6 +217,9 @@ def read_notebook(path: Path):
     """The notebook as an nbformat v4 node; InvalidNotebook with a one-line reason otherwise."""
     import nbformat
 
+    if path.is_symlink() and path.is_dir():
+        raise InvalidNotebook(f"a symbolic link to a folder ({os.readlink(path)}), not graded: give that folder "
+                              "itself to grade its notebooks")
     if path.is_symlink():
         raise InvalidNotebook(f"a symbolic link (to {os.readlink(path)}), not a notebook of its own")
     with path.open("rb") as f:  # at most NOTEBOOK_MAX bytes: the file may be of any size, or no file at all
@@ -198,8 +236,6 @@ def read_notebook(path: Path):
         raise InvalidNotebook(f"not JSON ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
         raise InvalidNotebook("JSON without a list of cells")
-    if len(raw["cells"]) > CELLS_MAX:
-        raise InvalidNotebook(f"{len(raw['cells']):,} cells, more than the limit of {CELLS_MAX:,}")
     _code_sizes(raw["cells"])
     try:
         with warnings.catch_warnings():
@@ -207,6 +243,9 @@ def read_notebook(path: Path):
             nb = nbformat.reads(text, as_version=4)
     except Exception as exc:  # nbformat's own complaints about the structure
         raise InvalidNotebook(f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
+    # Measured again as converted: an nbformat 3 file keeps its cells under "worksheets" (its "cells" may be
+    # empty), and 4 MiB of code in one of them passed the limits above, to be parsed here for minutes.
+    _code_sizes(nb.cells)
     for cell in nb.cells:
         if not isinstance(cell.get("source", ""), str) or "cell_type" not in cell:
             raise InvalidNotebook("a cell without cell_type or source")
@@ -214,7 +253,9 @@ def read_notebook(path: Path):
 
 
 def _code_sizes(cells: list) -> None:
-    """InvalidNotebook when the code of these (JSON) cells is more than the grader may parse."""
+    """InvalidNotebook when these (JSON) cells are too many, or hold more code than the grader may parse."""
+    if len(cells) > CELLS_MAX:
+        raise InvalidNotebook(f"{len(cells):,} cells, more than the limit of {CELLS_MAX:,}")
     sizes = []
     for number, cell in enumerate(cells, 1):
         source = cell.get("source", "") if isinstance(cell, dict) and cell.get("cell_type") == "code" else ""
@@ -305,6 +346,11 @@ def _first_line(cell) -> str:
     return code[0] if code else ""
 
 
+def _cut(text: str, limit: int) -> str:
+    """text, or its first `limit` characters and how many there were."""
+    return text if len(text) <= limit else f"{text[:limit]}... (cut: {len(text):,} characters)"
+
+
 def _short(text: str, width: int) -> str:
     text = _printable(" ".join(str(text).split()))
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -362,13 +408,15 @@ class Grader:
     """
 
     def __init__(self, timeout: float, seed: int | None = None, jobs: int = 1,
-                 limits: sandbox.Limits | None = None):
+                 limits: sandbox.Limits | None = None, lesson: str | None = None):
         from ..mode import current, setup
         from . import load_all
 
         setup(quiet=True)
         load_all()
         self.timeout, self.seed = timeout, seed
+        # the lesson every submission is scored on ("02"; score_lessons); None: each its own
+        self.lesson = f"{int(lesson):02d}" if lesson is not None else None
         self.gpu = current().gpu
         self.limits = limits or (sandbox.Limits(memory=sandbox.GPU_MEMORY) if self.gpu else sandbox.Limits())
         if self.limits.address_space is None and not self.gpu:
@@ -379,6 +427,13 @@ class Grader:
         if self.jobs > 1 and not sandbox.own_uids(self.sandboxed):
             why = "the grader is not root" if self.sandboxed else "no sandbox"
             self.jobs, self.serial_warning = 1, sandbox.SHARED_UID_WARNING.format(jobs=jobs, why=why)
+        self.cgroup_warning = ""  # each sandbox's processes in a cgroup that bounds their memory in all, or why not
+        if self.sandboxed:
+            probe, why = sandbox.make_cgroup(self.limits, -1)
+            if probe is None:
+                self.cgroup_warning = sandbox.CGROUP_WARNING.format(why=why)
+            else:
+                probe.remove()
         self.work = sandbox.temp_dir()
         self.live: set = set()
         self.lock = threading.Lock()
@@ -416,9 +471,15 @@ class Grader:
 
     def _start(self, course: Path, path: Path, slot: int, workdir: Path | None):
         if self.sandboxed:
+            cgroup = None if self.cgroup_warning else sandbox.make_cgroup(self.limits, slot)[0]
             with open(path, "rb") as f:  # bwrap copies it into the sandbox's own /submission
                 cmd = sandbox.command(course, f.fileno(), path.name, gpu=self.gpu, limits=self.limits, slot=slot)
-                return sandbox.Sandbox(cmd, self.limits, pass_fds=(f.fileno(),))
+                try:
+                    return sandbox.Sandbox(cmd, self.limits, pass_fds=(f.fileno(),), cgroup=cgroup)
+                except OSError:
+                    if cgroup is not None:
+                        cgroup.remove()
+                    raise
         shutil.copyfile(path, workdir / path.name)
         cmd, env = sandbox.unsandboxed(course, workdir, gpu=self.gpu)
         return sandbox.Sandbox(cmd, self.limits, env=env, cwd=str(workdir))
@@ -449,6 +510,11 @@ class Grader:
         box = None
         recorded: dict[str, Verdict] = {}
         errors: dict[int, str] = {}
+        # Ids a verdict is kept for: those the check cells name and the course's. Any other is answered and
+        # counted, never kept: a loop of check(<3 MiB id>, None) kept 6 MiB of the grader's memory per call.
+        from . import REGISTRY
+        kept = {key for ids in checks.values() for key in ids} | set(REGISTRY)
+        unknown = 0
         run = _Run()
         at = None
         try:
@@ -475,11 +541,14 @@ class Grader:
                     while True:
                         msg, _ = chan.recv(blob_limit=0)
                         if msg.get("op") == "cell_done":
-                            errors[index] = str(msg.get("error") or "")
+                            errors[index] = _cut(str(msg.get("error") or ""), ERROR_MAX)
                             break
                         if msg.get("op") != "check" or not isinstance(msg.get("exercise"), str):
                             raise remote.ProtocolError(f"unexpected message {str(msg.get('op'))[:40]!r}")
                         verdict = self._grade_check(chan, msg["exercise"])
+                        if msg["exercise"] not in kept:
+                            unknown += 1
+                            continue
                         # A notebook sees its own outputs and could check again until a flaky kernel
                         # happens to pass: an exercise checked more than once keeps its first failure.
                         earlier = recorded.get(msg["exercise"])
@@ -517,6 +586,11 @@ class Grader:
         last_words = _last_words(box.tail()) if box is not None and run.stopped == DIED else ""
         sub.seconds = round(time.monotonic() - start, 2)
         self._summarize(sub, nb, checks, recorded, errors, run, last_words)
+        if unknown:
+            note = f"{unknown} check(...) call(s) named no exercise of the course and no check cell's"
+            sub.notes = f"{sub.notes}; {note}" if sub.notes else note
+        # for the log line; score_lessons decides once the whole run is graded
+        sub.lesson = self.lesson or next((lesson_of(key) for key in sub.exercises), "")
         return sub
 
     def _grade_check(self, chan, exercise_id: str) -> Verdict:
@@ -529,7 +603,7 @@ class Grader:
         ex = REGISTRY.get(exercise_id)
         if ex is None:
             chan.send({"op": "done"})
-            return Verdict(ERROR, f"KeyError: no exercise {exercise_id!r}", seed=seed)
+            return Verdict(ERROR, f"KeyError: no exercise {_cut(repr(exercise_id), ID_MAX)}", seed=seed)
         spec = remote.spec_of(ex)
 
         def raised(msg: dict):
@@ -611,7 +685,7 @@ class Grader:
         for index, ids in checks.items():
             for exercise in ids:
                 cell_of[exercise] = index
-        lessons = dict.fromkeys(key.split(".", 1)[0] for key in cell_of)
+        lessons = dict.fromkeys([*([self.lesson] if self.lesson else []), *(lesson_of(key) for key in cell_of)])
         known = [key for lesson in lessons for key in course_exercise_ids(lesson)]
         order = list(dict.fromkeys([*known, *cell_of, *(k for k in recorded if k in known or k in cell_of)]))
         for exercise in order:
@@ -691,7 +765,9 @@ def _grade_all(grader: Grader, found: Sequence[tuple[str, Path]], jobs: int,
         pending = set(futures)
         while pending:  # short waits, so that a signal reaches the main thread promptly
             _, pending = concurrent.futures.wait(pending, timeout=0.5)
-        return [f.result() for f in futures]
+        subs = [f.result() for f in futures]
+        score_lessons(subs, grader.lesson)
+        return subs
     except BaseException:
         grader.stop()
         raise
@@ -700,14 +776,16 @@ def _grade_all(grader: Grader, found: Sequence[tuple[str, Path]], jobs: int,
 
 
 def grade(paths: Iterable[str | Path], timeout: float = 600, *, jobs: int = 1, seed: int | None = None,
-          log: Callable[[str], None] | None = None, limits: sandbox.Limits | None = None) -> list[Submission]:
+          log: Callable[[str], None] | None = None, limits: sandbox.Limits | None = None,
+          lesson: str | None = None) -> list[Submission]:
     """Grade every notebook under `paths` (files or folders), `jobs` sandboxes at a time; in input order."""
     found = find_notebooks(paths)
-    grader = Grader(timeout, seed, jobs, limits)
+    grader = Grader(timeout, seed, jobs, limits, lesson)
     log = log or (lambda line: None)
     try:
-        if grader.serial_warning:
-            log(grader.serial_warning)
+        for warning in (grader.serial_warning, grader.cgroup_warning):
+            if warning:
+                log(warning)
         return _grade_all(grader, found, grader.jobs, log)
     finally:
         grader.close()
@@ -775,7 +853,7 @@ def _interrupt(signum, frame):
 
 
 def main(paths: Sequence[str], timeout: float = 600, report: str | None = "grades", *, jobs: int = 1,
-         seed: int | None = None, limits: sandbox.Limits | None = None) -> int:
+         seed: int | None = None, limits: sandbox.Limits | None = None, lesson: str | None = None) -> int:
     """The `grade` command: grade, print the table, write the report (after every sandbox is gone).
 
     Returns 0 when grading ran (whatever the scores), 2 on usage errors, 130 when interrupted
@@ -792,12 +870,13 @@ def main(paths: Sequence[str], timeout: float = 600, report: str | None = "grade
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
-        grader = Grader(timeout, seed, jobs, limits)
+        grader = Grader(timeout, seed, jobs, limits, lesson)
         try:
             if not grader.sandboxed:
                 print(sandbox.NO_SANDBOX_WARNING.format(why=grader.why_not), file=sys.stderr)
-            if grader.serial_warning:
-                print(grader.serial_warning, file=sys.stderr)
+            for warning in (grader.serial_warning, grader.cgroup_warning):
+                if warning:
+                    print(warning, file=sys.stderr)
             print(f"grading {len(found)} notebook(s), at most {timeout:g} s each, sandbox: {grader.describe()}",
                   file=sys.stderr)
             subs = _grade_all(grader, found, grader.jobs, lambda line: print(line, file=sys.stderr))

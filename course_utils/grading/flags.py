@@ -137,7 +137,12 @@ FRAME_ATTRS = {"_getframe": "frames", "f_locals": "frames", "f_back": "frames", 
                "get_referrers": "gc", "get_referents": "gc", "__closure__": "frames",
                "cell_contents": "frames", "getclosurevars": "frames", "currentframe": "frames",
                "getouterframes": "frames", "getinnerframes": "frames", "getmembers": "frames",
-               "getmembers_static": "frames"}
+               "getmembers_static": "frames",
+               # the libraries' own readers of a function's closure cells or of the frames above a call
+               # (triton's JITFunction.get_capture_scope, torch._jit_internal's resolution callbacks,
+               # traceback's walkers)
+               "get_capture_scope": "frames", "get_closure": "frames", "createResolutionCallbackFromClosure": "frames",
+               "createResolutionCallbackFromFrame": "frames", "walk_stack": "frames", "walk_tb": "frames"}
 # The inspect module reached as another module's attribute (triton.runtime.jit.inspect), and names that
 # hand a tensor's memory to NumPy or Python outside the tensor's own methods, or run host code inside a
 # kernel's launch.

@@ -43,6 +43,9 @@ OPS_MAX = 256  # torch ops a sandbox's backward reports (which ones, not how oft
 # Dimensions of a tensor sent either way: lesson 01's views have a case of 65, past NumPy's 64 (a limit of 8
 # refused the grader's own input there, and the course's solution got 1/5 in a batch)
 DIMS_MAX = 128
+# NumPy scalars a function may return (Encoder: tagged, judged as themselves by the grader)
+NUMPY_SCALARS = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                           "float16", "float32", "float64"})
 PENDING_MAX = 4  # autograd outputs a sandbox keeps for the grader's backwards (the latest calls of a check)
 
 
@@ -226,6 +229,7 @@ class Encoder:
         return self.keys[key]
 
     def encode(self, value: Any) -> Any:
+        import numpy as np
         import torch
 
         if isinstance(value, torch.Tensor):
@@ -246,6 +250,9 @@ class Encoder:
             return meta
         if isinstance(value, torch.dtype):
             return {"t": "dtype", "name": str(value).replace("torch.", "")}
+        if isinstance(value, np.generic) and value.dtype.name in NUMPY_SCALARS:  # first: np.float64 is a float
+            item = value.item()
+            return {"t": "numpy", "dtype": value.dtype.name, "v": repr(item) if isinstance(item, float) else item}
         if isinstance(value, bool | int | str) or value is None:
             return value
         if isinstance(value, float):
@@ -297,6 +304,8 @@ class Decoder:
                 raise ProtocolError("a float that is no float") from None
         if kind == "dtype":
             return _dtype(value.get("name"))
+        if kind == "numpy":
+            return _numpy_scalar(value)
         if kind in ("tuple", "list"):
             items = [self.decode(v, wrap_ok) for v in _list(value.get("items"))]
             return tuple(items) if kind == "tuple" else items
@@ -333,6 +342,25 @@ class Decoder:
         if wrap is not None:
             t = _wrapped(t, wrap) if wrap_ok else t
         return t
+
+
+def _numpy_scalar(meta: dict):
+    """A NumPy scalar as the sandbox's function returned it (np.cumprod's np.int64s, an np.float32): judged as
+    itself, with the interactive check's message ("return Python ints ..."), not as an unsendable object."""
+    import numpy as np
+
+    name, item = meta.get("dtype"), meta.get("v")
+    if name not in NUMPY_SCALARS:
+        raise ProtocolError(f"not a NumPy scalar type: {str(name)[:40]!r}")
+    floating = np.dtype(name).kind == "f"
+    try:
+        if floating and isinstance(item, str):
+            return np.dtype(name).type(float(item))
+        if not floating and isinstance(item, int) and (name == "bool") == isinstance(item, bool):
+            return np.dtype(name).type(item)
+    except (OverflowError, ValueError):
+        pass
+    raise ProtocolError(f"a NumPy {name} that is none")
 
 
 def _list(value) -> list:
@@ -1112,7 +1140,8 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
 
 
 def serve() -> None:
-    """The sandbox's main program: cells in, `cell_done` out; check(...) calls served as they come."""
+    """The sandbox's main program: cells in, `cell_done` out; the check(...) calls of a cell served when it
+    has run (a check never raises while grading: the rest of the cell runs as it would have)."""
     import sys
 
     # `python -m` put the working folder (the notebook's, which it may write) first on sys.path: a file the
@@ -1132,10 +1161,17 @@ def serve() -> None:
 
     harness._function_args = tuple  # the grader keeps its own copies (and compares them): these are fresh
     serve_check = _serve_check
+    # The check(...) calls of the cell that runs, served by the loop below once the cell has returned. The
+    # check the notebook holds reaches this list and nothing else: the channel (and with it the key) is a
+    # local of this function, in no closure, global or attribute. In check's closure it was one library call
+    # away (triton's JITFunction.get_capture_scope(obj) and torch._jit_internal.get_closure(f) hand over a
+    # function's closure cells, no name the scan knows), and a notebook that held it had the grader believe
+    # whatever it sent: a wrapped chan.send dropped the host problems from every reply before the MAC.
+    # What is left is this frame and the serving code's, below a cell or a candidate: frames are flagged.
+    pending: list[tuple[str, Any]] = []
 
     def check(exercise_id, candidate, *args, **kwargs):
-        serve_check(chan, exercise_id, candidate, integrity, hooks)
-        print(f"[grading] {exercise_id}: checked by the grader (the verdict is in its report)")
+        pending.append((str(exercise_id), candidate))
 
     def progress(lesson, namespace, *args, **kwargs):
         print("[grading] progress(...) is not run while grading")
@@ -1167,6 +1203,10 @@ def serve() -> None:
         if msg.get("op") != "cell":
             return
         result = shell.run_cell(str(msg.get("source", "")), store_history=True)
+        while pending:  # a candidate may call check(...) too: served after the ones before it
+            exercise_id, candidate = pending.pop(0)
+            serve_check(chan, exercise_id, candidate, integrity, hooks)
+            print(f"[grading] {exercise_id}: checked by the grader (the verdict is in its report)")
         error = result.error_in_exec or result.error_before_exec
         line = ""
         if error is not None:

@@ -17,6 +17,10 @@ Inside a sandbox (`bwrap`, Debian package `bubblewrap`):
   also the address space (RLIMIT_AS): shared memory (mmap.mmap(-1, n), memfd_create) is no process's data
   and no tmpfs of the sandbox's, so only the address space bounds it. The grader adds the wall time and
   the output size (the output pipe is drained and cut).
+- the rlimits bind each process: a notebook that started four processes of 0.7 GiB held 2.8 GiB under a limit
+  of 1 GiB. A root grader also puts each sandbox in a cgroup of its own (Cgroup: v2, or v1's memory and pids
+  hierarchies) that bounds the memory of all its processes together (data, tmpfs and shared memory pages) and
+  their number; elsewhere the grader warns that the memory is bounded per process only (CGROUP_WARNING).
 - RLIMIT_NPROC counts the processes and threads of a real uid, machine-wide: sandboxes of a root grader
   each have a uid of their own; a grader that is not root maps every sandbox to its own uid, so that one
   notebook's threads would starve the sandboxes beside it. Such a grader runs one sandbox at a time
@@ -32,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -317,16 +322,97 @@ def _set_limits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+CGROUPS = Path("/sys/fs/cgroup")
+CGROUP_WARNING = """WARNING: the memory limit binds each process of a sandbox, not the sandbox: no cgroup could be made
+  ({why}). A notebook that starts many processes can take all of the machine's memory. Run the grader as
+  root on a machine with a writable cgroup hierarchy (v2, or v1's memory and pids) to bound each sandbox."""
+
+
+class Cgroup:
+    """A cgroup of one sandbox's processes: their memory in all (what the rlimits allow one process, plus
+    its tmpfs and /dev/shm, whose pages are charged to it) and their number. Made by a root grader; bwrap
+    joins it before exec (join), and everything it starts stays in it. OSError where none can be made."""
+
+    def __init__(self, limits: Limits, name: str):
+        memory = limits.memory + 2 * limits.tmpfs + limits.shm
+        if (CGROUPS / "cgroup.controllers").exists():  # v2: one hierarchy, the controllers enabled for children
+            _write(CGROUPS / "cgroup.subtree_control", "+memory +pids")
+            settings = {CGROUPS / name: {"memory.max": memory, "memory.swap.max": 0, "pids.max": limits.processes}}
+        else:  # v1: a hierarchy per controller, inside the grader's own cgroups (a container's limit still binds)
+            settings = {_own_v1("memory") / name: {"memory.limit_in_bytes": memory},
+                        _own_v1("pids") / name: {"pids.max": limits.processes}}
+        self.folders: list[Path] = []
+        try:
+            for folder, values in settings.items():
+                folder.mkdir()
+                self.folders.append(folder)
+                for key, value in values.items():
+                    if key != "memory.swap.max" or (folder / key).exists():
+                        _write(folder / key, str(value))
+        except OSError:
+            self.remove()
+            raise
+
+    def join(self) -> None:
+        """In the child before exec: it, and so all it starts, into the cgroup."""
+        for folder in self.folders:
+            _write(folder / "cgroup.procs", str(os.getpid()))
+
+    def remove(self) -> None:
+        """Once its processes are gone (killed: their exit may take a moment)."""
+        for folder in self.folders:
+            for _ in range(50):
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+def _own_v1(controller: str) -> Path:
+    """The grader's own cgroup in v1's hierarchy of `controller` (/proc/self/cgroup: "4:memory:/path")."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return CGROUPS / controller / path.lstrip("/")
+    raise FileNotFoundError(f"no {controller} cgroup hierarchy")
+
+
+def _write(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def make_cgroup(limits: Limits, slot: int) -> tuple[Cgroup | None, str]:
+    """(the cgroup of a new sandbox, "") or (None, why there is none)."""
+    if os.geteuid() != 0:
+        return None, "the grader is not root"
+    try:
+        return Cgroup(limits, f"course-grade-{os.getpid()}-{slot}"), ""
+    except OSError as exc:
+        return None, f"{CGROUPS}: {exc.strerror or exc}"
+
+
 class Sandbox:
     """A running sandbox: the protocol pipes, the output drained in a thread, kill()."""
 
     def __init__(self, cmd: list[str], limits: Limits, *, pass_fds: tuple[int, ...] = (),
-                 env: dict | None = None, cwd: str = "/"):
-        self.limits = limits
+                 env: dict | None = None, cwd: str = "/", cgroup: Cgroup | None = None):
+        self.limits, self.cgroup = limits, cgroup
+
+        def prepare() -> None:
+            _set_limits(limits)
+            if cgroup is not None:
+                cgroup.join()
+
         self.process = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=pass_fds, start_new_session=True, preexec_fn=(lambda: _set_limits(limits)),
-            env=env, cwd=cwd,
+            pass_fds=pass_fds, start_new_session=True, preexec_fn=prepare, env=env, cwd=cwd,
         )
         self.output_bytes = 0
         self.too_much_output = False
@@ -374,6 +460,8 @@ class Sandbox:
                 stream.close()
             except OSError:
                 pass
+        if self.cgroup is not None:
+            self.cgroup.remove()
         return self.process.returncode
 
 
