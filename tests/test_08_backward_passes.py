@@ -75,6 +75,8 @@ def _rmsnorm_bwd_bug_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, n_co
     elif BUG == "partial rows shared, no lock":  # dw_ptr: (SHARED_PARTS, n_cols) partial rows, summed after
         part = dw_ptr + (row % SHARED_PARTS) * n_cols + cols  # Triton's layer-norm tutorial without its lock
         tl.store(part, tl.load(part, mask=ok) + dy * xhat, mask=ok)
+    elif BUG == "dw through fp16":  # Liger-Kernel's "llama" casting mode: each row's dy * xhat rounded to fp16
+        tl.atomic_add(dw_ptr + cols, (dy * xhat).to(tl.float16).to(tl.float32), mask=ok)
     else:
         tl.atomic_add(dw_ptr + cols, dy * xhat, mask=ok)
         if BUG == "dw twice":
@@ -111,6 +113,16 @@ def test_rmsnorm_backward_mistakes_are_named(bug, says):
                 "tl.atomic_add", seed=SEED)
         return
     failure("08.rmsnorm_backward", _buggy_rmsnorm_backward(bug), "likely mistake", says, seed=SEED)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rmsnorm_backward_whose_dw_went_through_fp16_is_told_so_alone(seed):
+    """On the case of one fp16 row only dw differs: dx's mistakes matched the right dx within its loose
+    tolerance, and "dw not summed across all rows" was said of one row."""
+    message = str(failure("08.rmsnorm_backward", _buggy_rmsnorm_backward("dw through fp16"), "went through fp16",
+                          seed=seed))
+    for wrong in ("not summed", "mean's gradient", "outer rstd", "block size"):
+        assert wrong not in message, message
 
 
 @interpreter_only_because("the interpreter's guard sees the race; a GPU's outcome depends on timing")

@@ -903,3 +903,20 @@ def test_interpreter_only_refusals_of_gpu_code_get_advice(scalar_mask, says):
         _grid_stride_add_kernel[(4,)](x, y, out, out.numel(), BLOCK=64, SCALAR_MASK=scalar_mask)
 
     failure("02.vector_add", vector_add, says)
+
+
+@triton.jit
+def _add_scaled_kernel(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = alpha.to(tl.float32)  # Liger-Kernel's eps.to(tl.float32): a Triton scalar's method, on a GPU
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + a * tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@interpreter_only_because("it compiles on a GPU: the interpreter alone refuses it")
+def test_a_float_arguments_triton_method_in_the_interpreter_gets_advice():
+    """A float argument is a Python float in the interpreter: alpha.to(tl.float32) fails there."""
+    def vector_add(x, y, out):
+        _add_scaled_kernel[(triton.cdiv(out.numel(), 64),)](x, y, out, out.numel(), 1.0, BLOCK=64)
+
+    failure("02.vector_add", vector_add, "tl.cast(eps, tl.float32)")

@@ -617,6 +617,11 @@ _KNOWN_MISTAKES = (
      "in Triton's interpreter (no GPU) the variable of a `for ... in range(...)` or tl.range loop is a Python "
      "int, not a Triton scalar, so i.to(tl.int64) fails there (it compiles on a GPU): write "
      "tl.cast(i, tl.int64), which works in both modes"),
+    # ... and a float argument of the kernel is a Python float (Liger-Kernel's eps.to(tl.float32))
+    ("'float' object has no attribute", "called a Triton method on a Python float",
+     "in Triton's interpreter (no GPU) a float argument of the kernel (eps, a scale) is a Python float, not a "
+     "Triton scalar, so eps.to(tl.float32) fails there (it compiles on a GPU): write tl.cast(eps, tl.float32), "
+     "which works in both modes, or leave the cast out (Triton promotes a float argument by itself)"),
     # triton 3.9's interpreter refuses a mask that combines a block with a scalar condition
     ("mask has unsupported dtype", "used a mask the interpreter cannot take",
      "Triton's interpreter (no GPU) refuses a mask made of a block and a scalar condition, such as "
