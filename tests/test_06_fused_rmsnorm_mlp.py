@@ -152,8 +152,8 @@ def test_rmsnorm_on_a_contiguous_copy_of_x_is_named_a_copy():
 # --- wrong gate/up kernels ----------------------------------------------------------------------
 
 @triton.jit
-def _gate_up_bug_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, t_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_om,
-                        stride_tm, BUG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _gate_up_bug_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, t_ptr, M, N, K, stride_xm, stride_xk, stride_gn, stride_gk,
+                        stride_un, stride_uk, stride_om, stride_tm, BUG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr):
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -166,12 +166,14 @@ def _gate_up_bug_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, t_ptr, M, N, K, stride_x
         x_mask = (rm[:, None] < M) & k_ok[None, :]
         x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :] * stride_xk, mask=x_mask, other=0.0)
         if BUG == "weights as (K, N)":  # reads w[k, n] of an (N, K) tensor as if it were w.T
-            offs = kk[:, None] * stride_wn + rn[None, :]
+            offs_g = kk[:, None] * stride_gn + rn[None, :] * stride_gk
+            offs_u = kk[:, None] * stride_un + rn[None, :] * stride_uk
         else:
-            offs = rn[None, :] * stride_wn + kk[:, None]
+            offs_g = rn[None, :] * stride_gn + kk[:, None] * stride_gk
+            offs_u = rn[None, :] * stride_un + kk[:, None] * stride_uk
         w_mask = k_ok[:, None] & (rn[None, :] < N)
-        acc_g = tl.dot(x, tl.load(wg_ptr + offs, mask=w_mask, other=0.0), acc_g)
-        acc_u = tl.dot(x, tl.load(wu_ptr + offs, mask=w_mask, other=0.0), acc_u)
+        acc_g = tl.dot(x, tl.load(wg_ptr + offs_g, mask=w_mask, other=0.0), acc_g)
+        acc_u = tl.dot(x, tl.load(wu_ptr + offs_u, mask=w_mask, other=0.0), acc_u)
     if BUG == "g through memory":  # stored to t and loaded back before the silu, as a separate kernel would
         mask = (rm[:, None] < M) & (rn[None, :] < N)
         tl.store(t_ptr + rm[:, None] * stride_tm + rn[None, :], acc_g, mask=mask)
@@ -191,7 +193,7 @@ def _buggy_gate_up(bug: str, scratch=None):
         N = w_gate.shape[0]
         t = scratch(M, N, x.device) if scratch is not None else out
         _gate_up_bug_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 64))](
-            x, w_gate, w_up, out, t, M, N, K, *x.stride(), w_gate.stride(0), out.stride(0), t.stride(0),
+            x, w_gate, w_up, out, t, M, N, K, *x.stride(), *w_gate.stride(), *w_up.stride(), out.stride(0), t.stride(0),
             BUG=bug, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32)
     return gate_up_silu
 
