@@ -29,6 +29,12 @@ def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> Check
     return info.value
 
 
+# Lesson 02's mistake of masking the last program with the remainder: offs < n % BLOCK, which is 0 (every lane
+# masked off) when n is a multiple of BLOCK. For the mutants of a 1-D kernel with BLOCK and n_elements.
+REMAINDER_MASK = ("tl.arange(0, BLOCK) < "
+                  "tl.where(tl.program_id(0) == tl.num_programs(0) - 1, n_elements % BLOCK, BLOCK)")
+
+
 def _without_comments(source: str) -> str:
     """The source with each comment blanked out (tokenize finds them; a '#' in a string is no comment)."""
     import io

@@ -17,7 +17,8 @@ import triton.language as tl
 from course_utils.grading import REGISTRY, CandidateError, CheckFailed, check, exercises
 from course_utils.lessons.l02_first_kernels import add, add_kernel, copy_2d, copy_2d_kernel, relu, relu_kernel
 from course_utils.mode import current, size
-from helpers import failure, flat_copy_kernel, launch_1d, mutant, recorded_launches, zeros_kernel
+from helpers import (REMAINDER_MASK, failure, flat_copy_kernel, launch_1d, mutant, recorded_launches,
+                     zeros_kernel)
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERPRET = current().interpret
@@ -780,10 +781,6 @@ def test_copy_2d_with_tiles_of_32_along_a_very_long_row_fails_on_a_gpu():
 
 
 # --- masks that are right except where the size is a multiple of the block ------------------------
-
-# The last program masks with the remainder: offs < n % BLOCK, which is 0 when n is a multiple of BLOCK.
-REMAINDER_MASK = ("tl.arange(0, BLOCK) < "
-                  "tl.where(tl.program_id(0) == tl.num_programs(0) - 1, n_elements % BLOCK, BLOCK)")
 
 
 @pytest.mark.parametrize("exercise_id, name, line", [

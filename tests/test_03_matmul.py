@@ -541,37 +541,34 @@ def test_matmul_of_fp32_tiles_cast_to_fp16_fails_outside_fp16_range():
     """tl.dot(a.to(tl.float16), b.to(tl.float16)) of fp32 inputs rounds them to 10 mantissa bits, as TF32 does:
     within a GPU's fp32 tolerance at unit scale (the interpreter's exact fp32 dots catch it in every case).
     Only values outside fp16's range show it there: the case of a near 1e5 and b near 1e-5."""
-    from course_utils.checks.l03_matmul import _matmul_cases
-
-    case = next(c for c in _matmul_cases(torch.Generator().manual_seed(1)) if "outside fp16's range" in c.label)
-    a, b, out = case.args
-    exact = case.expected["out"]
     wrong = mutant("l03_matmul", "matmul", ("acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
                                             "acc = tl.dot(a.to(tl.float16), b.to(tl.float16), acc)"))
+    _solution_within_and_wrong_outside_the_tolerance("outside fp16's range", wrong)
+
+
+def _solution_within_and_wrong_outside_the_tolerance(label: str, wrong) -> torch.Tensor:
+    """On the fp32 case whose label holds `label`, in either mode (a GPU's TF32 tolerance included): the
+    solution's output within the case's tolerance, `wrong`'s outside it. Returns `wrong`'s output."""
+    from course_utils.checks.l03_matmul import _matmul_cases
+
+    case = next(c for c in _matmul_cases(torch.Generator().manual_seed(1)) if label in c.label)
+    a, b, out = case.args
+    exact = case.expected["out"]
     for candidate, passes in ((matmul, True), (wrong, False)):
         got = torch.empty(out.shape, dtype=out.dtype, device=a.device)
         candidate(a, b, got)
         close = bool(((got.double().cpu() - exact).abs() <= case.atol + case.rtol * exact.abs()).all())
         assert close == passes, f"{candidate.__module__}: within the tolerance {close}, expected {passes}"
+    return got
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")
 def test_matmul_storing_an_fp16_copy_of_the_accumulator_fails_past_fp16_range():
     """Triton's tutorial stores acc.to(tl.float16): into an fp32 out that is 10 mantissa bits, TF32's, within
     a GPU's fp32 tolerance at unit scale; outputs past 65504 become inf."""
-    from course_utils.checks.l03_matmul import _matmul_cases
-
-    case = next(c for c in _matmul_cases(torch.Generator().manual_seed(1)) if "outputs past 65504" in c.label)
-    a, b, out = case.args
-    exact = case.expected["out"]
     wrong = mutant("l03_matmul", "matmul", ("tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)",
                                             "tl.store(c_ptrs, acc.to(tl.float16), mask=mask)"))
-    for candidate, passes in ((matmul, True), (wrong, False)):
-        got = torch.empty(out.shape, dtype=out.dtype, device=a.device)
-        candidate(a, b, got)
-        close = bool(((got.double().cpu() - exact).abs() <= case.atol + case.rtol * exact.abs()).all())
-        assert close == passes, f"{candidate.__module__}: within the tolerance {close}, expected {passes}"
-    assert got.isinf().any(), "the fp16 copy overflows"
+    assert _solution_within_and_wrong_outside_the_tolerance("outputs past 65504", wrong).isinf().any()
 
 
 @triton.jit

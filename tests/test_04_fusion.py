@@ -15,7 +15,7 @@ from course_utils.grading import check
 from course_utils.lessons.l04_fusion import (bytes_moved, silu_mul, silu_mul_kernel, silu_mul_ref, sin4,
                                             sin4_kernel, sin4_ref)
 from course_utils.mode import current
-from helpers import failure, interpreter_only, interpreter_only_because, mutant
+from helpers import REMAINDER_MASK, failure, interpreter_only, interpreter_only_because, mutant
 
 # On a GPU an unmasked load past the end of a small input can crash the CUDA context, and every later
 # test with it: missing-mask answers are tested in the interpreter, which checks each address first.
@@ -162,11 +162,6 @@ def test_sin4_without_fp32_cast_reports_the_dtype():
 
 def test_sin4_launching_over_rows_misses_elements():
     failure("04.sin4", sin4_rows_only, "never written", "2-D")
-
-
-# The last program masks with the remainder: offs < n % BLOCK, which is 0 when n is a multiple of BLOCK.
-REMAINDER_MASK = ("tl.arange(0, BLOCK) < "
-                  "tl.where(tl.program_id(0) == tl.num_programs(0) - 1, n_elements % BLOCK, BLOCK)")
 
 
 @pytest.mark.parametrize("exercise_id, name, line", [
