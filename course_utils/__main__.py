@@ -7,14 +7,12 @@ import sys
 
 def _lesson_number(text: str) -> str:
     """--lesson 2, 02: "02", a lesson of the course; argparse's usage error otherwise."""
-    import argparse
+    from .lessons_index import lesson_number
 
-    from .lessons_index import LESSONS
-
-    number = f"{int(text):02d}" if text.isdigit() else text
-    if number not in LESSONS:
-        raise argparse.ArgumentTypeError(f"no lesson {text!r}: one of {', '.join(LESSONS)}")
-    return number
+    try:
+        return lesson_number(text)
+    except KeyError as exc:
+        raise argparse.ArgumentTypeError(exc.args[0]) from None
 
 
 def main(argv: list[str] | None = None) -> int:

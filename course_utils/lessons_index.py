@@ -61,6 +61,12 @@ def lesson(key: str) -> Lesson:
     return found
 
 
+def lesson_number(key: str | int) -> str:
+    """A lesson's number from 2, "2", "02" or its stem: "02". KeyError where the course has no such lesson."""
+    text = str(key)
+    return lesson(f"{int(text):02d}" if text.isdigit() else text).number
+
+
 def course_root() -> Path:
     """The checkout holding results/ and notebooks/, found when called: this package's parent in a local
     install, else $COURSE_ROOT or ./course (where the Colab bootstrap cell clones it)."""

@@ -12,7 +12,8 @@ from ..roofline import add_cost, elementwise_cost, relu_cost
 # A grid capped at the SM count (132 on an H100) without a loop over the remaining blocks stops short
 # of this length (1082365 elements, 4.1 MiB of fp32) even with blocks of 4096 and two programs per SM. In
 # both modes: the interpreter runs the stub's blocks of 1024 in about 1.4 s (a thousand programs).
-CAPPED_GRID_LENGTH = 132 * 4096 * 2 + 1021
+CAPPED_GRID_PROGRAMS = 2 * 132  # twice an H100's SMs
+CAPPED_GRID_LENGTH = CAPPED_GRID_PROGRAMS * 4096 + 1021
 CAPPED_GRID_LABEL = (f"{CAPPED_GRID_LENGTH} elements: more blocks of 4096 than a grid capped at twice the SM "
                      "count (2 x 132 programs) covers; launch cdiv(n, BLOCK) programs, or loop over the rest")
 SPEED_N = 1 << 26  # 256 MiB of fp32 per tensor: far beyond any cache

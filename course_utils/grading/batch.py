@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..lessons_index import lesson_number
 from . import flags, remote, sandbox
 
 PASS, FAIL, ERROR, TIMED_OUT, DIED, MISSING = "pass", "fail", "error", "timed out", "kernel died", "missing"
@@ -172,13 +173,16 @@ def score_lessons(subs: Sequence[Submission], lesson: str | None = None) -> None
     for lessons in checked:
         for number in lessons:
             counts[number] = counts.get(number, 0) + 1
-    lesson = f"{int(lesson):02d}" if lesson is not None else None  # 2, "2" or "02"
+    lesson = lesson_number(lesson) if lesson is not None else None
     for sub, lessons in zip(subs, checked):
         sub.lesson = lesson or max(lessons, key=counts.__getitem__, default="")  # max keeps the first of a tie
         others = sorted({lesson_of(key) for key in sub.exercises} - {sub.lesson})
         if sub.lesson and others:
-            note = f"scored on lesson {sub.lesson}: exercises of lesson {', '.join(others)} not counted"
-            sub.notes = f"{sub.notes}; {note}" if sub.notes else note
+            _add_note(sub, f"scored on lesson {sub.lesson}: exercises of lesson {', '.join(others)} not counted")
+
+
+def _add_note(sub: Submission, note: str) -> None:
+    sub.notes = f"{sub.notes}; {note}" if sub.notes else note
 
 
 # --- reading submissions ------------------------------------------------------------------------
@@ -416,7 +420,7 @@ class Grader:
         load_all()
         self.timeout, self.seed = timeout, seed
         # the lesson every submission is scored on ("02"; score_lessons); None: each its own
-        self.lesson = f"{int(lesson):02d}" if lesson is not None else None
+        self.lesson = lesson_number(lesson) if lesson is not None else None
         self.gpu = current().gpu
         self.limits = limits or (sandbox.Limits(memory=sandbox.GPU_MEMORY) if self.gpu else sandbox.Limits())
         if self.limits.address_space is None and not self.gpu:
@@ -587,8 +591,7 @@ class Grader:
         sub.seconds = round(time.monotonic() - start, 2)
         self._summarize(sub, nb, checks, recorded, errors, run, last_words)
         if unknown:
-            note = f"{unknown} check(...) call(s) named no exercise of the course and no check cell's"
-            sub.notes = f"{sub.notes}; {note}" if sub.notes else note
+            _add_note(sub, f"{unknown} check(...) call(s) named no exercise of the course and no check cell's")
         # for the log line; score_lessons decides once the whole run is graded
         sub.lesson = self.lesson or next((lesson_of(key) for key in sub.exercises), "")
         return sub
