@@ -105,7 +105,26 @@ def lab(args: list[str]) -> None:
     os.execv(cmd[0], cmd)
 
 
+def test_workers() -> int:
+    """How many pytest processes share the suite (pytest-xdist). Without a GPU, one per core, at most 4
+    (each holds torch and Triton, about 1 GB): the interpreter's tests are single-threaded. With a GPU,
+    one: some tests take tens of GB of its memory."""
+    if _has_gpu():
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
 def test(args: list[str]) -> int:
-    """Install with the test extras, then run pytest (extra args are passed on)."""
+    """Install with the test extras, then run pytest (extra args are passed on). The tests are spread over
+    test_workers() processes unless the arguments say how (-n, or -p no:xdist); the tests of a module
+    that share a module-scoped fixture are one xdist_group, so the fixture is made once (--dist loadgroup)."""
     py = install(tests=True)
-    return subprocess.run([str(py), "-m", "pytest", *args], cwd=ROOT).returncode
+    return subprocess.run([str(py), "-m", "pytest", *pytest_args(args)], cwd=ROOT).returncode
+
+
+def pytest_args(args: list[str]) -> list[str]:
+    """`args` with the spread over test_workers() processes put first, unless `args` say how to spread."""
+    if any(a.startswith(("-n", "--numprocesses", "--dist")) or a.endswith("no:xdist") for a in args):
+        return list(args)
+    return ["-n", str(test_workers()), "--dist", "loadgroup", *args]

@@ -20,6 +20,16 @@ def _course_solutions_allowed(request):
         yield
 
 
+@pytest.fixture(autouse=True)
+def _no_passes_kept_between_tests():
+    """progress() keeps the passes of this session's checks (verdicts.py); each test starts without any."""
+    from course_utils.grading import verdicts
+
+    verdicts.PASSED.clear()
+    yield
+    verdicts.PASSED.clear()
+
+
 @pytest.fixture
 def refuse_course_solutions():
     """Marks a test that checks the refusal of the course's own solutions (see _course_solutions_allowed)."""

@@ -48,6 +48,18 @@ def _without_comments(source: str) -> str:
     return "".join(lines)
 
 
+_MUTANTS: list = []
+
+
+def _mutants_folder() -> str:
+    """One temporary folder per test process for the mutants' files, removed when the process ends."""
+    import tempfile
+
+    if not _MUTANTS:
+        _MUTANTS.append(tempfile.TemporaryDirectory(prefix="course-mutants-"))
+    return _MUTANTS[0].name
+
+
 def mutant(module: str, name: str, *edits: tuple[str, str]):
     """`name` from a copy of course_utils.lessons.<module> with each (old, new) text edit applied: the
     course's solution with one mistake a student makes. The copy is a module of its own (not the
@@ -66,7 +78,7 @@ def mutant(module: str, name: str, *edits: tuple[str, str]):
         # leave the kernel unedited, and the test's "wrong answer" the solution or another mistake
         assert (code if "#" not in old else source).count(old), f"{old!r} is not in the code of course_utils/lessons/{module}.py"
         source = source.replace(old, new)
-    path = Path(tempfile.mkdtemp(prefix="mutant_")) / f"mutant_{module}.py"
+    path = Path(tempfile.mkdtemp(dir=_mutants_folder())) / f"mutant_{module}.py"
     path.write_text(source)
     copy = types.ModuleType(f"mutant_{module}_{len(sys.modules)}")
     copy.__file__ = str(path)

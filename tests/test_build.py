@@ -119,6 +119,22 @@ def test_ci_runs_the_readme_test_command():
     assert command in ci.splitlines()
 
 
+def test_the_test_command_spreads_the_suite_unless_told_how(monkeypatch):
+    """`course_utils test` runs pytest in test_workers() processes, grouping the modules whose fixtures are
+    made once (--dist loadgroup); arguments that pick a spread of their own are left alone."""
+    from course_utils import install
+
+    monkeypatch.setattr(install, "_has_gpu", lambda: False)
+    monkeypatch.setattr(install.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert install.pytest_args(["-k", "03_matmul"]) == ["-n", "2", "--dist", "loadgroup", "-k", "03_matmul"]
+    for own in (["-n", "0"], ["-n0"], ["--numprocesses=3"], ["-p", "no:xdist"], ["--dist", "load"]):
+        assert install.pytest_args(own) == own
+    monkeypatch.setattr(install.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert install.pytest_args([])[:2] == ["-n", "4"]
+    monkeypatch.setattr(install, "_has_gpu", lambda: True)
+    assert install.pytest_args([])[:2] == ["-n", "1"]
+
+
 def test_linter_hints_stay_in_the_sources():
     cells = build.parse("# %%\nimport torch  # noqa: E402\nx = 1  # noqa: BLE001 - a reason stays\n")
     nb = build.to_notebook(cells, exercise=False)

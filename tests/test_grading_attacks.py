@@ -34,6 +34,10 @@ from course_utils.grading import batch, sandbox
 from course_utils.mode import current
 from helpers import interpreter_only_because
 
+# One test process (pytest-xdist) runs this module: its module-scoped fixture
+# (the graded folder) is made once.
+pytestmark = pytest.mark.xdist_group("test_grading_attacks")
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 60
 MARKER = "COURSE_ATTACK_MARKER"  # in the command line of every process an attack starts

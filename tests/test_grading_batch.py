@@ -28,6 +28,10 @@ from course_utils.grading import batch
 from course_utils.mode import current
 from helpers import interpreter_only_because
 
+# One test process (pytest-xdist) runs this module: its module-scoped fixture
+# (the graded folder) is made once.
+pytestmark = pytest.mark.xdist_group("test_grading_batch")
+
 ROOT = Path(__file__).resolve().parent.parent
 # seconds per notebook: the solution needs about 15 on a 2-core CPU; on a GPU, compiling its kernels beside
 # other busy processes took over 30 (an H100 with the suite running in parallel); the loop uses it all

@@ -265,6 +265,96 @@ def test_progress_reports_fail_with_the_reason_and_not_run_yet(capsys):
     assert "(lesson: ../notebooks/02_first_kernels.ipynb" in copy_line
 
 
+NOTEBOOK_ADD = """
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 256
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def add(x, y, out):
+    launch(x, y, out)
+    return out
+
+
+def launch(x, y, out):
+    add_kernel[(triton.cdiv(out.numel(), BLOCK),)](x, y, out, out.numel(), BLOCK=BLOCK)
+"""
+
+
+def _notebook(tmp_path, name: str, source: str = NOTEBOOK_ADD) -> dict:
+    """A notebook's globals: `source` run as a module of its own file (Triton reads a kernel's source)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    namespace = {"__name__": name}
+    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 (the test's own source)
+    return namespace
+
+
+def _checks_run(monkeypatch) -> list[str]:
+    import course_utils.grading.progress as progress_module
+
+    ran = []
+    monkeypatch.setattr(progress_module, "check", lambda exercise_id, candidate, **kw: (
+        ran.append(exercise_id), check(exercise_id, candidate, **kw))[1])
+    return ran
+
+
+def test_progress_keeps_a_pass_of_this_session_for_an_unchanged_function(tmp_path, monkeypatch, capsys):
+    """A notebook ends with progress(...) after checking each exercise above: the same function, reaching
+    the same kernel and helpers, is not checked a second time (tens of seconds in the interpreter)."""
+    ran = _checks_run(monkeypatch)
+    nb = _notebook(tmp_path, "nb_kept")
+    check("02.vector_add", nb["add"], seed=1, quiet=True)
+    status = progress("02", {"add": nb["add"]})
+    assert status["02.vector_add"] == "pass" and status.kept == 1 and ran == []
+    assert "1 of them as checked above, unchanged since" in capsys.readouterr().out
+    status = progress("02", {"add": nb["add"]}, recheck=True)
+    assert status["02.vector_add"] == "pass" and status.kept == 0 and ran == ["02.vector_add"]
+
+
+@pytest.mark.parametrize("change", ["kernel", "helper", "constant", "function"])
+def test_progress_checks_again_what_changed_since_the_pass(tmp_path, monkeypatch, change):
+    """A cell run again after the check (a kernel, a helper the function calls, a constant it reads, or the
+    function itself) makes new objects: the pass no longer applies and progress runs the check."""
+    ran = _checks_run(monkeypatch)
+    nb = _notebook(tmp_path, f"nb_{change}")
+    check("02.vector_add", nb["add"], seed=1, quiet=True)
+    edits = {"kernel": "tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask)",
+             "helper": "add_kernel[(triton.cdiv(out.numel(), BLOCK),)]", "constant": "BLOCK = 256",
+             "function": "    launch(x, y, out)\n"}
+    wrong = {"kernel": "tl.load(x_ptr + offs, mask=mask) - tl.load(y_ptr + offs, mask=mask)",
+             "helper": "add_kernel[(1,)]", "constant": "BLOCK = 128",
+             "function": "    launch(x, x, out)\n"}
+    again = _notebook(tmp_path, f"nb_{change}_again", NOTEBOOK_ADD.replace(edits[change], wrong[change]))
+    names = {"kernel": ["add_kernel"], "helper": ["launch"], "constant": ["BLOCK"], "function": ["add"]}[change]
+    for name in names:
+        nb[name] = again[name]
+    status = progress("02", {"add": nb["add"]})
+    assert ran == ["02.vector_add"] and status.kept == 0
+    assert status["02.vector_add"] == ("pass" if change == "constant" else status["02.vector_add"])
+    if change != "constant":
+        assert status["02.vector_add"].startswith("fail: "), status
+
+
+def test_a_failed_check_forgets_the_earlier_pass(tmp_path, monkeypatch):
+    ran = _checks_run(monkeypatch)
+    nb = _notebook(tmp_path, "nb_forget")
+    check("02.vector_add", nb["add"], seed=1, quiet=True)
+    with pytest.raises(CheckFailed):
+        check("02.vector_add", lambda x, y, out: out.zero_() and None, seed=1, quiet=True)
+    progress("02", {"add": nb["add"]})
+    assert ran == ["02.vector_add"]
+
+
 def test_lesson_link_finds_the_heading_that_names_the_exercise(tmp_path, monkeypatch):
     import course_utils.grading.progress as progress_module
 

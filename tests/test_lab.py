@@ -18,6 +18,10 @@ import pytest
 
 from course_utils import chromium
 
+# One test process (pytest-xdist) runs this module: its module-scoped fixture
+# (the JupyterLab server) is made once.
+pytestmark = pytest.mark.xdist_group("test_lab")
+
 ROOT = Path(__file__).resolve().parent.parent
 needs_venv = pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "jupyter").exists(),
                                 reason="needs the .venv made by the installer")

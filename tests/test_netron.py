@@ -14,6 +14,10 @@ import torch
 from course_utils import chromium, netron
 from course_utils.llama import LogitsOnly, mlp_block, toy_config, toy_llama
 
+# One test process (pytest-xdist) runs this module: its module-scoped fixture
+# (the exported models) is made once.
+pytestmark = pytest.mark.xdist_group("test_netron")
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     folder = tmp_path_factory.mktemp("exports")

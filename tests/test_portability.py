@@ -22,6 +22,10 @@ from course_utils.lessons import l05_online_softmax as l05
 from course_utils.lessons import l06_fused_rmsnorm_mlp as l06
 from course_utils.lessons import l08_backward_passes as l08
 
+# One test process (pytest-xdist) runs this module: its module-scoped fixture
+# (the compiling children) is made once.
+pytestmark = pytest.mark.xdist_group("test_portability")
+
 # (compute capability, shared memory per block in bytes, SMs): a T4, an A100, an L4, and the H100 the
 # course is tuned on
 T4, A100, L4, H100 = ((7, 5), 65536, 40), ((8, 0), 166912, 108), ((8, 9), 101376, 58), ((9, 0), 232448, 132)

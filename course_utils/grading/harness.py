@@ -31,6 +31,7 @@ import torch
 from ..mode import current
 from . import kernel_source
 from .guard import HOST_OPS, TORCH_NAMES, CannotWatch, Refused, Tracker, note_made, watching
+from . import verdicts
 from .provenance import course_solution, course_solutions_allowed
 
 GUARD_ELEMENTS = 1 << 16  # guard region on each side of an output: larger than any block a kernel uses
@@ -1562,6 +1563,7 @@ def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, qui
     _check_signature(ex, candidate)
     seed = _SEEDS.randrange(2**31) if seed is None else seed
     device = current().device
+    verdicts.forget(ex.id)
     with course_solutions_allowed() if course else contextlib.nullcontext():
         refusal = course_solution(ex.id, candidate)
         if refusal is not None:
@@ -1573,6 +1575,7 @@ def check(exercise_id: str, candidate: Callable, *, seed: int | None = None, qui
                     else _run_function_case(ex, candidate, case))
 
         n_cases = run_cases(ex, seed, run_case)
+    verdicts.remember(ex.id, candidate)
     if not quiet:
         print(f"{ex.id} passed: {n_cases} cases ({ex.title}); seed {seed}")
         if current().gpu and ex.speed is not None:

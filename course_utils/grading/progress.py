@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ..mode import current
-from . import exercises
+from . import exercises, verdicts
 from .harness import MEASURED, REGISTRY, SOLUTION_MEASURED, CheckFailed, check, speed_line, with_stand_in_roofs
 
 REASON_WIDTH = 100  # a failure is summarized by the first line of its reason, cut to this width
@@ -21,6 +21,8 @@ class Progress(dict):
     The table is printed by `progress` (in a notebook: shown as a table that links each exercise to its
     lesson section); the returned dict itself displays as nothing, so the cell's output is the table alone.
     """
+
+    kept = 0  # passes kept from this session's checks, not run again
 
     def _ipython_display_(self) -> None:
         pass
@@ -72,6 +74,8 @@ def _in_notebook() -> bool:
 
 def _show(status: Progress, lesson: str) -> None:
     summary = f"{status.passed}/{len(status)} exercises of lesson {lesson} pass"
+    kept = (f"{status.kept} of them as checked above, unchanged since; progress(\"{lesson}\", globals(), "
+            "recheck=True) checks them again" if status.kept else "")
     if _in_notebook():
         from IPython.display import Markdown, display
 
@@ -80,13 +84,15 @@ def _show(status: Progress, lesson: str) -> None:
             link = lesson_link(key)
             name = f"[{key}]({link})" if link else key
             rows.append(f"| {name} | {value.replace('|', '/')} |")
-        display(Markdown("\n".join(rows) + f"\n\n{summary}"))
+        display(Markdown("\n".join(rows) + f"\n\n{summary}" + (f"\n\n{kept}" if kept else "")))
         return
     width = max(len(k) for k in status) if status else 0
     for key, value in status.items():
         link = lesson_link(key) if value != "pass" else None
         print(f"{key:<{width}}  {value}" + (f"  (lesson: {link})" if link else ""))
     print(summary)
+    if kept:
+        print(kept)
 
 
 def _roofline(lesson: str, status: Progress, namespace: dict) -> list:
@@ -116,8 +122,10 @@ def _roofline(lesson: str, status: Progress, namespace: dict) -> list:
     return points
 
 
-def progress(lesson: str, namespace: dict) -> Progress:
-    """Run the check of each exercise of `lesson` on the function of that name in `namespace`."""
+def progress(lesson: str, namespace: dict, recheck: bool = False) -> Progress:
+    """Run the check of each exercise of `lesson` on the function of that name in `namespace`; a function
+    that passed its check in this session and has not changed since keeps its pass (see verdicts.py)
+    unless `recheck`."""
     status = Progress()
     found = exercises(lesson)  # sorted by id; the registry holds them in the order they were defined
     defined = list(REGISTRY)
@@ -125,6 +133,10 @@ def progress(lesson: str, namespace: dict) -> Progress:
         candidate = namespace.get(ex.func_name)
         if candidate is None:
             status[ex.id] = NOT_RUN
+            continue
+        if not recheck and verdicts.still_passes(ex.id, candidate):
+            status[ex.id] = "pass"
+            status.kept += 1
             continue
         try:
             check(ex.id, candidate, quiet=True)
