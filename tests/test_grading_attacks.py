@@ -34,9 +34,9 @@ from course_utils.grading import batch, sandbox
 from course_utils.mode import current
 from helpers import interpreter_only_because
 
-# One test process (pytest-xdist) runs this module: its module-scoped fixture
-# (the graded folder) is made once.
-pytestmark = pytest.mark.xdist_group("test_grading_attacks")
+# One test process (pytest-xdist) runs this module and test_grading_batch: the module-scoped fixture (the
+# graded folder) is made once, and the look for sandboxes and temporary folders left behind sees only its own.
+pytestmark = pytest.mark.xdist_group("sandboxes")
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 60

@@ -28,9 +28,9 @@ from course_utils.grading import batch
 from course_utils.mode import current
 from helpers import interpreter_only_because
 
-# One test process (pytest-xdist) runs this module: its module-scoped fixture
-# (the graded folder) is made once.
-pytestmark = pytest.mark.xdist_group("test_grading_batch")
+# One test process (pytest-xdist) runs this module and test_grading_attacks: the module-scoped fixture (the
+# graded folder) is made once, and the look for sandboxes and temporary folders left behind sees only its own.
+pytestmark = pytest.mark.xdist_group("sandboxes")
 
 ROOT = Path(__file__).resolve().parent.parent
 # seconds per notebook: the solution needs about 15 on a 2-core CPU; on a GPU, compiling its kernels beside

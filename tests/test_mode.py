@@ -72,6 +72,16 @@ def test_triton_imported_before_the_interpreter_was_chosen_is_named():
         assert ("triton was imported before setup()" in result.stderr) == warned, result.stderr
 
 
+def test_the_grader_s_modules_import_triton_only_after_setup():
+    """The sandbox imports the checker, then calls setup(): a module of the checker that imported triton at
+    its top built Triton's helpers for the wrong mode, and every kernel in the sandbox failed."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "COURSE_MODE")}
+    code = ("import sys\nimport course_utils.grading.harness, course_utils.grading.progress, "
+            "course_utils.grading.verdicts, course_utils.grading.remote\nprint('triton' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, check=True)
+    assert result.stdout.strip() == "False", result.stderr
+
+
 def test_size_follows_the_mode(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert mode.size(gpu=1 << 28, cpu=1 << 12) == 1 << 12

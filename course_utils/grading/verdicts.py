@@ -13,8 +13,6 @@ import types
 import weakref
 from collections.abc import Callable
 
-from triton.runtime import KernelInterface
-
 PASSED: dict[str, tuple] = {}  # exercise id -> the parts of the candidate that passed
 
 
@@ -26,6 +24,8 @@ def _reached(candidate: Callable) -> tuple:
     (a notebook's own, not a library's): callables and containers held by reference (kept alive, so that
     no new object takes an old one's id), numbers and strings by value, tensors and arrays by a weak
     reference (a verdict keeps no tensor alive)."""
+    from triton.runtime import KernelInterface  # here: Triton is imported after setup() picks the mode
+
     home = getattr(candidate, "__module__", None)
     seen: set[int] = set()
     parts: list = []
