@@ -135,6 +135,20 @@ def test_the_test_command_spreads_the_suite_unless_told_how(monkeypatch):
     assert install.pytest_args([])[:2] == ["-n", "1"]
 
 
+def test_pytest_keeps_an_xdist_group_in_one_process(tmp_path):
+    """--dist loadgroup holds the tests of an xdist_group mark together (the sandboxes' modules look for
+    sandboxes left behind across the machine). pytest 9 ignores the group xdist 3.8 writes into a test's
+    id, which split them: the test extras pin pytest below 9 until that works again."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import os\nimport pytest\npytestmark = pytest.mark.xdist_group('g')\n"
+        + "".join(f"def test_{i}():\n    print('worker', os.environ['PYTEST_XDIST_WORKER'])\n" for i in range(4)))
+    result = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p",
+                             "no:cacheprovider", "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    workers = {line.split()[0] for line in result.stdout.splitlines() if "PASSED" in line and line.startswith("[gw")}
+    assert len(workers) == 1, result.stdout
+
+
 def test_linter_hints_stay_in_the_sources():
     cells = build.parse("# %%\nimport torch  # noqa: E402\nx = 1  # noqa: BLE001 - a reason stays\n")
     nb = build.to_notebook(cells, exercise=False)
