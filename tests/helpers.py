@@ -52,12 +52,26 @@ _MUTANTS: list = []
 
 
 def _mutants_folder() -> str:
-    """One temporary folder per test process for the mutants' files, removed when the process ends."""
+    """One temporary folder per test process for the files of sources the tests run (mutants, candidates),
+    removed when the process ends."""
     import tempfile
 
     if not _MUTANTS:
         _MUTANTS.append(tempfile.TemporaryDirectory(prefix="course-mutants-"))
     return _MUTANTS[0].name
+
+
+def run_from_file(source: str, name: str) -> dict:
+    """The names `source` defines, run as module `name` from a file of its own: Triton reads a kernel's
+    source (the checker refuses a kernel whose source cannot be read, as a GPU's compiler does)."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp(dir=_mutants_folder())) / f"{name}.py"
+    path.write_text(source)
+    namespace: dict = {"__name__": name}
+    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 (the tests' own sources)
+    return namespace
 
 
 def mutant(module: str, name: str, *edits: tuple[str, str]):

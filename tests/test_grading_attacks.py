@@ -32,7 +32,7 @@ import triton.language as tl
 
 from course_utils.grading import batch, sandbox
 from course_utils.mode import current
-from helpers import interpreter_only_because
+from helpers import interpreter_only_because, run_from_file
 
 # One test process (pytest-xdist) runs this module and test_grading_batch: the module-scoped fixture (the
 # graded folder) is made once, and the look for sandboxes and temporary folders left behind sees only its own.
@@ -956,25 +956,9 @@ def add(x, y, out):
 }
 
 
-_CANDIDATE_FOLDER: list[Path] = []
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _candidate_folder(tmp_path_factory):
-    """One folder under pytest's own temporary root (which pytest prunes) for the candidates' files."""
-    _CANDIDATE_FOLDER.append(tmp_path_factory.mktemp("candidates"))
-    yield
-    _CANDIDATE_FOLDER.pop()
-
-
 def _candidate(source: str, name: str):
-    """The names a candidate's source defines, run from a file of its own: Triton reads a kernel's source
-    (the checker refuses a kernel whose source cannot be read, as a GPU's compiler does)."""
-    path = Path(tempfile.mkdtemp(dir=_CANDIDATE_FOLDER[-1])) / f"candidate_{name}.py"
-    path.write_text(source)
-    namespace: dict = {"__name__": f"candidate_{name}"}
-    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 (the test's own sources)
-    return namespace
+    """The names a candidate's source defines, run from a file of its own (helpers.run_from_file)."""
+    return run_from_file(source, f"candidate_{name}")
 
 
 @pytest.mark.parametrize("name", INTERACTIVE_DOOR_NAMES)

@@ -20,7 +20,8 @@ from course_utils.grading.inputs import f64, randn
 from course_utils.grading.progress import Progress, progress
 from course_utils.lessons.l02_first_kernels import add, copy_2d, relu
 from course_utils.mode import current
-from helpers import failure, flat_copy_kernel, interpreter_only_because, launch_1d, scale_kernel, zeros_kernel
+from helpers import (failure, flat_copy_kernel, interpreter_only_because, launch_1d, run_from_file, scale_kernel,
+                     zeros_kernel)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -290,13 +291,9 @@ def launch(x, y, out):
 """
 
 
-def _notebook(tmp_path, name: str, source: str = NOTEBOOK_ADD) -> dict:
-    """A notebook's globals: `source` run as a module of its own file (Triton reads a kernel's source)."""
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    namespace = {"__name__": name}
-    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 (the test's own source)
-    return namespace
+def _notebook(name: str, source: str = NOTEBOOK_ADD) -> dict:
+    """A notebook's globals: `source` run as a module of its own file."""
+    return run_from_file(source, name)
 
 
 def _checks_run(monkeypatch) -> list[str]:
@@ -308,11 +305,11 @@ def _checks_run(monkeypatch) -> list[str]:
     return ran
 
 
-def test_progress_keeps_a_pass_of_this_session_for_an_unchanged_function(tmp_path, monkeypatch, capsys):
+def test_progress_keeps_a_pass_of_this_session_for_an_unchanged_function(monkeypatch, capsys):
     """A notebook ends with progress(...) after checking each exercise above: the same function, reaching
     the same kernel and helpers, is not checked a second time (tens of seconds in the interpreter)."""
     ran = _checks_run(monkeypatch)
-    nb = _notebook(tmp_path, "nb_kept")
+    nb = _notebook("nb_kept")
     check("02.vector_add", nb["add"], seed=1, quiet=True)
     status = progress("02", {"add": nb["add"]})
     assert status["02.vector_add"] == "pass" and status.kept == 1 and ran == []
@@ -322,11 +319,11 @@ def test_progress_keeps_a_pass_of_this_session_for_an_unchanged_function(tmp_pat
 
 
 @pytest.mark.parametrize("change", ["kernel", "helper", "constant", "function"])
-def test_progress_checks_again_what_changed_since_the_pass(tmp_path, monkeypatch, change):
+def test_progress_checks_again_what_changed_since_the_pass(monkeypatch, change):
     """A cell run again after the check (a kernel, a helper the function calls, a constant it reads, or the
     function itself) makes new objects: the pass no longer applies and progress runs the check."""
     ran = _checks_run(monkeypatch)
-    nb = _notebook(tmp_path, f"nb_{change}")
+    nb = _notebook(f"nb_{change}")
     check("02.vector_add", nb["add"], seed=1, quiet=True)
     edits = {"kernel": "tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask)",
              "helper": "add_kernel[(triton.cdiv(out.numel(), BLOCK),)]", "constant": "BLOCK = 256",
@@ -334,7 +331,7 @@ def test_progress_checks_again_what_changed_since_the_pass(tmp_path, monkeypatch
     wrong = {"kernel": "tl.load(x_ptr + offs, mask=mask) - tl.load(y_ptr + offs, mask=mask)",
              "helper": "add_kernel[(1,)]", "constant": "BLOCK = 128",
              "function": "    launch(x, x, out)\n"}
-    again = _notebook(tmp_path, f"nb_{change}_again", NOTEBOOK_ADD.replace(edits[change], wrong[change]))
+    again = _notebook(f"nb_{change}_again", NOTEBOOK_ADD.replace(edits[change], wrong[change]))
     names = {"kernel": ["add_kernel"], "helper": ["launch"], "constant": ["BLOCK"], "function": ["add"]}[change]
     for name in names:
         nb[name] = again[name]
@@ -345,9 +342,9 @@ def test_progress_checks_again_what_changed_since_the_pass(tmp_path, monkeypatch
         assert status["02.vector_add"].startswith("fail: "), status
 
 
-def test_a_failed_check_forgets_the_earlier_pass(tmp_path, monkeypatch):
+def test_a_failed_check_forgets_the_earlier_pass(monkeypatch):
     ran = _checks_run(monkeypatch)
-    nb = _notebook(tmp_path, "nb_forget")
+    nb = _notebook("nb_forget")
     check("02.vector_add", nb["add"], seed=1, quiet=True)
     with pytest.raises(CheckFailed):
         check("02.vector_add", lambda x, y, out: out.zero_() and None, seed=1, quiet=True)
