@@ -302,6 +302,29 @@ def test_broadcast_assuming_the_last_stride_is_1_fails():
     fails("01.broadcast_view", unit_last, "dimension 1 has stride 1, expected 3")
 
 
+def _stride_zero_where_sizes_differ(t, shape):
+    """Right for every shape t can be broadcast to; for any other it returns a view all the same."""
+    new = len(shape) - t.dim()
+    strides = [0] * new + [t.stride(d) if t.shape[d] == shape[new + d] else 0 for d in range(t.dim())]
+    return t.as_strided(tuple(shape), strides, t.storage_offset())
+
+
+def test_broadcast_to_a_shape_t_cannot_take_must_be_refused():
+    fails("01.broadcast_view", _stride_zero_where_sizes_differ, "a dimension of 3 cannot become 4",
+          "must be refused: raise ValueError", "your function returned normally")
+
+
+def test_broadcast_refused_with_another_exception_says_which_one_is_asked_for():
+    def refuses_as_expand_does(t, shape):
+        new = len(shape) - t.dim()
+        if new < 0 or any(t.shape[d] not in (1, shape[new + d]) for d in range(t.dim())):
+            raise RuntimeError(f"the expanded size must match the existing size: {tuple(t.shape)} to {shape}")
+        return _stride_zero_where_sizes_differ(t, shape)
+
+    fails("01.broadcast_view", refuses_as_expand_does, "must be refused with ValueError; your function raised "
+          "RuntimeError instead", "the expanded size must match")
+
+
 def test_broadcast_with_strides_from_numpy_is_refused():
     def from_numpy(t, shape):
         v = np.broadcast_to(np.zeros(t.shape, dtype=np.int8), shape)  # stride 0 where it grows, bytes = 1

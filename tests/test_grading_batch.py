@@ -913,6 +913,34 @@ def test_lesson_01s_views_of_65_dimensions_reach_the_sandbox(tmp_path):
     assert (sub.passed, sub.total) == (5, 5), {name: v.reason for name, v in sub.exercises.items()}
 
 
+BROADCASTS = {  # 01.broadcast_view answers that do not refuse a shape t cannot be broadcast to with ValueError
+    "never_refuses": ("def broadcast_view(t, shape):\n    new = len(shape) - t.dim()\n"
+                      "    strides = [0] * new + [t.stride(d) if t.shape[d] == shape[new + d] else 0 "
+                      "for d in range(t.dim())]\n    return t.as_strided(tuple(shape), strides, t.storage_offset())\n",
+                      "must be refused: raise ValueError"),
+    "runtime_error": ("def broadcast_view(t, shape):\n    if len(shape) < t.dim() or any(a not in (1, b) for a, b in "
+                      "zip(t.shape, shape[len(shape) - t.dim():])):\n        raise RuntimeError('as expand')\n"
+                      "    return never_refuses(t, shape)\n",
+                      "must be refused with ValueError; your function raised RuntimeError instead"),
+}
+
+
+def test_a_function_exercise_must_refuse_with_the_exception_asked_for_in_the_sandbox_too(tmp_path):
+    """01.broadcast_view's shapes that t cannot take are refused with ValueError: the sandbox runs the call and
+    says whether it raised that, another exception (as torch's expand raises RuntimeError), or nothing."""
+    nb = json.loads((ROOT / "solutions" / "01_strides_and_intensity.ipynb").read_text())
+    at = _index(nb, 'check("01.broadcast_view"')
+    for name, (source, _) in BROADCASTS.items():
+        answer = copy.deepcopy(nb)
+        answer["cells"] = [c for c in nb["cells"][:at] if c["cell_type"] == "code"]
+        answer["cells"] += [_code(BROADCASTS["never_refuses"][0].replace("broadcast_view", "never_refuses")),
+                            _code(source), nb["cells"][at]]
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(answer))
+    found = {sub.name: sub.exercises["01.broadcast_view"] for sub in batch.grade([tmp_path], timeout=TIMEOUT, jobs=2)}
+    for name, (_, says) in BROADCASTS.items():
+        assert found[f"{name}.ipynb"].status == batch.FAIL and says in found[f"{name}.ipynb"].reason, found
+
+
 def test_a_broadcast_result_cannot_spend_the_graders_memory():
     """A function exercise's result is rebuilt in the grader from the bytes of its storage: a broadcast view
     (stride 0) of one element and 2^33 of them, 08.rmsnorm_train's output, which the grader clones, took 32 GiB

@@ -206,6 +206,16 @@ def _broadcast_cases(gen):
     for label, t, shape in inputs:
         yield Case(label, (t, shape), t.expand(shape),
                    verify=lambda r, c: _view_problems(r, c.args[0], c.expected, f"broadcast to {c.args[1]}"))
+    # Shapes t cannot be broadcast to (t.expand raises). The first fits in the storage of the wider tensor
+    # it is sliced from, so as_strided with t's strides kept returns a view (of the wrong elements) rather
+    # than failing by itself; stride 0 wherever the sizes differ returns one in every case.
+    refused = [
+        ("(M, 3) sliced out of a wider tensor to (M, 4): a dimension of 3 cannot become 4", wide[:, :3], (m, 4)),
+        ("(3, 4) to (3, 1): a dimension of 4 cannot shrink to 1", randn((3, 4), gen=gen), (3, 1)),
+        ("(2, 3) to (3,): fewer dimensions than t", randn((2, 3), gen=gen), (3,)),
+    ]
+    for label, t, shape in refused:
+        yield Case(label, (t, shape), None, raises=ValueError)
 
 
 # --- numbers: 01.matmul_intensity and 01.attainable_flops ---------------------------------------
@@ -330,7 +340,8 @@ register(Exercise(
     kernel=False, forbidden_ops=EXPAND_OPS, forbidden_calls=EXPAND_HELPERS, call_message=HELPER_MESSAGE,
     hint={"wrong": "line t's dimensions up with the LAST len(t.shape) entries of shape; new leading dimensions "
                    "and size-1 dimensions that grow get stride 0, the others keep t's stride; keep "
-                   "t.storage_offset()",
+                   "t.storage_offset(); raise ValueError where a dimension of t that is not 1 differs from "
+                   "shape's, or shape has fewer dimensions than t",
           "host": "expand, expand_as, broadcast_to and broadcast_tensors build the view for you: build it "
                   "yourself with t.as_strided(shape, strides, t.storage_offset()), stride 0 where it grows",
           "input": "a view never changes t: read its sizes and strides and call t.as_strided; modify nothing "

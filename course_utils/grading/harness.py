@@ -654,6 +654,13 @@ def _candidate_error(exc: BaseException) -> CandidateError:
         return CandidateError(f"your function raised {name}, whose traceback could not be shown", raised=name)
 
 
+def wrong_refusal(expected: type[Exception], exc: BaseException) -> CandidateError:
+    """The failure for a case the candidate must refuse with `expected` that raised another exception."""
+    said = (f"these inputs must be refused with {expected.__name__}; your function raised {type(exc).__name__} "
+            "instead")
+    return CandidateError(f"{said}\n{_candidate_error(exc)}", problems=[Problem(said, "wrong")])
+
+
 def _candidate_error_of(exc: BaseException) -> CandidateError:
     known = _known_mistake(exc)
     if known is not None:
@@ -1200,7 +1207,7 @@ def _expect_refusal(case: Case, candidate: Callable, call_args: list) -> list[st
         except case.raises:
             return []
         except Exception as exc:
-            raise _candidate_error(exc) from None
+            raise wrong_refusal(case.raises, exc) from None
     return [f"these inputs must be refused: raise {case.raises.__name__} with a message saying why "
             f"({case.label}); your function returned normally"]
 
@@ -1483,6 +1490,8 @@ def _run_function_case(ex: Exercise, candidate: Callable, case: Case) -> list[st
     The judge sees those copies (a view must share the storage the candidate was given)."""
     args = _function_args(case.args)
     with _examining(lambda: "your function returned or left something the checker cannot examine"):
+        if case.raises is not None:
+            return _expect_refusal(case, candidate, list(args))
         result, used = call_function_candidate(ex, candidate, args)
     with _examining(lambda: f"your function returned {_returned(result)}, which the checker cannot examine: "
                             f"return what {ex.signature} asks for, plain Python numbers or strided tensors"):

@@ -1079,7 +1079,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                     except kind:
                         refused = True
                     except Exception as exc:
-                        raise harness._candidate_error(exc) from None
+                        raise harness.wrong_refusal(kind, exc) from None
                 reply = {"op": "called", "refused": refused}
             elif spec.kernel:
                 outs = {name: tuple(idx) for name, idx in msg.get("outputs", {}).items()}

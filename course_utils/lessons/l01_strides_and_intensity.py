@@ -84,7 +84,9 @@ def transpose_view(t: torch.Tensor, dim0: int, dim1: int) -> torch.Tensor:
 # may grow to any size, and `shape` may add new leading dimensions. A broadcast dimension repeats
 # the same elements, so its stride is 0: stepping along it does not move in memory.
 # `shape` holds no -1. Build it with `as_strided`; `expand`, `expand_as`, `broadcast_to` (PyTorch's or
-# NumPy's) and copies are not allowed.
+# NumPy's) and copies are not allowed. When `t` cannot be broadcast to `shape` (a dimension of `t` other
+# than 1 that differs from its place in `shape`, or `shape` with fewer dimensions than `t`), raise
+# `ValueError` with a message saying why, as `expand` refuses it.
 
 # %%
 def broadcast_view(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
