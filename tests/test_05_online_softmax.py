@@ -159,6 +159,60 @@ def test_stats_in_two_passes_over_copies_of_the_blocks_fail(stats):
     failure("05.online_softmax_stats", stats, "held", "bytes at once", "second pass over x")
 
 
+def _python_list(x, block):
+    """Each block read once, front to back, its values added to a Python list; then two passes over the list."""
+    values = []
+    for s in range(0, x.numel(), block):
+        values += x[s:s + block].double().tolist()
+    m = max(values)
+    return (m, 0.0) if m == NEG_INF else (m, sum(math.exp(v - m) for v in values))
+
+
+def _numpy_buffer(x, block):
+    """Each block read once into a NumPy array of x's size and dtype; then the array reduced whole."""
+    import numpy as np
+
+    buf = np.empty(x.numel(), dtype=np.float64 if x.dtype == torch.float64 else np.float32)
+    for s in range(0, x.numel(), block):
+        buf[s:s + block] = np.asarray(x[s:s + block])
+    m = float(buf.max())
+    return (m, 0.0) if m == NEG_INF else (m, float(np.exp(buf.astype(np.float64) - m).sum()))
+
+
+@pytest.mark.parametrize("stats", [
+    _python_list,
+    pytest.param(_numpy_buffer, marks=interpreter_only_because("NumPy reads the host's memory"))],
+    ids=["a Python list", "a NumPy array"])
+def test_stats_in_two_passes_over_python_or_numpy_copies_fail(stats):
+    """Every read of x is one block, once, in order, and no tensor holds more than a block: the copies are
+    Python's or NumPy's. They passed; tracemalloc's peak over the call shows them."""
+    failure("05.online_softmax_stats", stats, "Python objects and NumPy arrays held", "bytes at once",
+            "second pass over x")
+
+
+def test_stats_in_python_block_by_block_pass():
+    """A block's values as Python floats, reduced in Python, one block at a time: one pass."""
+    def stats(x, block):
+        m, d = NEG_INF, 0.0
+        for s in range(0, x.numel(), block):
+            values = x[s:s + block].double().tolist()
+            m_b = max(values)
+            m, d = merge_stats(m, d, m_b, sum(math.exp(v - m_b) for v in values) if m_b > NEG_INF else 0.0)
+        return m, d
+
+    check("05.online_softmax_stats", stats, seed=3, quiet=True)
+
+
+def test_stats_that_stop_tracemalloc_fail():
+    def stats(x, block):
+        import tracemalloc
+
+        tracemalloc.stop()
+        return _python_list(x, block)
+
+    failure("05.online_softmax_stats", stats, "stopped tracemalloc")
+
+
 def _lane_stats(x, block):
     """Honest: a running (max, sum) per lane of the block, merged once at the end (a kernel's way)."""
     lane_m = torch.full((block,), NEG_INF, dtype=torch.float64, device=x.device)

@@ -398,11 +398,15 @@ def test_a_function_exercise_that_changes_its_inputs_fails_in_the_sandbox_too(tm
     assert found["views.ipynb"].passed == found["views.ipynb"].total == 5, found["views.ipynb"]
 
 
-READ_LOG_DODGES = {  # 05.online_softmax_stats in two whole passes, the read log cleared or bypassed
-    "cleared": "def online_softmax_stats(x, block):\n    m, d = two_passes(x)\n    x._reads.clear()\n"
-               "    return m, d\n",
-    "as_subclass": "def online_softmax_stats(x, block):\n"
-                   "    return two_passes(torch.Tensor.as_subclass(x, torch.Tensor))\n",
+READ_LOG_DODGES = {  # 05.online_softmax_stats in two whole passes, the read log cleared or bypassed: what fails it
+    "cleared": ("def online_softmax_stats(x, block):\n    m, d = two_passes(x)\n    x._reads.clear()\n"
+                "    return m, d\n", "elements of x at once"),
+    "as_subclass": ("def online_softmax_stats(x, block):\n"
+                    "    return two_passes(torch.Tensor.as_subclass(x, torch.Tensor))\n", "elements of x at once"),
+    "python_list": ("def online_softmax_stats(x, block):\n    values = []\n    for s in range(0, x.numel(), block):\n"
+                    "        values += x[s:s + block].double().tolist()\n"
+                    "    m = max(values)\n    return m, (sum(math.exp(v - m) for v in values) if m > -math.inf else 0.0)\n",
+                    "Python objects and NumPy arrays held"),
 }
 TWO_PASSES = """
 def two_passes(x):
@@ -414,22 +418,23 @@ def two_passes(x):
 
 def test_the_read_log_of_online_stats_is_kept_in_the_sandbox_too(tmp_path):
     """The sandbox reports 05.online_softmax_stats's read log: what the candidate did to x._reads changes
-    nothing (a copy), and a plain tensor over x's memory is read where torch runs (dispatch)."""
+    nothing (a copy), a plain tensor over x's memory is read where torch runs (dispatch), and the Python
+    objects a call held at once (tracemalloc's peak) are measured in the sandbox."""
     nb = json.loads((ROOT / "solutions" / "05_online_softmax.ipynb").read_text())
     at = _index(nb, 'check("05.online_softmax_stats"')
     cells = [c for c in nb["cells"][:at + 1] if c["cell_type"] == "code"]
     nb["cells"] = cells
     (tmp_path / "honest.ipynb").write_text(json.dumps(nb))
-    for name, source in READ_LOG_DODGES.items():
+    for name, (source, _) in READ_LOG_DODGES.items():
         dodge = copy.deepcopy(nb)
         dodge["cells"].insert(len(cells) - 1, _code(TWO_PASSES + source))
         (tmp_path / f"{name}.ipynb").write_text(json.dumps(dodge))
     graded = batch.grade([tmp_path], timeout=120, jobs=2)
     found = {sub.name: sub.exercises["05.online_softmax_stats"] for sub in graded}
     assert found["honest.ipynb"].status == batch.PASS, found["honest.ipynb"]
-    for name in READ_LOG_DODGES:
+    for name, (_, says) in READ_LOG_DODGES.items():
         assert found[f"{name}.ipynb"].status == batch.FAIL, found[f"{name}.ipynb"]
-        assert "elements of x at once" in found[f"{name}.ipynb"].reason
+        assert says in found[f"{name}.ipynb"].reason, found[f"{name}.ipynb"]
 
 
 def test_a_flood_of_empty_buffers_is_refused():

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 import os
+import site
 import sys
+import tracemalloc
 import weakref
 
 import numpy as np
@@ -174,6 +177,13 @@ _CHECKER_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspa
 # them, a buffer they are copied into) to go over them again is a second pass that no read of x shows.
 HELD = "memory held at once"
 HELD_BLOCKS, HELD_SLACK = 32, 8 << 10  # allowed: 32 blocks of float64 values, and at least 8 KiB
+# The same for the Python objects and NumPy arrays the call made (tracemalloc's peak, besides the checker's
+# own: _PythonHeld): the blocks' values kept in a list (.tolist(), 32 bytes a float) or a NumPy array to go
+# over them again are a second pass no torch op shows. (PYTHON_HELD, bytes, 0); bytes -1: tracemalloc was
+# stopped during the call. Allowed: as many bytes as HELD, and at least 32 KiB for the interpreter's own
+# objects (a block's list of floats, a frame, a generator). Measured only where x's values in float32 take
+# at least that much (tracing every allocation slows the call about twofold).
+PYTHON_HELD, PYTHON_SLACK = "Python memory held at once", 32 << 10
 # The reads of each watched x, by the address of its memory: kept here, out of reach of the code watched
 # (x._reads is a copy: clearing it, or what it was, changes nothing; the grader's copy of the sandbox's
 # log is set with _ReadLog.set_reads).
@@ -236,11 +246,13 @@ class _ReadLog(torch.Tensor):
     @contextlib.contextmanager
     def reading(t: _ReadLog):
         """Around a call given t (harness.call_function_candidate): log what reads t's memory at dispatch."""
+        _first_dispatch()
         log = _LOGS.setdefault(_address(t), [])
         reads = _DispatchReads(_address(t), log)
-        with reads, _HostReads(_address(t), log):
+        with reads, _HostReads(_address(t), log), _PythonHeld(log, t.numel() * 4 >= PYTHON_SLACK) as python:
             yield
         log.append((HELD, reads.peak, 0))
+        log.append((PYTHON_HELD, python.held, 0))
 
     def as_subclass(self, cls):
         """A plain tensor over the same elements escapes the log: count it as a read of all of them (torch
@@ -353,6 +365,74 @@ class _HostReads(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+# Where library code lives: the standard library, site-packages, the import machinery, the course itself.
+_LIBRARY_FILES = tuple(dict.fromkeys([
+    "<frozen ", sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages(),
+    *(os.path.dirname(os.path.dirname(os.path.abspath(m.__file__))) for m in (torch, np)),
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]))
+# Bytes of the NaN padding around the NumPy copies of blocks (_numpy_copy) alive now, and the most at once
+# since _PythonHeld began: the checker's memory, not the candidate's.
+_PADDING = {"alive": 0, "most": 0}
+
+
+def _padding_freed(nbytes: int) -> None:
+    _PADDING["alive"] -= nbytes
+
+
+@functools.cache
+def _first_dispatch() -> None:
+    """Once per process, before any call is measured: torch's first op under a dispatch mode imports some 900
+    modules (3-4 s, tens of MB), which traced by tracemalloc would take several times as long."""
+    t = torch.zeros(2)
+    with _DispatchReads(_address(t), []), _HostReads(_address(t), []):
+        t[:1].double().max().item()
+
+
+class _PythonHeld:
+    """Around a call: the most memory Python objects and NumPy arrays held at once beyond what they held before
+    (`held`, bytes), tracemalloc's peak less the checker's own share of it: the read log's new entries and the
+    padding of NumPy's copies of blocks (the most alive at once, a bound on their share of the peak). -1 when
+    tracemalloc was stopped during the call. tracemalloc is started for the call unless it was running."""
+
+    def __init__(self, log: list, measure: bool = True):
+        self.log, self.measure, self.held = log, measure, 0
+
+    def __enter__(self) -> _PythonHeld:
+        if not self.measure:
+            return self
+        self.started = not tracemalloc.is_tracing()
+        if self.started:
+            tracemalloc.start()
+        self.entries, self.log_bytes, self.modules = len(self.log), sys.getsizeof(self.log), len(sys.modules)
+        _PADDING["most"] = _PADDING["alive"]
+        self.base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.measure:
+            return
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            self.held = -1
+            return
+        peak, kept = tracemalloc.get_traced_memory()[1], 0
+        if len(sys.modules) != self.modules:  # a first import's passing allocations (compiling, unmarshalling)
+            peak = 0  # are no one's copy of x; the next case, with the modules in place, is measured
+        else:  # what a library's code made and kept (a cache, an op's first use); a copy of x's values the
+            # candidate's code made is gone by now (its function returned), or was made by its own lines
+            kept = sum(stat.size for stat in tracemalloc.take_snapshot().statistics("filename")
+                       if stat.traceback[0].filename.startswith(_LIBRARY_FILES))
+        if self.started:
+            tracemalloc.stop()
+        entries = self.log[self.entries:]
+        log_bytes = (sys.getsizeof(self.log) - self.log_bytes
+                     + sum(sys.getsizeof(e) + sum(sys.getsizeof(v) for v in e[1:] if not -5 <= v <= 256)
+                           for e in entries)  # Python keeps one object of each int from -5 to 256
+                     + sum(sys.getsizeof(name) for name in {id(e[0]): e[0] for e in entries}.values()))
+        self.held = max(0, peak - self.base - log_bytes - _PADDING["most"] - kept)
+
+
 def _numpy_copy(array: np.ndarray, t: torch.Tensor) -> np.ndarray:
     """NumPy's array over a block of x, as a copy: at the block's place in an array of NaN the size of x's
     memory. NumPy's array over the block itself would be a door to all of x that no torch op sees:
@@ -364,6 +444,10 @@ def _numpy_copy(array: np.ndarray, t: torch.Tensor) -> np.ndarray:
     padded = np.full(max(size, offset + 1), np.nan if array.dtype.kind in "fc" else 0, dtype=array.dtype)
     copy = np.lib.stride_tricks.as_strided(padded[offset:], shape=array.shape, strides=array.strides)
     copy[...] = array
+    padding = padded.nbytes - array.nbytes  # the block's own bytes are the candidate's (a copy it may keep)
+    _PADDING["alive"] += padding
+    _PADDING["most"] = max(_PADDING["most"], _PADDING["alive"])
+    weakref.finalize(padded, _padding_freed, padding)
     return copy
 
 
@@ -410,8 +494,9 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
 
     def verify(result, case) -> list[str]:
         x = case.args[0]
-        reads = [r for r in x._reads if r[0] != HELD]
+        reads = [r for r in x._reads if r[0] not in (HELD, PYTHON_HELD)]
         held = max((r[1] for r in x._reads if r[0] == HELD), default=0)
+        python_held = [r[1] for r in x._reads if r[0] == PYTHON_HELD]
         seen = torch.zeros(n, dtype=torch.bool)
         for _, start, count in reads:
             seen[start:start + count] = True
@@ -443,6 +528,15 @@ def _stats_verify(x64: torch.Tensor, block: int, rtol: float):
             return [(f"max = nan, expected {want_m:g}: x has no NaN, but the NumPy array of a block here holds "
                      "that block alone, NaN around it; an array widened past its block "
                      "(np.lib.stride_tricks) reads NaN, not the rest of x: read each block as its own slice")]
+        if -1 in python_held:
+            return ["your function stopped tracemalloc, which the check uses to see how much memory the call's "
+                    "Python objects held: leave it running"]
+        python_most = max(python_held, default=0)
+        if python_most > max(HELD_BLOCKS * block * 8, PYTHON_SLACK):
+            return [(f"your function's Python objects and NumPy arrays held {python_most} bytes at once (x has {n} "
+                     f"elements, {x.element_size()} bytes each; a Python float in a list takes 32): the blocks' "
+                     "values kept to go over them again (a list of .tolist() values, a NumPy array they were "
+                     "copied into) are a second pass over x; keep only the running (m, d) and the block in hand")]
         return _pair_problems(result, want_m, want_d, rtol, "max = {m:g}, expected {want:g}", "sum", explain)
 
     return verify
@@ -472,7 +566,8 @@ def _stats_cases(gen):
     inputs.append(("values near -100, then a 50 in the last block: the max grows by 150, so exp() against an "
                    "earlier block's max overflows; merge with exp(m_i - m) <= 1", x, 128))
     # Last, so that the cases above draw what they drew before it came: 256 blocks, so that copies of them all
-    # (32 KiB in fp32) are far more than the block in hand and the running statistics (HELD_BLOCKS: 8 KiB)
+    # (32 KiB in fp32) are far more than the block in hand and the running statistics (HELD_BLOCKS: 8 KiB);
+    # their values kept as Python floats (256 KiB) or in a NumPy array are more than PYTHON_SLACK
     inputs.append(("8192 elements, block 32: 256 blocks, one in hand at a time", randn(1 << 13, gen=gen), 32))
     for label, x, block in inputs:
         rtol = 1e-12 if x.dtype == torch.float64 else 1e-5

@@ -70,7 +70,8 @@ def merge_stats(m1, d1, m2, d2):
 # time: keep a running `(m, d)`, compute each block's own statistics, and merge them in with
 # `merge_stats`. Not allowed: reducing the whole tensor at once (`x.max()` over all of `x` is a pass
 # of its own), going back to an earlier block (a second pass, over x or over copies of its blocks kept
-# for it: hold the block in hand and the running statistics, no more), or `torch.softmax`/`logsumexp`.
+# for it, in tensors, Python lists or NumPy arrays: hold the block in hand and the running statistics, no
+# more), or `torch.softmax`/`logsumexp`.
 # Mind a block that holds only `-inf`: its statistics are `(-inf, 0)`.
 
 # %%
