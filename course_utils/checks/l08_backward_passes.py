@@ -610,10 +610,12 @@ def _saved_problems(fn, x: torch.Tensor, weight: torch.Tensor, rows: int, hidden
                 f"({shown}): {total / rows:.0f} bytes a row, where rstd takes 4 (rows = {rows}, hidden = "
                 f"{hidden}). Split, or inside an object or a closure on ctx, a copy of x-hat still holds "
                 f"rows x hidden values: {advice}")
-    # rstd may be padded to whole blocks of rows (stored unmasked) and sliced in the backward
-    if not any(rows <= t.numel() < rows + 1024 and t.dim() == 1 and t.dtype == torch.float32 for t in saved):
+    # rstd may be padded to whole blocks of rows (stored unmasked) and sliced in the backward, or kept in x's
+    # leading shape ((batch, seq) for x (batch, seq, hidden)); the weight, an fp32 copy of it and x are not it
+    if not any(rows <= t.numel() < rows + 1024 and t.dtype == torch.float32
+               and t.untyped_storage().data_ptr() not in inputs for t in saved):
         problems.append(f"the forward saves no rstd: ctx.save_for_backward(x, weight, rstd) with rstd ({rows},) "
-                        "fp32")
+                        "fp32, or in x's leading shape")
     return problems
 
 
