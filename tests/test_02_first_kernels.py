@@ -352,6 +352,13 @@ def test_relu_wrong_formula():
     failure("02.relu", absolute, "elements differ beyond", "expected 0, got")
 
 
+def test_relu_as_x_times_its_sign_test_fails_at_minus_inf():
+    """x * (x > 0) is relu for every finite x; at -inf it is -inf * 0 = NaN, and no case had an infinity."""
+    wrong = mutant("l02_first_kernels", "relu", ("tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)",
+                                                 "tl.store(out_ptr + offs, x * (x > 0), mask=mask)"))
+    failure("02.relu", wrong, "with inf and -inf among the values", "expected 0, got nan")
+
+
 def test_relu_in_place_into_the_input():
     def in_place(x, out):
         launch_1d(relu_in_place_kernel, x, out, n=x.numel())
@@ -612,6 +619,22 @@ def test_a_wrapper_around_the_courses_kernel_is_refused(refuse_course_solutions)
 
     failure("02.vector_add", my_add, "your function launches `add_kernel`, the course's solution from "
             "course_utils/lessons/l02_first_kernels.py; write your own")
+
+
+def test_a_later_lessons_kernel_is_refused_given_there_or_not(refuse_course_solutions):
+    """Lesson 06's split-K down projection is given in its notebook (no solution block): a general matmul
+    kernel, which answered 03.matmul and, here, 02.vector_add (x @ 1 + y @ 1 as one (n, 2) @ (2, 1) product
+    would do; plainly, y copied through a 1 x 1 identity) until only the own lesson's kernels were refused."""
+    from course_utils.lessons.l06_fused_rmsnorm_mlp import down_split_k
+
+    def add_via_lesson_06(x, y, out):
+        pairs = torch.stack([x, y], dim=1)  # (n, 2)
+        ones = torch.ones(2, 1, dtype=x.dtype, device=x.device)
+        down_split_k(pairs, ones, out.view(-1, 1),
+                     triton.Config(dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, SPLIT_K=1), num_warps=4, num_stages=1))
+
+    failure("02.vector_add", add_via_lesson_06, "your function launches `down_split_k_kernel`, the course's kernel "
+            "from course_utils/lessons/l06_fused_rmsnorm_mlp.py, a later lesson than this exercise's")
 
 
 @triton.jit

@@ -61,6 +61,11 @@ def _largest_values_cases(gen):
         yield Case(f"{str(dtype)[6:]} values up to the largest finite one ({torch.finfo(dtype).max:.6g}): "
                    "relu is max(x, 0), computed without a larger intermediate ((x + |x|) / 2 overflows to "
                    "inf)", (x, Out("out", (33,), dtype)), {"out": f64(x).clamp_min(0)}, *tolerance(dtype))
+    x = randn(34, gen=gen)  # a length of its own: a result cached by shape is not this case's
+    x[3], x[17] = float("inf"), float("-inf")
+    yield Case("float32 with inf and -inf among the values: relu(inf) = inf and relu(-inf) = 0, where "
+               "x * (x > 0) gives -inf * 0 = NaN", (x, Out("out", (34,), torch.float32)),
+               {"out": f64(x).clamp_min(0)}, *tolerance(torch.float32))
 
 
 def _near_the_largest(n: int, dtype: torch.dtype, gen) -> torch.Tensor:

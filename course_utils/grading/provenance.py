@@ -67,7 +67,8 @@ def course_solution(exercise_id: str, candidate=None, launched: Iterable = ()) -
 
     candidate: the function given to check (refused when course_utils.lessons defined it);
     launched: what it launched, objects with `.name` and `.module` (guard.Launch) or (name, module)
-    pairs; a kernel defined in the exercise's own lesson module (lesson "02" -> l02_*) is refused.
+    pairs; a kernel that the exercise's own lesson module (lesson "02" -> l02_*) defines as an answer (in a
+    `# BEGIN SOLUTION` block), and any kernel of a later lesson's module, is refused.
     """
     if _allowed[0]:
         return None
@@ -75,13 +76,26 @@ def course_solution(exercise_id: str, candidate=None, launched: Iterable = ()) -
         name, module = _defined_in(candidate)
         if module.startswith(LESSONS_PACKAGE):
             return f"`{name}` is the course's solution from {_module_path(module)}; write your own"
-    own_lesson = LESSONS_PACKAGE + "l" + exercise_id.split(".", 1)[0] + "_"
+    own_lesson = exercise_id.split(".", 1)[0]
     for launch in launched:
         name, module = (launch.name, launch.module) if hasattr(launch, "module") else launch
-        if module.startswith(own_lesson) and not _given(module, name):
+        lesson = _lesson_of(module)
+        if lesson > own_lesson:  # given there or not: an earlier exercise does not build on it
+            return (f"your function launches `{name}`, the course's kernel from {_module_path(module)}, a later "
+                    "lesson than this exercise's: write your own")
+        if lesson == own_lesson and not _given(module, name):
             return (f"your function launches `{name}`, the course's solution from {_module_path(module)}; "
                     "write your own")
     return None
+
+
+def _lesson_of(module: str) -> str:
+    """The lesson number of a lesson module ("course_utils.lessons.l06_fused_rmsnorm_mlp" -> "06"), "" for any
+    other module. A later lesson's kernel is never a tool an exercise builds on (an earlier lesson's may be: a
+    later lesson imports it)."""
+    if not module.startswith(LESSONS_PACKAGE + "l"):
+        return ""
+    return module[len(LESSONS_PACKAGE) + 1:].split("_", 1)[0]
 
 
 @functools.lru_cache(maxsize=256)
