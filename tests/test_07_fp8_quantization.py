@@ -755,6 +755,15 @@ def test_decode_with_any_of_torchs_float8_types_is_refused():
     assert "float8_*" in failure
 
 
+def test_decode_through_a_float8_tensor_made_from_a_buffer_is_refused():
+    """torch.frombuffer makes its tensor without an aten op, and tolist hands its values to Python without one:
+    the float8 dtype showed in no op the checker saw."""
+    def decode_from_buffer(bits):
+        return torch.frombuffer(bytearray([bits]), dtype=torch.float8_e4m3fn).tolist()[0]
+
+    fails("07.decode_e4m3", decode_from_buffer, "decodes with torch's own float8 type")
+
+
 def test_decode_with_the_courses_own_decoder_is_refused_however_imported():
     """The course ships an fp8 decoder for its interpreter fix (course_utils.fp8_interpreter): calling it, by
     its module, by a name imported from it or through its table, is not decoding."""

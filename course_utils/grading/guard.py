@@ -594,6 +594,8 @@ class _RecordHostCalls(TorchFunctionMode):
             return _hidden(args[0])  # print(x) while debugging: no values, no torch ops
         if name in HOST_READS and not self.recorder.paused:
             self.watch.host_reads.append(name)
+            if args and isinstance(args[0], torch.Tensor):  # a tensor no aten op made (torch.frombuffer's)
+                self.watch.dtypes.add(args[0].dtype)  # still shows its dtype when its values go to Python
         if _ledgers_on[0] and _torchs_own_work(name, args):
             with _counted_range(OpLedger.TORCHS_OWN):
                 return func(*args, **(kwargs or {}))
