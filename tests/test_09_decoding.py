@@ -204,6 +204,34 @@ def test_w4a16_must_refuse_a_k_that_is_no_multiple_of_the_group():
 
 
 @triton.jit
+def _dequantize_kernel(w_ptr, s_ptr, out_ptr, K, GROUP, BLOCK: tl.constexpr):
+    """Row n of W (N, K) from its packed bytes and scales, into memory in out's dtype."""
+    n = tl.program_id(0)
+    k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    byte = tl.load(w_ptr + n * (K // 2) + k // 2, mask=k < K, other=0)
+    q = tl.where(k % 2 == 0, byte & 0xF, byte >> 4).to(tl.float32)
+    scale = tl.load(s_ptr + n * (K // GROUP) + k // GROUP, mask=k < K, other=0.0).to(tl.float32)
+    tl.store(out_ptr + n * K + k, ((q - 8.0) * scale).to(out_ptr.dtype.element_ty), mask=k < K)
+
+
+def test_w4a16_dequantizing_w_into_memory_for_a_matmul_fails():
+    """W dequantized to x's dtype in an (N, K) buffer, then lesson 03's matmul: the right numbers, and the
+    16-bit weights the exercise exists to avoid reading."""
+    from course_utils.lessons.l03_matmul import matmul
+
+    def w4a16_gemv(x, w_packed, scales, group_size, out):
+        K = x.shape[1]
+        if K % group_size:
+            raise ValueError(f"K = {K} is no multiple of group_size = {group_size}")
+        w = torch.empty((w_packed.shape[0], K), dtype=x.dtype, device=x.device)
+        _dequantize_kernel[(w.shape[0], triton.cdiv(K, 256))](w_packed, scales, w, K, group_size, BLOCK=256)
+        matmul(x, w.t(), out)
+
+    message = failure("09.w4a16_gemv", w4a16_gemv)
+    assert "the size of the dequantized W (N, K)" in message and "dequantized in registers" in message, message
+
+
+@triton.jit
 def _w4a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, GROUP, stride_xm, stride_wn, stride_sn,
                       stride_om, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       ACC: tl.constexpr):
@@ -355,6 +383,17 @@ def test_decode_attention_without_the_rescale_fails():
                     "num_splits = 1"))
     message = failure("09.decode_attention", wrong)
     assert "context 600 whose keys grow along it" in message, message
+
+
+def test_decode_attention_addressing_q_as_contiguous_fails():
+    """q's strides taken as those of a contiguous (B, H_q, D): every q was contiguous until the case of a view
+    of a fused QKV projection."""
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "decode_attention",
+                   ("        *q.stride(), *cache_k.stride()", "        H_q * D, D, 1, *cache_k.stride()"))
+    message = failure("09.decode_attention", wrong)
+    assert "q a view of a fused QKV projection's output" in message, message
 
 
 def test_w4a16_gemv_over_the_first_1024_weights_only_fails():

@@ -13,6 +13,7 @@ import math
 import torch
 
 from ..grading import Case, Exercise, Out, register
+from ..grading.harness import Fusion
 from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
 from ..mode import current, size
 
@@ -247,9 +248,14 @@ def _attention_explain(atol, rtol):
 
 def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout="contiguous", ramp=False,
                     layout_v=None, q_scale=1.0, q_offset=0.0, k_offset=0.0, q_dtype=None, stale_nan=False,
-                    v_offset=0.0):
-    """q_dtype: q's when it is not the caches' (out has the caches'); stale_nan: NaN past each length."""
-    q = randn((B, H_q, D), q_dtype or dtype, gen, q_scale, q_offset)
+                    v_offset=0.0, q_fused=False):
+    """q_dtype: q's when it is not the caches' (out has the caches'); stale_nan: NaN past each length;
+    q_fused: q the first H_q heads of a fused (B, (H_q + 2 H_kv) D) QKV projection, strides ((H_q + 2 H_kv) D,
+    D, 1)."""
+    if q_fused:
+        q = randn((B, (H_q + 2 * H_kv) * D), q_dtype or dtype, gen, q_scale, q_offset)[:, :H_q * D].view(B, H_q, D)
+    else:
+        q = randn((B, H_q, D), q_dtype or dtype, gen, q_scale, q_offset)
     k = _cache(B, H_kv, S, D, dtype, gen, layout)
     if k_offset:
         k += k_offset  # in place: k keeps its layout's strides
@@ -347,6 +353,11 @@ def _attention_cases(gen):
     # Every D above is at most 128 (Llama's): a block of D fixed at 128 and masked passed them all
     yield _attention_case(f"D = 256, the toy Llama's head dim, {_name(half)}: size the block of D from D", 2, 8, 2,
                           40, 256, half, gen, lengths=[40, 17])
+    # Every q above is contiguous: a kernel that addressed q as (B, H_q, D) rows of H_q * D passed them all. An
+    # engine's q is a view of its fused QKV projection's output, as kv_append's k_new and v_new are.
+    yield _attention_case("q a view of a fused QKV projection's output, (B, (H_q + 2 H_kv) D) sliced to its first "
+                          "H_q D columns: q has its own strides", 3, 8, 2, 40, 16, half, gen, lengths=[40, 9, 26],
+                          q_fused=True)
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
@@ -463,6 +474,12 @@ def _w4_cases(gen):
                    "inside one tile of K", 2, 17, 64, 16, half, gen)
 
 
+def _dequantized_weights(case: Case) -> tuple[int, str]:
+    """W (N, K) dequantized: what the exercise keeps in registers (its packed bytes are N K / 2)."""
+    N, packed_k = case.args[1].shape
+    return N * packed_k * 2, "the dequantized W (N, K)"
+
+
 # --- registration -----------------------------------------------------------------------------
 
 register(Exercise(
@@ -505,4 +522,11 @@ register(Exercise(
           "out_of_bounds": "a packed row has K // 2 bytes and scales K // group_size columns: mask the byte "
                            "columns and rows n < N on every load",
           "nan": "masked loads need other=0 (x, the packed bytes, the scales), or undefined lanes reach "
-                 "the sum"}))
+                 "the sum",
+          "fusion": "dequantize in registers, in the kernel that multiplies by x: load the packed bytes, split "
+                    "the nibbles, subtract 8, scale and multiply; no (N, K) buffer of weights"},
+    # The point of int4 weights is reading N K / 2 bytes: W dequantized into memory first, then a matmul on it
+    # (lesson 03's), gave the right numbers. Two launches on x or out: a split-K pass and its sum.
+    fusion=Fusion("the packed weights are dequantized in registers and multiplied by x there: no (N, K) "
+                  "dequantized W is written to memory", _dequantized_weights, kernels=2,
+                  own_temporaries=lambda case: (), kept_buffers=True, activations=("x", "out"))))

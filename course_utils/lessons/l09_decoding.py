@@ -123,8 +123,8 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 #
 # One new query token per sequence attends to that sequence's cached keys:
 # `out[b, h] = softmax(q[b, h] . K[b, g(h), :L_b]^T / sqrt(D)) @ V[b, g(h), :L_b]` where
-# - `q`: (B, H_q, D); `out`: (B, H_q, D), written by you; `cache_k`, `cache_v`: (B, H_kv, S_max, D),
-#   **any strides**; `lengths`: (B,) int32 on the device, `1 <= lengths[b] <= S_max`: only the first
+# - `q`: (B, H_q, D), any strides (a view of a fused QKV projection's output); `out`: (B, H_q, D), written
+#   by you; `cache_k`, `cache_v`: (B, H_kv, S_max, D), **any strides**; `lengths`: (B,) int32 on the device, `1 <= lengths[b] <= S_max`: only the first
 #   `lengths[b]` keys of sequence b are valid; **the rest of the cache holds garbage** (other requests'
 #   old tokens, or NaN in memory never written): mask its loads, not only its scores (p = 0 times NaN
 #   is NaN);
