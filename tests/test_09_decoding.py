@@ -396,6 +396,17 @@ def test_decode_attention_addressing_q_as_contiguous_fails():
     assert "q a view of a fused QKV projection's output" in message, message
 
 
+def test_w4a16_addressing_x_as_contiguous_fails():
+    """x's rows taken as K elements apart: every x was contiguous until the case of a slice of a wider one."""
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "w4a16_gemv",
+                   ("w4a16_gemv_kernel[grid](x[m0:], words, scales, out[m0:], m, N, K, *x.stride(),",
+                    "w4a16_gemv_kernel[grid](x[m0:], words, scales, out[m0:], m, N, K, K, 1,"))
+    message = failure("09.w4a16_gemv", wrong)
+    assert "x's rows are 264 elements apart" in message, message
+
+
 def test_w4a16_gemv_over_the_first_1024_weights_only_fails():
     """The K loop stopped after 128 words (1024 weights), what one tile of 1024 without a loop computes: in
     the interpreter the case of K = 1536 catches it; on a GPU the one-token case before it already has

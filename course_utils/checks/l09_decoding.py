@@ -412,14 +412,15 @@ def _w4_explain(atol, rtol, W_q):
     return explain
 
 
-def _w4_case(label, M, N, K, group_size, dtype, gen, scale_dtype=None, cancelling=False):
+def _w4_case(label, M, N, K, group_size, dtype, gen, scale_dtype=None, cancelling=False, x_row_stride=None):
+    """x_row_stride: x the first K columns of an (M, x_row_stride) tensor (a slice of a wider activation)."""
     if cancelling:  # _w4_cancelling_case
         x = uniform((M, K), 0.9, 1.1, dtype, gen)
         W_q = torch.randint(9, 16, (N, K), generator=gen, dtype=torch.uint8)  # w > 0: nibbles 9..15
         W_q[:, K // 2:] = 16 - W_q[:, K // 2:]  # w < 0 over the second half of K: nibbles 1..7
         scales = uniform((N, K // group_size), 0.04, 0.05, scale_dtype or dtype, gen)
     else:
-        x = randn((M, K), dtype, gen)
+        x = randn((M, x_row_stride or K), dtype, gen)[:, :K]
         W_q = torch.randint(0, 16, (N, K), generator=gen, dtype=torch.uint8)  # the nibbles, 0..15
         scales = uniform((N, K // group_size), 0.005, 0.05, scale_dtype or dtype, gen)
     w_packed = (W_q[:, 0::2] | (W_q[:, 1::2] << 4)).to(current().device)  # 07.pack_int4's order
@@ -472,6 +473,9 @@ def _w4_cases(gen):
     # for a whole tile passed while the only group of 16 was the one-group case)
     yield _w4_case("M = 2, K = 64 in 4 groups of 16, N = 17: each group of 16 weights has its own scale, also "
                    "inside one tile of K", 2, 17, 64, 16, half, gen)
+    # Every x above is contiguous: a kernel that addressed x's rows K elements apart passed them all.
+    yield _w4_case("M = 3, x the first 256 columns of a (3, 264) activation: x's rows are 264 elements apart, "
+                   "use x.stride()", 3, 24, 256, 64, half, gen, x_row_stride=264)
 
 
 def _dequantized_weights(case: Case) -> tuple[int, str]:

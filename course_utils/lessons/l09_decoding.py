@@ -291,7 +291,7 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
 # - `scales`: (N, K // group_size), fp16/bf16 or fp32: one scale per row **and per group** of
 #   `group_size` consecutive k;
 # - `x`: (M, K) fp16 or bf16 (bf16 on a GPU that computes with it, fp16 in the interpreter), `M` from 1 to
-#   16 (a decode batch); `out` (M, N), x's dtype;
+#   16 (a decode batch), any strides (a slice of a wider activation); `out` (M, N), x's dtype;
 # - `group_size` is a power of 2 >= 16. **If K is not a multiple of group_size, raise `ValueError`** with
 #   a message that says so, before launching anything: such a tensor cannot have been packed this way
 #   (the check passes such a K and expects the ValueError).
