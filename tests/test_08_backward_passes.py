@@ -1068,6 +1068,15 @@ def test_rmsnorm_backward_with_its_block_capped_at_4096_columns_fails():
     failure("08.rmsnorm_backward", wrong, "hidden 4100")
 
 
+def _course_backward(dy, x, weight, rstd, weight_dtype) -> tuple:
+    """A backward's return (dx, dw, None) from the course's backward kernel on x's rows; rstd (rows,)."""
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    dx = torch.empty_like(rows)
+    dw = torch.empty(rows.shape[1], device=x.device, dtype=torch.float32)
+    l08.rmsnorm_backward(dy.reshape(rows.shape).contiguous(), rows, weight, rstd, dx, dw)
+    return dx.view(x.shape), dw.to(weight_dtype), None
+
+
 class _SavesPaddedRstdAndAnFp32Weight(torch.autograd.Function):
     """The course's kernels, with rstd allocated in whole blocks of 16 rows (saved whole, sliced in the
     backward) and an fp32 copy of the weight saved for the backward: neither is a (rows, hidden) copy."""
@@ -1085,11 +1094,7 @@ class _SavesPaddedRstdAndAnFp32Weight(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight32, rstd = ctx.saved_tensors
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
-        dx = torch.empty_like(rows)
-        dw = torch.empty(rows.shape[1], device=x.device, dtype=torch.float32)
-        l08.rmsnorm_backward(dy.reshape(rows.shape).contiguous(), rows, weight32, rstd[: rows.shape[0]], dx, dw)
-        return dx.view(x.shape), dw.to(ctx.weight_dtype), None
+        return _course_backward(dy, x, weight32, rstd[: x.numel() // x.shape[-1]], ctx.weight_dtype)
 
 
 class _SavesRstdInXsLeadingShape(torch.autograd.Function):
@@ -1107,11 +1112,7 @@ class _SavesRstdInXsLeadingShape(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
-        dx = torch.empty_like(rows)
-        dw = torch.empty(rows.shape[1], device=x.device, dtype=torch.float32)
-        l08.rmsnorm_backward(dy.reshape(rows.shape).contiguous(), rows, weight, rstd.view(-1), dx, dw)
-        return dx.view(x.shape), dw.to(weight.dtype), None
+        return _course_backward(dy, x, weight, rstd.view(-1), weight.dtype)
 
 
 class _SavesNoRstd(_SavesRstdInXsLeadingShape):
@@ -1127,11 +1128,8 @@ class _SavesNoRstd(_SavesRstdInXsLeadingShape):
     @staticmethod
     def backward(ctx, dy):
         x, weight = ctx.saved_tensors
-        rows, _, rstd = _forward_kernel(x.reshape(-1, x.shape[-1]).contiguous(), weight, ctx.eps)
-        dx = torch.empty_like(rows)
-        dw = torch.empty(rows.shape[1], device=x.device, dtype=torch.float32)
-        l08.rmsnorm_backward(dy.reshape(rows.shape).contiguous(), rows, weight, rstd, dx, dw)
-        return dx.view(x.shape), dw.to(weight.dtype), None
+        _, _, rstd = _forward_kernel(x.reshape(-1, x.shape[-1]).contiguous(), weight, ctx.eps)
+        return _course_backward(dy, x, weight, rstd, weight.dtype)
 
 
 def test_rmsnorm_train_keeping_rstd_in_xs_leading_shape_passes():
