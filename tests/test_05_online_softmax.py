@@ -213,6 +213,24 @@ def test_stats_that_stop_tracemalloc_fail():
     failure("05.online_softmax_stats", stats, "stopped tracemalloc")
 
 
+_ONLINE_LOAD = 'x = tl.load(x_row + (start + offs_n) * stride_xn, mask=mask, other=float("-inf")).to(tl.float32)'
+
+
+def test_softmax_whose_long_row_loop_ignores_outs_column_stride_fails():
+    wrong = mutant("l05_online_softmax", "softmax",
+                   ("tl.store(out_row + (start + offs_n) * stride_on", "tl.store(out_row + (start + offs_n)"))
+    failure("05.softmax", wrong, "into a transposed out", "the long-row loop stores with out's column stride")
+
+
+def test_softmax_whose_long_row_loop_runs_in_the_storage_dtype_fails():
+    wrong = mutant("l05_online_softmax", "softmax",
+                   (_ONLINE_LOAD, _ONLINE_LOAD.replace(".to(tl.float32)", "")),
+                   ('m = tl.full((BLOCK_N,), float("-inf"), tl.float32)',
+                    'm = tl.full((BLOCK_N,), float("-inf"), x_ptr.dtype.element_ty)'),
+                   ("d = tl.zeros((BLOCK_N,), tl.float32)", "d = tl.zeros((BLOCK_N,), x_ptr.dtype.element_ty)"))
+    failure("05.softmax", wrong, "fp16 rows of")
+
+
 def _lane_stats(x, block):
     """Honest: a running (max, sum) per lane of the block, merged once at the end (a kernel's way)."""
     lane_m = torch.full((block,), NEG_INF, dtype=torch.float64, device=x.device)

@@ -695,6 +695,12 @@ def _softmax_cases(gen):
     yield _softmax_case("long rows: values near -100, then a 50 last: the max grows by 150 in the last block "
                         "(keep a running max; exp(x - the first block's max) overflows)", x)
     yield _whole_blocks_case(2, 16, gen)  # the long-row loop's last block: after the cases that name its maths
+    # Every long row above is fp32, and the only long rows with a strided out have out's columns adjacent: a
+    # long-row loop in the storage dtype, or one that stored without out's column stride, passed them all.
+    yield _softmax_case(f"fp16 rows of {long_cols}: the long-row loop loads in fp16 and keeps its running max "
+                        "and sum in fp32 (x.to(tl.float32))", randn((3, long_cols), torch.float16, gen=gen, scale=3))
+    yield _softmax_case(f"rows of {long_cols} into a transposed out: strides (1, rows), the long-row loop stores "
+                        "with out's column stride", randn((3, long_cols), gen=gen, scale=2), out_layout="transposed")
     # Last, the longest to run (a wrong answer that fails earlier never gets here). Triton refuses blocks of
     # more than 2^20 elements (TRITON_MAX_TENSOR_NUMEL) in the interpreter too, which has no register limit:
     # this row is where a kernel with one block per row (no loop) fails there. One row of 4 MiB of fp32 in
