@@ -726,6 +726,23 @@ def test_rmsnorm_backward_with_dy_read_at_xs_stride_is_not_called_a_reduction_mi
 
 # --- mistakes that passed every case before (a second review of the checks) ----------------------
 
+@interpreter_only_because("a GPU's sequences shorter than 1024 take its first tile, 64 x 64, for both kernels")
+@pytest.mark.parametrize("edits, says", [
+    ([("diagonal_end = tl.minimum(lo + tl.cdiv(start_n + BLOCK_N - lo, BLOCK_M) * BLOCK_M, S)",
+       "diagonal_end = tl.minimum(lo + BLOCK_M, S)")], "differ beyond"),
+    ([("full_end, tl.minimum(start_m + BLOCK_M, S), True", "full_end, tl.minimum(full_end + BLOCK_N, S), True")],
+     "differ beyond"),
+    ([('attention_dkdv_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_N"])',
+       'attention_dkdv_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_M"])'),
+      ('attention_dq_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_M"])',
+       'attention_dq_kernel[lambda meta: (triton.cdiv(S, meta["BLOCK_N"])')], "out of bounds")],
+    ids=["dkdv diagonal of one query tile", "dq diagonal of one key tile", "grids with the two blocks swapped"])
+def test_attention_backward_mixing_up_the_two_block_sizes_fails(edits, says):
+    """Right while BLOCK_M == BLOCK_N, as the interpreter's one 16 x 16 tile was: its tiles are now uneven, as
+    most of a GPU's autotuner's are (the ones its long sequences take)."""
+    failure("08.attention_backward", mutant("l08_backward_passes", "attention_backward", *edits), says)
+
+
 def test_attention_backward_whose_grid_leaves_out_the_batch_fails():
     wrong = mutant("l08_backward_passes", "attention_backward",
                    ('(triton.cdiv(S, meta["BLOCK_N"]) * B * H,)', '(triton.cdiv(S, meta["BLOCK_N"]) * H,)'),
@@ -784,8 +801,7 @@ def test_attention_backward_whose_non_causal_loops_keep_the_causal_bounds_fails(
     to the query tile's own (dq), the causal bounds without the mask, in tiles of 64: every non-causal case
     of the CPU used to fit in one tile (37 queries), so it passed there; the case of 150 catches it."""
     wrong = mutant("l08_backward_passes", "attention_backward",
-                   ("return [triton.Config(dict(BLOCK_M=16, BLOCK_N=16), num_warps=4, num_stages=1)]",
-                    "return [triton.Config(dict(BLOCK_M=64, BLOCK_N=64), num_warps=4, num_stages=1)]"),
+                   ('bm, bn = {"dkdv": (16, 32), "dq": (32, 16)}[kernel]', "bm, bn = 64, 64"),
                    ("qk_scale, 0, S, False, HEAD_DIM, BLOCK_M)",
                     "qk_scale, start_n // BLOCK_M * BLOCK_M, S, False, HEAD_DIM, BLOCK_M)"),
                    ("0, S, False, EVEN_S, HEAD_DIM, BLOCK_N)",

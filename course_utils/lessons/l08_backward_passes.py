@@ -652,8 +652,9 @@ def attention_configs(kernel: str, small: bool = False) -> list[triton.Config]:
     """The autotuner's tiles: (BLOCK_M queries, BLOCK_N keys), warps, stages. `kernel` "dkdv" holds
     BLOCK_N keys (and their fp32 dk, dv) while it walks the queries; "dq" holds BLOCK_M queries.
     small: the tiles of a GPU whose shared memory holds none of the others (a T4; an L4 in fp32 at D 128)."""
-    if current().interpret:
-        return [triton.Config(dict(BLOCK_M=16, BLOCK_N=16), num_warps=4, num_stages=1)]
+    if current().interpret:  # uneven tiles, as most of a GPU's: a kernel that mixes up BLOCK_M and BLOCK_N fails
+        bm, bn = {"dkdv": (16, 32), "dq": (32, 16)}[kernel]
+        return [triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=4, num_stages=1)]
     tiles = {"dkdv": [(64, 64, 4, 2), (32, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3)],
              "dq": [(64, 64, 4, 2), (128, 32, 8, 3), (128, 64, 8, 2), (64, 32, 4, 3)]}[kernel]
     if small:
