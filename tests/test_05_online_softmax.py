@@ -960,19 +960,26 @@ def test_attention_without_the_final_division_is_named():
     failure("05.attention", wrong, "without the final division by l")
 
 
+_MAX_MESSAGE = ("NaN or inf", "m_new must be max(m_old, the tile's max)")
+
+
 @interpreter_only  # the case of scores near +-100 runs in the interpreter only (fp32 dots, not TF32)
-@pytest.mark.parametrize("edits", [
-    [("m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)", "m_new = tl.max(s, axis=1) * qk_scale")],
-    [("p = tl.exp2(s * qk_scale - m_new[:, None])", "p = tl.exp2(s * qk_scale)"),
-     ("alpha = tl.exp2(m_i - m_new)", "alpha = tl.exp2(m_new - m_new)")],
-    [("tl.max(s, axis=1) * qk_scale)", "tl.max(s) * qk_scale)")],
+@pytest.mark.parametrize("edits, says", [
+    # a causal diagonal tile of 16 keys (the interpreter's) can hide every key from a query: its max alone is
+    # -inf there, and exp(-inf - -inf) NaN, at the first causal case
+    ([("m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)", "m_new = tl.max(s, axis=1) * qk_scale")],
+     _MAX_MESSAGE),
+    ([("p = tl.exp2(s * qk_scale - m_new[:, None])", "p = tl.exp2(s * qk_scale)"),
+      ("alpha = tl.exp2(m_i - m_new)", "alpha = tl.exp2(m_new - m_new)")],
+     ("score near +120", *_MAX_MESSAGE, "each query its own max")),
+    ([("tl.max(s, axis=1) * qk_scale)", "tl.max(s) * qk_scale)")],
+     ("score near +120", *_MAX_MESSAGE, "each query its own max")),
 ], ids=["running max from the tile alone", "no max subtracted", "one max for all the tile's queries"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_attention_running_max_that_falls_or_is_not_subtracted_fails(edits, seed):
+def test_attention_running_max_that_falls_or_is_not_subtracted_fails(edits, says, seed):
     """All three are exact rescalings until exp over- or underflows: scores below ~40 never make it."""
     wrong = mutant("l05_online_softmax", "attention", *edits)
-    failure("05.attention", wrong, "score near +120", "NaN or inf",
-            "m_new must be max(m_old, the tile's max)", "each query its own max", seed=seed)
+    failure("05.attention", wrong, *says, seed=seed)
 
 
 @pytest.mark.parametrize("edits", [
@@ -1232,6 +1239,21 @@ def test_attention_whose_running_max_starts_at_zero_fails():
                    ('m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
                     "m_i = tl.zeros((BLOCK_M,), tl.float32)"))
     failure("05.attention", wrong, "every score near -120", "the running max started at 0")
+
+
+def test_attention_whose_causal_diagonal_ends_one_key_tile_on_fails():
+    """The diagonal's keys end BLOCK_N after the full tiles, where the query tile ends BLOCK_M after: right
+    while the tiles were square, as the interpreter's 32 x 32 were (now 32 x 16; a GPU's are 128 x 64)."""
+    wrong = mutant("l05_online_softmax", "attention",
+                   ("masked_end = tl.minimum(full_end + BLOCK_M, S)", "masked_end = tl.minimum(full_end + BLOCK_N, S)"))
+    failure("05.attention", wrong, "causal")
+
+
+@interpreter_only_because("the extra programs store past out, where a GPU does not stop them")
+def test_attention_whose_grid_counts_key_tiles_fails():
+    wrong = mutant("l05_online_softmax", "attention",
+                   ("grid = (triton.cdiv(S, BLOCK_M) * B * H,)", "grid = (triton.cdiv(S, BLOCK_N) * B * H,)"))
+    failure("05.attention", wrong, "S = 37")
 
 
 def _widened(array_of, x, block):
