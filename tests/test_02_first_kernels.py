@@ -623,8 +623,8 @@ def test_a_wrapper_around_the_courses_kernel_is_refused(refuse_course_solutions)
 
 def test_a_later_lessons_kernel_is_refused_given_there_or_not(refuse_course_solutions):
     """Lesson 06's split-K down projection is given in its notebook (no solution block): a general matmul
-    kernel, which answered 03.matmul and, here, 02.vector_add (x @ 1 + y @ 1 as one (n, 2) @ (2, 1) product
-    would do; plainly, y copied through a 1 x 1 identity) until only the own lesson's kernels were refused."""
+    kernel, which answered 03.matmul while only the exercise's own lesson's kernels were refused. Here it
+    adds: x + y is the (n, 2) stack of x and y times a (2, 1) column of ones."""
     from course_utils.lessons.l06_fused_rmsnorm_mlp import down_split_k
 
     def add_via_lesson_06(x, y, out):

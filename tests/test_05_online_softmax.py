@@ -1245,7 +1245,8 @@ def test_attention_whose_causal_diagonal_ends_one_key_tile_on_fails():
     """The diagonal's keys end BLOCK_N after the full tiles, where the query tile ends BLOCK_M after: right
     while the tiles were square, as the interpreter's 32 x 32 were (now 32 x 16; a GPU's are 128 x 64)."""
     wrong = mutant("l05_online_softmax", "attention",
-                   ("masked_end = tl.minimum(full_end + BLOCK_M, S)", "masked_end = tl.minimum(full_end + BLOCK_N, S)"))
+                   ("masked_end = tl.minimum(full_end + BLOCK_M, S)",
+                    "masked_end = tl.minimum(full_end + BLOCK_N, S)"))
     failure("05.attention", wrong, "causal")
 
 

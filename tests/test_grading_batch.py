@@ -405,7 +405,8 @@ READ_LOG_DODGES = {  # 05.online_softmax_stats in two whole passes, the read log
                     "    return two_passes(torch.Tensor.as_subclass(x, torch.Tensor))\n", "elements of x at once"),
     "python_list": ("def online_softmax_stats(x, block):\n    values = []\n    for s in range(0, x.numel(), block):\n"
                     "        values += x[s:s + block].double().tolist()\n"
-                    "    m = max(values)\n    return m, (sum(math.exp(v - m) for v in values) if m > -math.inf else 0.0)\n",
+                    "    m = max(values)\n"
+                    "    return m, (sum(math.exp(v - m) for v in values) if m > -math.inf else 0.0)\n",
                     "Python objects and NumPy arrays held"),
 }
 TWO_PASSES = """

@@ -1197,17 +1197,25 @@ def judge_kernel_case(ex: Exercise, case: Case, prepared: Prepared, facts: CallF
     return problems
 
 
-def _expect_refusal(case: Case, candidate: Callable, call_args: list) -> list[str]:
-    """A case the candidate must refuse (Case.raises): raising that exception is the right answer."""
+def refuses(kind: type[Exception], candidate: Callable, call_args: list) -> bool:
+    """Whether the candidate, called on inputs it must refuse, raised `kind` (False: it returned normally); any
+    other exception is its failure (wrong_refusal). The check's and the sandbox's way alike."""
     with watching():
         try:
             candidate(*call_args)
         except Refused as exc:
             raise CheckFailed(str(exc)) from None
-        except case.raises:
-            return []
+        except kind:
+            return True
         except Exception as exc:
-            raise wrong_refusal(case.raises, exc) from None
+            raise wrong_refusal(kind, exc) from None
+    return False
+
+
+def _expect_refusal(case: Case, candidate: Callable, call_args: list) -> list[str]:
+    """A case the candidate must refuse (Case.raises): raising that exception is the right answer."""
+    if refuses(case.raises, candidate, call_args):
+        return []
     return [f"these inputs must be refused: raise {case.raises.__name__} with a message saying why "
             f"({case.label}); your function returned normally"]
 

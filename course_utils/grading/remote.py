@@ -1011,7 +1011,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
 
     from . import harness
     from .harness import CandidateError, CheckFailed, _check_signature, call_function_candidate, call_kernel_candidate
-    from .guard import Refused, watching
+    from .guard import watching
 
     # Autograd outputs of this check's calls, by call number, for the grader's stand-ins to differentiate: a
     # check may run two forwards before their backwards, as a model does (08.rmsnorm_train). The last few.
@@ -1070,17 +1070,7 @@ def _serve_check(chan: Channel, exercise_id: str, candidate, integrity: Integrit
                 kind = getattr(builtins, str(expect), None)
                 if not (isinstance(kind, type) and issubclass(kind, Exception)):
                     raise ProtocolError(f"not a builtin exception: {expect!r}")
-                refused = False
-                with watching():
-                    try:
-                        candidate(*args)
-                    except Refused as exc:
-                        raise CheckFailed(str(exc)) from None
-                    except kind:
-                        refused = True
-                    except Exception as exc:
-                        raise harness.wrong_refusal(kind, exc) from None
-                reply = {"op": "called", "refused": refused}
+                reply = {"op": "called", "refused": harness.refuses(kind, candidate, args)}
             elif spec.kernel:
                 outs = {name: tuple(idx) for name, idx in msg.get("outputs", {}).items()}
                 buffers = {name: (args[a], args[a], args[a].numel()) for name, (_, a) in outs.items()}

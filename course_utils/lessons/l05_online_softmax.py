@@ -358,7 +358,8 @@ def attention_config(D: int, element_size: int, device: torch.device) -> triton.
     """The launch of `attention`: the tiles tuned on the H100, with fewer pipeline stages or smaller tiles
     where this GPU's shared memory cannot hold them."""
     wide = element_size == 4  # fp32 tiles take twice the shared memory: smaller key tiles, fewer stages
-    BLOCK_M, BLOCK_N, stages = size(128, 32), size(32 if wide else 64, 16), 2 if wide else 3  # CPU: 32 x 16, as uneven as a GPU's
+    # On the CPU 32 x 16: tiles as uneven as a GPU's, so that BLOCK_M and BLOCK_N mixed up show
+    BLOCK_M, BLOCK_N, stages = size(128, 32), size(32 if wide else 64, 16), 2 if wide else 3
     if not current().interpret:
         # Shared memory holds the (BLOCK_M, D) tile of q and, per pipeline stage, a (BLOCK_N, D) tile of K
         # and one of V: in fp16 at D = 128, 32 KiB + 3 x 32 KiB. An H100 or an A100 holds that, an L4

@@ -124,10 +124,10 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # One new query token per sequence attends to that sequence's cached keys:
 # `out[b, h] = softmax(q[b, h] . K[b, g(h), :L_b]^T / sqrt(D)) @ V[b, g(h), :L_b]` where
 # - `q`: (B, H_q, D), any strides (a view of a fused QKV projection's output); `out`: (B, H_q, D), written
-#   by you; `cache_k`, `cache_v`: (B, H_kv, S_max, D), **any strides**; `lengths`: (B,) int32 on the device, `1 <= lengths[b] <= S_max`: only the first
-#   `lengths[b]` keys of sequence b are valid; **the rest of the cache holds garbage** (other requests'
-#   old tokens, or NaN in memory never written): mask its loads, not only its scores (p = 0 times NaN
-#   is NaN);
+#   by you; `cache_k`, `cache_v`: (B, H_kv, S_max, D), **any strides**; `lengths`: (B,) int32 on the
+#   device, `1 <= lengths[b] <= S_max`: only the first `lengths[b]` keys of sequence b are valid; **the
+#   rest of the cache holds garbage** (other requests' old tokens, or NaN in memory never written): mask
+#   its loads, not only its scores (p = 0 times NaN is NaN);
 # - grouped-query attention: `H_q` is a multiple of `H_kv`, and query head `h` reads K/V head
 #   `g(h) = h // (H_q // H_kv)`: consecutive query heads share a K/V head (Llama's `repeat_kv`).
 #   `H_kv = H_q` is plain multi-head attention, `H_kv = 1` multi-query attention;
