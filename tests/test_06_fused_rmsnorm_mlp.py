@@ -861,6 +861,23 @@ def test_gate_up_silu_epilogue_mistakes_are_named(epilogue, named):
     failure("06.gate_up_silu", wrong, named)
 
 
+ROUNDED_TWICE = "more than one rounding of float16 from the exact silu(g) * u", "or g, u or silu(g) rounded"
+
+
+@pytest.mark.parametrize("epilogue", [
+    # the tutorial's `c = accumulator.to(tl.float16)` first, then the activation on the 16-bit values
+    "g = acc_g.to(out_ptr.dtype.element_ty)\n    u = acc_u.to(out_ptr.dtype.element_ty)\n"
+    "    h = (g * tl.sigmoid(g.to(tl.float32)).to(out_ptr.dtype.element_ty)) * u",
+    # only silu(g) goes through 16 bits: one extra rounding, about 2 of them off at worst
+    "h = (acc_g * tl.sigmoid(acc_g)).to(out_ptr.dtype.element_ty).to(tl.float32) * acc_u",
+])
+def test_gate_up_silu_rounded_before_the_store_fails(epilogue):
+    """The values are well inside the dot tolerance (16 roundings); the rounded-once rule catches them."""
+    wrong = mutant("l06_fused_rmsnorm_mlp", "gate_up_silu",
+                   ("h = acc_g * tl.sigmoid(acc_g) * acc_u  #", f"{epilogue}  #"))
+    failure("06.gate_up_silu", wrong, *ROUNDED_TWICE)
+
+
 # --- kernels that never leave their first K tile -------------------------------------------------
 
 # On a GPU an fp32 K step is 32 columns (mlp_config: 128 bytes of a row), and the first case (16 rows,
@@ -935,13 +952,20 @@ _FP16_ACC = {
 
 
 @interpreter_only
-@pytest.mark.parametrize("name", sorted(_FP16_ACC))
-def test_an_fp16_accumulator_fails_on_the_cancelling_sums(name):
+def test_an_fp16_accumulator_fails_on_the_cancelling_sums():
     """An fp16 accumulator rounds each K step's sum; the interpreter's tl.dot adds in fp32 and rounds once
     per step, so with K <= 300 (five steps) and sums near 1 it stayed inside fp16's tolerance. The case
     whose gate sums climb to 32 and cancel catches it."""
-    wrong = mutant("l06_fused_rmsnorm_mlp", name, *_FP16_ACC[name])
-    failure(f"06.{name}", wrong, "the running sums reach 64 and cancel", "accumulate in fp32")
+    wrong = mutant("l06_fused_rmsnorm_mlp", "rmsnorm_mlp", *_FP16_ACC["rmsnorm_mlp"])
+    failure("06.rmsnorm_mlp", wrong, "the running sums reach 64 and cancel", "accumulate in fp32")
+
+
+@interpreter_only
+def test_an_fp16_accumulator_in_gate_up_silu_is_more_than_one_rounding_off():
+    """Its output has no down projection after it: the rule that it be one rounding from the exact result
+    catches the accumulator's roundings at the first fp16 case, before the cancelling sums."""
+    wrong = mutant("l06_fused_rmsnorm_mlp", "gate_up_silu", *_FP16_ACC["gate_up_silu"])
+    failure("06.gate_up_silu", wrong, ROUNDED_TWICE[0], "a 16-bit accumulator")
 
 
 def test_rmsnorm_with_a_fixed_block_of_128_columns_fails():

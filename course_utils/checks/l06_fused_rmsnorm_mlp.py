@@ -14,8 +14,8 @@ import math
 import torch
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.harness import Fusion, Speed
-from ..grading.inputs import f64, randn, tolerance, uniform
+from ..grading.harness import Fusion, Problem, Speed
+from ..grading.inputs import EPS, f64, randn, tolerance, uniform
 from ..mode import current, size
 from ..roofline import Cost
 
@@ -256,13 +256,14 @@ def _gate_up_cases(gen):
         for label, x, w_gate, w_up in inputs:
             out = Out("out", (x.shape[0], w_gate.shape[0]), dtype)
             yield Case(f"{label}, {_name(dtype)}", (x, w_gate, w_up, out),
-                       {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *tol, explain=_gate_up_explain)
+                       {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *tol, explain=_gate_up_explain,
+                       verify=_gate_up_rounded_once)
     # After the loop, so that the cases above draw the inputs they drew before it came
     x, w_gate, w_up = (randn(TALL[:2], torch.float16, gen), _weights(TALL[2], TALL[1], torch.float16, gen),
                        _weights(TALL[2], TALL[1], torch.float16, gen))
     yield Case(f"{TALL_LABEL}, float16", (x, w_gate, w_up, Out("out", (TALL[0], TALL[2]), torch.float16)),
                {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
-               explain=_gate_up_explain)
+               explain=_gate_up_explain, verify=_gate_up_rounded_once)
     # w_up stored K-major (an nn.Linear weight kept transposed, strides (1, hidden)) beside a row-major w_gate:
     # each weight has its own strides (every case above gives both the same ones)
     x, w_gate, w_up = (randn((16, 48), torch.float16, gen), _weights(136, 48, torch.float16, gen),
@@ -270,7 +271,7 @@ def _gate_up_cases(gen):
     yield Case("w_up K-major (strides (1, 136)) beside a row-major w_gate: address each weight with its own "
                "strides, float16", (x, w_gate, w_up, Out("out", (16, 136), torch.float16)),
                {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
-               explain=_gate_up_explain)
+               explain=_gate_up_explain, verify=_gate_up_rounded_once)
     # As many rows as hidden (a 4096-token prefill of a 4096-wide model): a weight repacked to (hidden,
     # intermediate) has as many elements as g and one row per row of x; it stays the answer's own
     rows = hidden = 48
@@ -279,7 +280,49 @@ def _gate_up_cases(gen):
     yield Case(f"{rows} rows, hidden {hidden}: as many rows as a weight repacked to (hidden, intermediate), "
                "float16", (x, w_gate, w_up, Out("out", (rows, 136), torch.float16)),
                {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
-               explain=_gate_up_explain)
+               explain=_gate_up_explain, verify=_gate_up_rounded_once)
+
+
+def _gate_up_rounded_once(outs: dict, case: Case) -> list[str]:
+    """A 16-bit out within one rounding of the exact result, as an fp32 epilogue stored once lands.
+
+    The tolerance that judged it first allows 16 roundings: room for a kernel that rounded g, u or silu(g)
+    to 16 bits before the product (2 to 3.5 roundings off). Here: at most EPS of its dtype relative, plus
+    what the fp32 sums over K move g and u by (their products' magnitudes times 2^-22 sqrt(K): four of
+    fp32's roundings, growing like a random walk), carried through silu(g) * u, plus 2^-19 relative for
+    the fp32 sigmoid and products, plus half the dtype's smallest step below its normal range.
+    """
+    got = outs["out"]
+    if got.dtype not in (torch.float16, torch.bfloat16):
+        return []
+    dev, eps = got.device, EPS[got.dtype]
+    x, w_gate, w_up = (t.detach().to(dev, torch.float64) for t in case.args[:3])
+    g, u = x @ w_gate.T, x @ w_up.T  # (M, N) exact
+    sig = torch.sigmoid(g)
+    silu = g * sig
+    want = silu * u
+    sums = 2.0**-22 * math.sqrt(x.shape[1])  # relative error of an fp32 sum, in its terms' magnitudes
+    d_silu = sig * (1 + g * (1 - sig))  # silu'(g): g's error moves silu(g) * u by d_silu * u times it
+    moved = sums * ((d_silu * u).abs() * (x.abs() @ w_gate.abs().T) + silu.abs() * (x.abs() @ w_up.abs().T))
+    floor = torch.finfo(got.dtype).smallest_normal * eps  # half the step below the normal range
+    bound = eps * want.abs() + (1 + eps) * (moved + 2.0**-19 * want.abs()) + floor
+    err = (got.to(torch.float64) - want).abs()
+    over = err > bound
+    if not bool(over.any()):
+        return []
+    roundings = err / (eps * want.abs()).clamp_min(floor)
+    worst = int(torch.where(over, roundings, 0).argmax())
+    i, j = divmod(worst, want.shape[1])
+    name = _name(got.dtype)
+    return [Problem(
+        f"`out`: {int(over.sum())} of {over.numel()} elements are more than one rounding of {name} from the "
+        f"exact silu(g) * u (one rounding: {name}'s unit roundoff, 2^{round(math.log2(eps))} relative; the "
+        f"fp32 sums over K and the fp32 maths add about 1e-6 more); the worst at [{i}, {j}]: expected "
+        f"{float(want[i, j]):.6g}, got {float(got[i, j]):.6g}, {float(roundings[i, j]):.1f} roundings off. A "
+        f"kernel that keeps acc_g, acc_u and silu(g) * u in fp32 rounds once, at the store; this one went "
+        f"through {name} before it: a 16-bit accumulator (tl.dot's out_dtype, or acc_g or acc_u kept in "
+        f"{name}), or g, u or silu(g) rounded in the epilogue (a .to() before the product). Convert once, in "
+        "the tl.store's .to(out's dtype)")]
 
 
 def _gate_up_explain(outs: dict, case: Case) -> str:

@@ -137,11 +137,13 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
 # program owns a `(BLOCK_M, BLOCK_N)` tile of `out` (grouped order, `grouped_tile`), and every
 # `(BLOCK_M, BLOCK_K)` tile of `x` it loads feeds two `tl.dot`s, one per weight. The epilogue computes
 # `silu(g) * u = g * sigmoid(g) * u` in fp32 and stores once: the `(M, N)` gate and up results are
-# never written to memory. The `(BLOCK_K, BLOCK_N)` tile of `w.T` is element `(k, n)` of `w.T`, that
-# is `w[n, k]`, at `w_ptr + n * w.stride(0) + k * w.stride(1)`. (The other way to do it: one merged
-# weight, one accumulator of width `2 * BLOCK_N`, and an epilogue that splits it: 06.rmsnorm_mlp does
-# that; the course does not time the two forms against each other.) FLOPs: 2 x M x N x K per weight,
-# so 4MNK; `mlp_config` has tile sizes for few and for many rows.
+# never written to memory, and a 16-bit `out` is rounded once, at the store (the check allows one
+# rounding of its dtype from the exact result, plus the fp32 sums' own error, nothing for a `g`, `u`
+# or `silu(g)` rounded to 16 bits on the way). The `(BLOCK_K, BLOCK_N)` tile of `w.T` is element
+# `(k, n)` of `w.T`, that is `w[n, k]`, at `w_ptr + n * w.stride(0) + k * w.stride(1)`. (The other
+# way to do it: one merged weight, one accumulator of width `2 * BLOCK_N`, and an epilogue that splits
+# it: 06.rmsnorm_mlp does that; the course does not time the two forms against each other.) FLOPs:
+# 2 x M x N x K per weight, so 4MNK; `mlp_config` has tile sizes for few and for many rows.
 
 # %%
 def mlp_config(M: int, element_size: int = 2, device: torch.device | None = None) -> dict:
