@@ -234,6 +234,18 @@ def test_add_with_torch_names_the_torch_function_and_the_line():
     assert "no Triton kernel" not in str(err)
 
 
+@torch.library.custom_op("course_tests::relu_into", mutates_args={"out"})
+def _relu_into(x: torch.Tensor, out: torch.Tensor) -> None:
+    """The course's ReLU kernel behind a torch.library custom op: what runs inside one is hidden from the
+    checker's watch (its own torch ops as much as the kernel), so the op is refused, by its own name."""
+    relu(x, out)
+
+
+def test_a_kernel_inside_a_custom_op_is_refused_and_the_op_named():
+    failure("02.relu", lambda x, out: _relu_into(x, out), "the custom op course_tests::relu_into at",
+            "cannot see inside a custom op", "wrap_triton(kernel)[grid]")
+
+
 def test_add_without_any_kernel_is_told_to_launch_one():
     def torch_only(x, y, out):
         torch.add(x, y, out=out)

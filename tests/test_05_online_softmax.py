@@ -494,6 +494,15 @@ def test_softmax_storing_into_out_as_if_contiguous_fails():
     failure("05.softmax", _online(0, out_contiguous=True), "a transposed out")
 
 
+def test_softmax_storing_without_outs_column_stride_is_told_to_use_it():
+    """out's row stride and adjacent columns (Triton's tutorial): in a transposed out the programs' rows
+    overlap, which the interpreter sees as a race; the message says first that out's columns are not
+    adjacent in this case, not only to combine the programs' results."""
+    wrong = mutant("l05_online_softmax", "softmax", ("cols[None, :] * stride_on,", "cols[None, :],"))
+    overlap = ("this case's `out` has strides (1, ", "address `out` with all of its strides. Otherwise: program")
+    failure("05.softmax", wrong, "a transposed out", *(overlap if current().interpret else ()))
+
+
 def test_softmax_online_without_minus_inf_guard_fails():
     failure("05.softmax", _online(2), "must subtract 0, not -inf")
 

@@ -231,6 +231,77 @@ def test_w4a16_dequantizing_w_into_memory_for_a_matmul_fails():
     assert "the size of the dequantized W (N, K)" in message and "dequantized in registers" in message, message
 
 
+def test_w4a16_dequantizing_w_with_x_passed_along_for_a_matmul_fails():
+    """The same, with x handed to the dequantizing kernel that never reads it: the buffer is still read
+    together with x afterwards, by the product, so it is no split's partial results."""
+    from course_utils.lessons.l03_matmul import matmul
+
+    def w4a16_gemv(x, w_packed, scales, group_size, out):
+        K = x.shape[1]
+        if K % group_size:
+            raise ValueError(f"K = {K} is no multiple of group_size = {group_size}")
+        w = torch.empty((w_packed.shape[0], K), dtype=x.dtype, device=x.device)
+        _dequantize_kernel_beside_x[(w.shape[0], triton.cdiv(K, 256))](x, w_packed, scales, w, K, group_size,
+                                                                      BLOCK=256)
+        matmul(x, w.t(), out)
+
+    message = failure("09.w4a16_gemv", w4a16_gemv)
+    assert "the size of the dequantized W (N, K)" in message, message
+
+
+@triton.jit
+def _dequantize_kernel_beside_x(x_ptr, w_ptr, s_ptr, out_ptr, K, GROUP, BLOCK: tl.constexpr):
+    _dequantize_kernel(w_ptr, s_ptr, out_ptr, K, GROUP, BLOCK)
+
+
+@triton.jit
+def _w4a16_split_kernel(x_ptr, w_ptr, s_ptr, part_ptr, M, N, K, n_groups, stride_xm, stride_xk, stride_wn,
+                        stride_wk, stride_sn, stride_sg, GROUP: tl.constexpr, SPLITS: tl.constexpr,
+                        BLOCK_N: tl.constexpr):
+    """Split s of row m: groups s, s + SPLITS, ... of K, each summed in fp32 and scaled once, into part[s, m]."""
+    m, split = tl.program_id(0), tl.program_id(2)
+    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    j = tl.arange(0, GROUP // 2)  # the bytes of a group
+    acc = tl.zeros((BLOCK_N,), tl.float32)
+    for g in range(split, n_groups, SPLITS):
+        byte = tl.load(w_ptr + n[:, None] * stride_wn + (g * (GROUP // 2) + j[None, :]) * stride_wk,
+                       mask=n[:, None] < N, other=0)  # (BLOCK_N, GROUP // 2)
+        x_even = tl.load(x_ptr + m * stride_xm + (g * GROUP + 2 * j) * stride_xk).to(tl.float32)
+        x_odd = tl.load(x_ptr + m * stride_xm + (g * GROUP + 2 * j + 1) * stride_xk).to(tl.float32)
+        q_sum = tl.sum(((byte & 0xF).to(tl.float32) - 8.0) * x_even[None, :]
+                       + ((byte >> 4).to(tl.float32) - 8.0) * x_odd[None, :], axis=1)
+        acc += q_sum * tl.load(s_ptr + n * stride_sn + g * stride_sg, mask=n < N, other=0.0).to(tl.float32)
+    tl.store(part_ptr + (split * M + m) * N + n, acc, mask=n < N)
+
+
+@triton.jit
+def _w4a16_sum_kernel(part_ptr, out_ptr, M, N, stride_om, stride_on, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
+    m = tl.program_id(0)
+    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_N,), tl.float32)
+    for split in range(SPLITS):
+        acc += tl.load(part_ptr + (split * M + m) * N + n, mask=n < N, other=0.0)
+    tl.store(out_ptr + m * stride_om + n * stride_on, acc, mask=n < N)
+
+
+def test_w4a16_split_over_k_with_partial_sums_passes():
+    """Split-K, flash-decoding's way: 16 splits of the groups write fp32 partial sums to a (16, M, N)
+    scratch and a second kernel adds them into out. At one group of 16 (the first case) the scratch has
+    as many elements as W, and at M = 16, K = 256 fp32 partials of 8 splits as many bytes as W in 16 bits:
+    both were taken for the dequantized W, and the second for a buffer kept from before the call."""
+    def w4a16_gemv(x, w_packed, scales, group_size, out):
+        (M, K), N = x.shape, w_packed.shape[0]
+        if K % group_size:
+            raise ValueError(f"K = {K} is no multiple of group_size = {group_size}")
+        part = torch.empty((16, M, N), device=x.device, dtype=torch.float32)  # (splits, M, N)
+        _w4a16_split_kernel[(M, triton.cdiv(N, 32), 16)](x, w_packed, scales, part, M, N, K, K // group_size,
+                                                         *x.stride(), *w_packed.stride(), *scales.stride(),
+                                                         GROUP=group_size, SPLITS=16, BLOCK_N=32)
+        _w4a16_sum_kernel[(M, triton.cdiv(N, 32))](part, out, M, N, *out.stride(), SPLITS=16, BLOCK_N=32)
+
+    check("09.w4a16_gemv", w4a16_gemv, seed=1, quiet=True)
+
+
 @triton.jit
 def _w4a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, GROUP, stride_xm, stride_wn, stride_sn,
                       stride_om, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.harness import Fusion, Speed
+from ..grading.harness import Fusion, Speed, one_rounding
 from ..grading.inputs import EPS, f64, randn, sliced, tolerance, transposed
 from ..mode import current, size
 from ..roofline import matmul_cost
@@ -350,7 +350,20 @@ def _linear_case(label: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tenso
     dtype = x.dtype
     expected = (f64(x) @ f64(w).t() + f64(bias)).clamp_min(0)
     return Case(f"{label}, {_short(dtype)}", (x, w, bias, Out("out", (M, N), dtype, layout)),
-                {"out": expected}, *(tol or dot_tolerance(dtype, K)), explain=_linear_explain)
+                {"out": expected}, *(tol or dot_tolerance(dtype, K)), explain=_linear_explain,
+                verify=_linear_rounded_once)
+
+
+def _linear_rounded_once(outs: dict, case: Case) -> list[str]:
+    """A 16-bit out within one rounding of the exact relu(x @ w.T + bias) (harness.one_rounding): the fp32
+    sum's error, its products' and the bias's magnitudes times 2^-22 sqrt(K) (four of fp32's roundings,
+    growing like a random walk), passes through the ReLU at most unchanged."""
+    got = outs["out"]
+    x, w, bias = (t.detach().to(got.device, torch.float64) for t in case.args[:3])
+    moved = 2.0**-22 * math.sqrt(x.shape[1]) * (x.abs() @ w.abs().T + bias.abs())
+    return one_rounding("out", got, (x @ w.T + bias).clamp_min(0), moved, "relu(x @ w.T + bias)",
+                        "a 16-bit accumulator, or x @ w.T rounded before the bias or the ReLU (a .to() "
+                        "before the epilogue)")
 
 
 def _linear_relu_cases(gen):

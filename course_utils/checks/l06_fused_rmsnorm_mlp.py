@@ -14,8 +14,8 @@ import math
 import torch
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.harness import Fusion, Problem, Speed
-from ..grading.inputs import EPS, f64, randn, tolerance, uniform
+from ..grading.harness import Fusion, Speed, one_rounding
+from ..grading.inputs import f64, randn, tolerance, uniform
 from ..mode import current, size
 from ..roofline import Cost
 
@@ -284,45 +284,20 @@ def _gate_up_cases(gen):
 
 
 def _gate_up_rounded_once(outs: dict, case: Case) -> list[str]:
-    """A 16-bit out within one rounding of the exact result, as an fp32 epilogue stored once lands.
-
-    The tolerance that judged it first allows 16 roundings: room for a kernel that rounded g, u or silu(g)
-    to 16 bits before the product (2 to 3.5 roundings off). Here: at most EPS of its dtype relative, plus
-    what the fp32 sums over K move g and u by (their products' magnitudes times 2^-22 sqrt(K): four of
-    fp32's roundings, growing like a random walk), carried through silu(g) * u, plus 2^-19 relative for
-    the fp32 sigmoid and products, plus half the dtype's smallest step below its normal range.
-    """
+    """A 16-bit out within one rounding of the exact silu(g) * u (harness.one_rounding), the fp32 sums'
+    error carried through it: their products' magnitudes times 2^-22 sqrt(K) (four of fp32's roundings,
+    growing like a random walk), times silu'(g) u for g's and silu(g) for u's."""
     got = outs["out"]
-    if got.dtype not in (torch.float16, torch.bfloat16):
-        return []
-    dev, eps = got.device, EPS[got.dtype]
-    x, w_gate, w_up = (t.detach().to(dev, torch.float64) for t in case.args[:3])
+    x, w_gate, w_up = (t.detach().to(got.device, torch.float64) for t in case.args[:3])
     g, u = x @ w_gate.T, x @ w_up.T  # (M, N) exact
     sig = torch.sigmoid(g)
     silu = g * sig
-    want = silu * u
     sums = 2.0**-22 * math.sqrt(x.shape[1])  # relative error of an fp32 sum, in its terms' magnitudes
     d_silu = sig * (1 + g * (1 - sig))  # silu'(g): g's error moves silu(g) * u by d_silu * u times it
     moved = sums * ((d_silu * u).abs() * (x.abs() @ w_gate.abs().T) + silu.abs() * (x.abs() @ w_up.abs().T))
-    floor = torch.finfo(got.dtype).smallest_normal * eps  # half the step below the normal range
-    bound = eps * want.abs() + (1 + eps) * (moved + 2.0**-19 * want.abs()) + floor
-    err = (got.to(torch.float64) - want).abs()
-    over = err > bound
-    if not bool(over.any()):
-        return []
-    roundings = err / (eps * want.abs()).clamp_min(floor)
-    worst = int(torch.where(over, roundings, 0).argmax())
-    i, j = divmod(worst, want.shape[1])
-    name = _name(got.dtype)
-    return [Problem(
-        f"`out`: {int(over.sum())} of {over.numel()} elements are more than one rounding of {name} from the "
-        f"exact silu(g) * u (one rounding: {name}'s unit roundoff, 2^{round(math.log2(eps))} relative; the "
-        f"fp32 sums over K and the fp32 maths add about 1e-6 more); the worst at [{i}, {j}]: expected "
-        f"{float(want[i, j]):.6g}, got {float(got[i, j]):.6g}, {float(roundings[i, j]):.1f} roundings off. A "
-        f"kernel that keeps acc_g, acc_u and silu(g) * u in fp32 rounds once, at the store; this one went "
-        f"through {name} before it: a 16-bit accumulator (tl.dot's out_dtype, or acc_g or acc_u kept in "
-        f"{name}), or g, u or silu(g) rounded in the epilogue (a .to() before the product). Convert once, in "
-        "the tl.store's .to(out's dtype)")]
+    return one_rounding("out", got, silu * u, moved, "silu(g) * u",
+                        "a 16-bit accumulator (tl.dot's out_dtype, or acc_g or acc_u kept in 16 bits), or g, u "
+                        "or silu(g) rounded in the epilogue (a .to() before the product)")
 
 
 def _gate_up_explain(outs: dict, case: Case) -> str:

@@ -533,4 +533,4 @@ register(Exercise(
     # (lesson 03's), gave the right numbers. Two launches on x or out: a split-K pass and its sum.
     fusion=Fusion("the packed weights are dequantized in registers and multiplied by x there: no (N, K) "
                   "dequantized W is written to memory", _dequantized_weights, kernels=2,
-                  own_temporaries=lambda case: (), kept_buffers=True, activations=("x", "out"))))
+                  own_temporaries=lambda case: (), kept_buffers=True, activations=("x", "out"), partials=True)))

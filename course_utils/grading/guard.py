@@ -100,8 +100,19 @@ TORCH_NAMES = {
 
 
 def torch_name(op: str) -> str:
-    """`aten.mm` as a student wrote it: "torch.matmul / @ (aten.mm)"; unknown ops stay "aten.<op>"."""
+    """`aten.mm` as a student wrote it: "torch.matmul / @ (aten.mm)"; unknown ops stay "aten.<op>", and an op
+    of another namespace (a torch.library custom op, recorded as "ns::name") says so."""
+    if "::" in op:
+        return f"the custom op {op}"
     return f"{TORCH_NAMES[op]} (aten.{op})" if op in TORCH_NAMES else f"aten.{op}"
+
+
+def _op_name(func) -> str:
+    """The name an op is recorded under: aten's (and prims') by their bare name, as HOST_OPS and the rules
+    spell them; another namespace's (a torch.library custom op) as "ns::name", whatever its name is."""
+    name = func.overloadpacket.__name__
+    namespace = getattr(func, "namespace", "aten")
+    return name if namespace in ("aten", "prims") else f"{namespace}::{name}"
 
 
 # Tensor methods that hand the data to Python or NumPy, where a kernel exercise could compute the
@@ -314,7 +325,7 @@ class _RecordOps(TorchDispatchMode):
         tracker = _trackers[-1] if _trackers else None
         touched = ()
         if tracker is not None:
-            name = func.overloadpacket.__name__
+            name = _op_name(func)
             # Writes the shadows follow: watched host ops that write in place (the host rules judge
             # them), and fills anywhere (Triton's reset_to_zero runs inside the launch): what they
             # overwrite must be what the shadow says, then the shadow takes what they wrote.
@@ -326,7 +337,7 @@ class _RecordOps(TorchDispatchMode):
         for t in touched:
             tracker.resync(t)
         if not self.paused:
-            name = func.overloadpacket.__name__
+            name = _op_name(func)
             if name == _SCALAR_READ:
                 self.watch.host_reads.append("item")
             if name == "lift_fresh" and isinstance(result, torch.Tensor) and result.numel() == 1:

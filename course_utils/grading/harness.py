@@ -199,6 +199,11 @@ class Fusion:
     # one allocation each of the intermediate's very count is the answer's own all the same (hidden =
     # intermediate). Without it, such an allocation is the answer's own only if the weights reached it first.
     written_temporaries: Callable[["Case"], tuple[int, ...]] | None = None
+    # True: a buffer the call makes or keeps that the first launch to get it gets together with the call's
+    # first activation (x), and that no later launch gets together with x, holds a split's partial results
+    # (09.w4a16_gemv split over K: written from x, then summed without it), not the intermediate, whatever
+    # its size: the intermediate (a dequantized W) is made from the weights alone, or read with x after.
+    partials: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -468,6 +473,41 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, atol: float, r
 
 _TL_NAMES = types.MappingProxyType({"fp16": "float16", "bf16": "bfloat16"})
 
+_UNIT_ROUNDOFF = types.MappingProxyType({torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8})
+
+
+def one_rounding(name: str, got: torch.Tensor, want: torch.Tensor, moved: torch.Tensor, what: str,
+                 mistake: str) -> list[str]:
+    """Problems when a 16-bit output lies more than one rounding of its dtype from the exact `want`.
+
+    For outputs computed in fp32 and rounded once, at the store. An element may differ from `want`
+    (float64, exact) by its dtype's unit roundoff relative (the store), plus `moved` (float64, per
+    element: how far the fp32 work before the store can move it, e.g. a sum's error carried through the
+    epilogue), plus 2^-19 relative (fp32 maths such as a sigmoid), plus half the dtype's step below its
+    normal range. A dot tolerance of several roundings leaves room for a value rounded to 16 bits on the
+    way (2 to 4 roundings off); this does not. `mistake`: what went through 16 bits, for the message.
+    """
+    if got.dtype not in _UNIT_ROUNDOFF:
+        return []
+    eps = _UNIT_ROUNDOFF[got.dtype]
+    floor = torch.finfo(got.dtype).smallest_normal * eps
+    bound = eps * want.abs() + (1 + eps) * (moved + 2.0**-19 * want.abs()) + floor
+    err = (got.to(want.device, torch.float64) - want).abs()
+    over = err > bound
+    if not bool(over.any()):
+        return []
+    roundings = err / (eps * want.abs()).clamp_min(floor)
+    worst = int(torch.where(over, roundings, 0).flatten().argmax())
+    dtype = str(got.dtype)[6:]
+    return [Problem(
+        f"`{name}`: {int(over.sum())} of {over.numel()} elements are more than one rounding of {dtype} from the "
+        f"exact {what} (one rounding: {dtype}'s unit roundoff, 2^{round(math.log2(eps))} relative; the fp32 "
+        f"work before the store adds about 1e-6 more); the worst at {_index(worst, tuple(want.shape))}: "
+        f"expected {_fmt(float(want.flatten()[worst]))}, got {_fmt(float(got.flatten()[worst]))}, "
+        f"{float(roundings.flatten()[worst]):.1f} roundings off. A kernel that keeps fp32 until the store rounds "
+        f"once; this one went through {dtype} before it: {mistake}. Convert once, in the tl.store's "
+        f".to(`{name}`'s dtype)")]
+
 
 def _rounded_to_half(dtype: torch.dtype, g: torch.Tensor, e: torch.Tensor, wrong: torch.Tensor) -> str:
     """"fp16" or "bf16" when the wrong values of an fp32 output are all values of that 16-bit type, each
@@ -706,9 +746,12 @@ def _host_problems(ex: Exercise, watch) -> list[str]:
             "copied tensor data outside your Triton kernel (" + watch.describe_ops(forbidden) + "): every "
             "element moves once more than it needs to; your kernel must do the reading and writing", "copy"))
     elif forbidden:
+        custom = (" The checker cannot see inside a custom op (torch.library.custom_op or triton_op): launch "
+                  "your kernel from your function itself (kernel[grid](...), or wrap_triton(kernel)[grid](...))."
+                  if any("::" in op for op in forbidden) else "")
         problems.append(Problem(
             "computed with torch operations outside your Triton kernel (" + watch.describe_ops(forbidden)
-            + "): the arithmetic must happen inside your Triton kernel", "host"))
+            + "): the arithmetic must happen inside your Triton kernel." + custom, "host"))
     if watch.threads:
         problems.append(_thread_problem(watch.threads))
     if watch.not_triton:
@@ -879,6 +922,36 @@ def _own_of_the_same_count(fusion: Fusion, case: Case, numel: int, own: tuple[in
     return forgiven
 
 
+def _partial_results(fusion: Fusion, launched) -> set[int]:
+    """The storages (addresses) that hold a split's partial results (Fusion.partials): the first launch
+    that gets one gets x too, and no later launch gets it together with x."""
+    if not fusion.partials or not fusion.activations:
+        return set()
+    x = fusion.activations[0]
+    first: dict[int, bool] = {}  # storage -> still a partial result
+    for launch in launched:
+        with_x = x in _per_argument(launch.params, launch, "")
+        for storage, param in zip(launch.storages, _per_argument(launch.params, launch, "")):
+            if param:
+                continue  # the call's own arguments
+            first[storage] = with_x if storage not in first else first[storage] and not with_x
+    return {storage for storage, partial in first.items() if partial}
+
+
+def _strides_first(key: str, text: str, buffers: dict) -> str:
+    """A race over an output whose columns are not adjacent (a transposed or padded view) is most often a
+    kernel that ignored its strides, not one whose programs share work: say that first."""
+    name = key.removeprefix("race:")
+    if key == name or name not in buffers:
+        return text
+    view = buffers[name][1]
+    if view.dim() < 2 or view.stride(-1) == 1:
+        return text
+    return (f"this case's `{name}` has strides {tuple(view.stride())}: a kernel that addresses it as if its "
+            f"last dimension were adjacent in memory (its own stride ignored) stores over other programs' "
+            f"elements, as found here; address `{name}` with all of its strides. Otherwise: " + text)
+
+
 def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[str]:
     """Too many launches, or (fused exercises) an intermediate written to memory."""
     problems = []
@@ -901,8 +974,10 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
         own = ex.fusion.own_temporaries
         allowed = own(case) if own is not None else ()
         forgiven = _own_of_the_same_count(ex.fusion, case, numel, allowed, allocations, launched, on_rows)
+        partials = _partial_results(ex.fusion, launched)
+        made = {alloc.storage for alloc in allocations if alloc.storage}
         for i, alloc in enumerate(allocations):
-            if i in forgiven:
+            if i in forgiven or (alloc.storage and alloc.storage in partials):
                 continue
             if alloc.numel == numel or (own is not None and alloc.numel > numel and alloc.numel not in allowed):
                 at = f" at {alloc.site}" if alloc.site else ""
@@ -913,7 +988,8 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
                     f"{ex.fusion.meaning}", "fusion"))
                 break
         # The intermediate split over several buffers (four quarters) is in memory all the same: their sum counts
-        pieces = [alloc for alloc in allocations if alloc.numel not in allowed] if own is not None else []
+        pieces = ([alloc for alloc in allocations if alloc.numel not in allowed
+                   and not (alloc.storage and alloc.storage in partials)] if own is not None else [])
         if len(pieces) > 1 and sum(a.numel for a in pieces) >= numel and not _fused_problem(problems):
             shapes = ", ".join(str(a.shape) for a in pieces[:4]) + (", ..." if len(pieces) > 4 else "")
             problems.append(Problem(
@@ -925,16 +1001,21 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
             for shape, base, address, nbytes in zip(launch.shapes, launch.bases, launch.storages,
                                                     launch.storage_bytes):
                 # the fused answer's own temporaries may be kept from call to call too (weights packed once)
-                if not base and not any(nbytes == count * size for count in allowed for size in (1, 2, 4)):
+                if (not base and address not in partials
+                        and not any(nbytes == count * size for count in allowed for size in (1, 2, 4))):
                     kept.setdefault(address, (launch.name, shape, nbytes))
         if sum(nbytes for *_, nbytes in kept.values()) >= 2 * numel and not _fused_problem(problems):
             name, shape, nbytes = max(kept.values(), key=lambda k: k[2])
             more = f" (and {len(kept) - 1} more such tensors)" if len(kept) > 1 else ""
+            before = [address for address in kept if address not in made]
+            whose = ("that is none of the call's own" if before else
+                     "that the call allocated (its elements fewer than the intermediate's, its bytes not)")
+            why = ("a buffer made before the call and kept from call to call is still memory" if before else
+                   "packed into wider elements, the intermediate is in memory all the same")
             problems.append(Problem(
-                f"launched {name} with a {shape} tensor that is none of the call's own{more}: storages of "
+                f"launched {name} with a {shape} tensor {whose}{more}: storages of "
                 f"{sum(k[2] for k in kept.values())} bytes in all have room for {description} in 16-bit floats "
-                f"(a buffer made before the call and kept from call to call is still memory). Fused means that "
-                f"intermediate never goes to memory: {ex.fusion.meaning}", "fusion"))
+                f"({why}). Fused means that intermediate never goes to memory: {ex.fusion.meaning}", "fusion"))
     return problems
 
 
@@ -1115,7 +1196,7 @@ def _call_kernel_candidate(ex: Exercise, candidate: Callable, call_args: list,
             "host"))
     if tracker is not None:
         tracker.verify_all("found after your function returned")
-        facts.host += [Problem(text, "race" if key.startswith("race:") else "host")
+        facts.host += [Problem(_strides_first(key, text, buffers), "race" if key.startswith("race:") else "host")
                        for key, text in tracker.problems.items()]
         facts.host += _stores_outside(tracker, buffers, writable)
         facts.host += _stores_into_inputs(tracker, read_only)

@@ -453,15 +453,18 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.
 # linear layer on `w.t()`).
 #
 # `out = relu(x @ w.T + bias)` with `x (M, K)`, `w (N, K)` stored the way `nn.Linear` stores its
-# weight, `bias (N,)`, `out (M, N)`, in **one** kernel launch. No new kernel: `w.t()` is a `(K, N)`
-# view of the same memory (strides `(1, K)`, no copy), and `matmul` already takes any strides and
-# has the epilogue. Unfused, `relu(addmm(bias, x, w.t()))` writes `out`, reads it back and writes
-# it again: `2MN` extra elements of traffic and a second launch.
+# weight, `bias (N,)` contiguous, `out (M, N)`, in **one** kernel launch; `x`, `w` and `out` may have
+# any strides (a slice of a wider activation, a column-major `out`). No new kernel: `w.t()` is a
+# `(K, N)` view of the same memory (strides `(1, K)`, no copy), and `matmul` already takes any strides
+# and has the epilogue. The bias and the ReLU go on the fp32 accumulator, and a 16-bit `out` is
+# rounded once, at the store (the check allows one rounding of its dtype from the exact result, plus
+# the fp32 sum's own error). Unfused, `relu(addmm(bias, x, w.t()))` writes `out`, reads it back and
+# writes it again: `2MN` extra elements of traffic and a second launch.
 
 # %%
 def linear_relu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
-    """out = relu(x @ w.T + bias); x (M, K), w (N, K), bias (N,) contiguous (as nn.Linear's), out (M, N); one
-    kernel."""
+    """out = relu(x @ w.T + bias); x (M, K), w (N, K) and out (M, N) any strides, bias (N,) contiguous (as
+    nn.Linear's); one kernel."""
     expect_shapes("linear_relu", w=(w, (w.shape[0], x.shape[1])), bias=(bias, (w.shape[0],)),
                   out=(out, (x.shape[0], w.shape[0])))
     expect_contiguous("linear_relu", bias=bias)  # the kernel reads bias[n] at bias + n

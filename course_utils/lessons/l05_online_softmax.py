@@ -97,8 +97,9 @@ def online_softmax_stats(x: torch.Tensor, block: int):
 # [The fused softmax kernels](../notebooks/05_online_softmax.ipynb#The-fused-softmax-kernels) (the worked example is a row-wise
 # log-sum-exp kernel).
 #
-# `out[i, :] = softmax(x[i, :])` for a 2-D `x` of any strides and rows of any length, in fp32
-# arithmetic whatever the storage dtype. Two kernels, one launch each:
+# `out[i, :] = softmax(x[i, :])` for a 2-D `x` and `out` of any strides (each its own: `out` may be
+# a transposed view) and rows of any length, in fp32 arithmetic whatever the storage dtype. Two
+# kernels, one launch each:
 #
 # - **one pass** (`softmax_kernel`), for rows that fit in one block (`n_cols <= ONE_PASS_MAX_COLS`):
 #   a program loads `ROWS` whole rows (a `(ROWS, BLOCK_N)` tile, `BLOCK_N >= n_cols`), takes the max
