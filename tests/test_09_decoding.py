@@ -294,10 +294,10 @@ def test_w4a16_split_over_k_with_partial_sums_passes():
         if K % group_size:
             raise ValueError(f"K = {K} is no multiple of group_size = {group_size}")
         part = torch.empty((16, M, N), device=x.device, dtype=torch.float32)  # (splits, M, N)
-        _w4a16_split_kernel[(M, triton.cdiv(N, 32), 16)](x, w_packed, scales, part, M, N, K, K // group_size,
+        _w4a16_split_kernel[(M, triton.cdiv(N, 128), 16)](x, w_packed, scales, part, M, N, K, K // group_size,
                                                          *x.stride(), *w_packed.stride(), *scales.stride(),
-                                                         GROUP=group_size, SPLITS=16, BLOCK_N=32)
-        _w4a16_sum_kernel[(M, triton.cdiv(N, 32))](part, out, M, N, *out.stride(), SPLITS=16, BLOCK_N=32)
+                                                         GROUP=group_size, SPLITS=16, BLOCK_N=128)
+        _w4a16_sum_kernel[(M, triton.cdiv(N, 128))](part, out, M, N, *out.stride(), SPLITS=16, BLOCK_N=128)
 
     check("09.w4a16_gemv", w4a16_gemv, seed=1, quiet=True)
 

@@ -211,7 +211,7 @@ def test_a_block_prints_without_its_values_while_checked(capsys):
     """print(x) and f"{x}" inside a kernel: the interpreter's text of a block carries its values out of the
     kernel, to host Python that could parse them; while checked it says what the block is, no more."""
     def relu(x, out):
-        _printing_relu_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+        _printing_relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
 
     check("02.relu", relu, seed=1, quiet=True)
     printed = capsys.readouterr().out
@@ -254,7 +254,7 @@ def test_compiler_hints_and_static_print_are_triton(capsys):
     runs, the interpreter swaps the three hints for a functools.partial of its own and tl.static_print for
     print: judged as such, they were "not Triton", a false failure of a kernel copied from the tutorial."""
     def relu(x, out):
-        _hinted_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+        _hinted_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
 
     check("02.relu", relu, seed=1, quiet=True)
     assert "BLOCK" in capsys.readouterr().out
