@@ -141,6 +141,9 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # query head; a second kernel merges the partials of each head with lesson 05's rule (rescale each by
 # `exp(m_i - m)`; an empty split has `(-inf, 0, 0)`). Two kernel launches; temporaries for the partials
 # are fine (when one split holds every key, the first kernel can write `out` itself and skip the merge).
+# Read `lengths` inside the kernels, as 09.kv_append reads its positions: the host must not read device
+# memory (no `lengths.max()` turned into a Python int to size the grid), or a CUDA graph could not replay
+# the step; size the grid by `S_max`, and let a split with no valid keys write its empty partial.
 # Compute in fp32; q and the caches are fp32, fp16 or bf16 (bf16 only on a GPU that computes with it;
 # the interpreter's half-precision cases are fp16), and `out` has the caches' dtype. q's dtype may differ
 # from theirs: the toy Llama's decode step below gives an fp32 q (from its fp32 projection) and caches in
