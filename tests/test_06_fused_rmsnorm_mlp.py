@@ -275,7 +275,7 @@ def _buggy_mlp(bug: str):
         h = torch.empty((M, N), dtype=x.dtype, device=x.device)
         _fused_bug_kernel[(triton.cdiv(M, 16) * triton.cdiv(N, 64),)](
             x, norm_weight, w_gate, w_up, h, M, N, K, eps, *x.stride(), w_gate.stride(0), h.stride(0),
-            BUG=bug, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
+            BUG=bug, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32)
         matmul(h, w_down.t(), out)
     return rmsnorm_mlp
 

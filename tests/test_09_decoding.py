@@ -249,6 +249,24 @@ def test_w4a16_dequantizing_w_with_x_passed_along_for_a_matmul_fails():
     assert "the size of the dequantized W (N, K)" in message, message
 
 
+def test_w4a16_dequantizing_w_into_a_buffer_of_wider_elements_fails():
+    """W in 16 bits through a 16-bit view of an (N, K / 2) fp32 buffer: half the dequantized W's elements,
+    so no allocation of its count, and all of its bytes."""
+    from course_utils.lessons.l03_matmul import matmul
+
+    def w4a16_gemv(x, w_packed, scales, group_size, out):
+        K = x.shape[1]
+        if K % group_size:
+            raise ValueError(f"K = {K} is no multiple of group_size = {group_size}")
+        words = torch.empty((w_packed.shape[0], K // 2), dtype=torch.float32, device=x.device)
+        w = words.view(x.dtype)  # (N, K) in x's dtype, the same bytes
+        _dequantize_kernel[(w.shape[0], triton.cdiv(K, 256))](w_packed, scales, w, K, group_size, BLOCK=256)
+        matmul(x, w.t(), out)
+
+    message = failure("09.w4a16_gemv", w4a16_gemv)
+    assert "that the call allocated" in message and "in wider elements than its own" in message, message
+
+
 @triton.jit
 def _dequantize_kernel_beside_x(x_ptr, w_ptr, s_ptr, out_ptr, K, GROUP, BLOCK: tl.constexpr):
     _dequantize_kernel(w_ptr, s_ptr, out_ptr, K, GROUP, BLOCK)

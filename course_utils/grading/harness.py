@@ -1008,10 +1008,9 @@ def _launch_problems(ex: Exercise, case: Case, launched, allocations) -> list[st
             name, shape, nbytes = max(kept.values(), key=lambda k: k[2])
             more = f" (and {len(kept) - 1} more such tensors)" if len(kept) > 1 else ""
             before = [address for address in kept if address not in made]
-            whose = ("that is none of the call's own" if before else
-                     "that the call allocated (its elements fewer than the intermediate's, its bytes not)")
+            whose = "that is none of the call's own" if before else "that the call allocated"
             why = ("a buffer made before the call and kept from call to call is still memory" if before else
-                   "packed into wider elements, the intermediate is in memory all the same")
+                   "in wider elements than its own, the intermediate is in memory all the same")
             problems.append(Problem(
                 f"launched {name} with a {shape} tensor {whose}{more}: storages of "
                 f"{sum(k[2] for k in kept.values())} bytes in all have room for {description} in 16-bit floats "
