@@ -476,6 +476,15 @@ def test_the_benchs_copy_kernels_are_the_copies_of_a_profiled_step():
     assert "peer: 0 copy kernels, 0.000 ms of 0.120 ms" in fact
 
 
+def test_cross_entropy_writing_dlogits_rows_as_contiguous_fails_in_place_on_a_slice():
+    """dlogits at row * n_cols: right when dlogits is contiguous (every out-of-place case) and when it is a
+    contiguous logits (the in-place case); wrong on a padded vocabulary's slice, in place."""
+    wrong = mutant("l08_backward_passes", "cross_entropy",
+                   ("dlogits_row = dlogits_ptr + row * stride_dm", "dlogits_row = dlogits_ptr + row * n_cols"))
+    failure("08.cross_entropy", wrong, "dlogits IS logits, and logits a slice of a wider tensor",
+            *(("address it with dlogits.stride(0)",) if current().interpret else ()))
+
+
 def test_cross_entropy_ignoring_class_zero_is_named():
     """Only -100 is ignored: a kernel (and count) that skips targets <= 0 fails on the case that holds
     class 0, and the message says what it did."""

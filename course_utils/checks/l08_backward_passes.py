@@ -430,6 +430,12 @@ def _ce_cases(gen):
     yield _ce_case(f"dlogits IS logits (in place, as the training step calls it): read every logit you need "
                    f"before the row's gradient overwrites it, {rows} rows, vocab {v2}, {_name(dtype)}",
                    randn((rows, v2), dtype, gen, 2.0), _targets(rows, v2, gen, ignored=1), in_place=True)
+    # In place AND strided: a vocabulary padded to a multiple of 64 gives logits = full[:, :vocab]. A kernel that
+    # wrote dlogits at row * n_cols (its rows taken as contiguous) passed both cases above, each one of the two.
+    yield _ce_case(f"dlogits IS logits, and logits a slice of a wider tensor (row stride {v2 + 5}): address "
+                   f"dlogits with its own row stride, {rows} rows, vocab {v2}, {_name(dtype)}",
+                   randn((rows, v2 + 5), dtype, gen, 2.0)[:, 2:2 + v2], _targets(rows, v2, gen, ignored=1),
+                   in_place=True)
 
 
 def _ce_case(label: str, logits: torch.Tensor, targets: torch.Tensor, in_place: bool = False) -> Case:
