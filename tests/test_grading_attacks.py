@@ -1247,6 +1247,58 @@ def test_a_sum_carried_between_the_programs_of_a_launch_is_a_race():
     check("08.rmsnorm_backward", lock["rmsnorm_backward"], seed=1, quiet=True)
 
 
+_GROUPED_LOCKS = """
+import torch, triton, triton.language as tl
+from course_utils.lessons.l08_backward_passes import sum_rows
+@triton.jit
+def _bwd_grouped(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, part_ptr, lock_ptr, n_rows, n_cols, sdy, sx, sdx,
+                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    ok = cols < n_cols
+    x = tl.load(x_ptr + row * sx + cols, mask=ok, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row * sdy + cols, mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    r = tl.load(rstd_ptr + row)
+    xhat, wdy = x * r, dy * w
+    tl.store(dx_ptr + row * sdx + cols, ((wdy - xhat * tl.sum(wdy * xhat, axis=0) / n_cols) * r)
+             .to(dx_ptr.dtype.element_ty), mask=ok)
+    lock = lock_ptr + row % GROUP  # the lock of the partial row this program adds into
+    while tl.atomic_cas(lock, 0, 1) == 1:
+        pass
+    part = part_ptr + (row % GROUP) * n_cols + cols
+    tl.store(part, tl.load(part, mask=ok, other=0.0) + dy * xhat, mask=ok)
+    tl.debug_barrier()
+    tl.atomic_xchg(lock, 0)
+def rmsnorm_backward(dy, x, weight, rstd, dx, dw):
+    n_rows, n_cols = x.shape
+    part = torch.zeros((2, n_cols), dtype=torch.float32, device=x.device)
+    locks = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
+    if n_rows:
+        _bwd_grouped[(n_rows,)](dy, x, weight, rstd, dx, part, locks, n_rows, n_cols, dy.stride(0), x.stride(0),
+                                dx.stride(0), GROUP=2, BLOCK_N=triton.next_power_of_2(n_cols))
+    sum_rows(part, dw)
+"""
+
+
+@INTERPRETER_TRACKER
+def test_a_lock_orders_only_the_programs_that_take_the_same_lock():
+    """Triton's layer-norm tutorial: the programs share two partial rows of dw, one lock per partial row. With
+    the lock indexed by the program instead (a lock each), every program acquires and releases, and no two
+    wait for each other: on a GPU programs 0 and 2 add into partial row 0 at the same time."""
+    from course_utils import setup
+    from course_utils.grading import check
+    from course_utils.grading.harness import CheckFailed
+
+    setup(quiet=True)
+    check("08.rmsnorm_backward", _candidate(_GROUPED_LOCKS, "dw_grouped_locks")["rmsnorm_backward"], seed=1,
+          quiet=True)
+    own = _candidate(_GROUPED_LOCKS.replace("lock_ptr + row % GROUP", "lock_ptr + row"), "dw_lock_each")
+    with pytest.raises(CheckFailed, match=r"program \(2, 0, 0\) of `_bwd_grouped` loaded bytes(.|\n)*Both "
+                                          r"programs used atomics, but on different addresses"):
+        check("08.rmsnorm_backward", own["rmsnorm_backward"], seed=1, quiet=True)
+
+
 _SPILL = """
 import triton, triton.language as tl
 @triton.jit

@@ -697,7 +697,9 @@ class Tracker:
     acquire/release semantics); an atomic update of another program's plain stores is refused too.
     The reader's atomic synchronizes only if the program decided something by the value it returned (an
     if or a while on it, or a load's mask or address made from it: the ticket's count, a lock's
-    compare-and-swap): an atomic whose value goes unused orders nothing on a GPU (a fake lock).
+    compare-and-swap): an atomic whose value goes unused orders nothing on a GPU (a fake lock). And only
+    with the writer's atomic on the same address: the counter the writers incremented, the lock of the
+    row both update; a lock per program excludes nobody.
     """
 
     def __init__(self):
@@ -713,6 +715,8 @@ class Tracker:
         self.step, self.last_store, self.last_atomic = 0, {}, {}
         # per program: when it last decided something by the value an atomic returned (AtomicResult)
         self.last_acquire: dict[int, int] = {}
+        # per program: the addresses of its atomics, each with its step (what a lock or ticket is on)
+        self.atomics: dict[int, list[tuple[int, np.ndarray]]] = {}
 
     def new_launch(self, kernel: str) -> None:
         self.kernel, self.programs = kernel, []
@@ -720,9 +724,18 @@ class Tracker:
         self.last_store.clear()
         self.last_atomic.clear()
         self.last_acquire.clear()
+        self.atomics.clear()
 
-    def _released(self, writer: int) -> bool:
-        return self.last_atomic.get(writer, -1) > self.last_store.get(writer, -1)
+    def _synchronized(self, reader: int, writer: int) -> bool:
+        """Did the writer release its stores to the reader? The writer did an atomic after its last store,
+        the reader decided something by an atomic's value, and the two atomics share an address."""
+        if reader not in self.last_acquire or self.last_atomic.get(writer, -1) <= self.last_store.get(writer, -1):
+            return False
+        after = self.last_store.get(writer, -1)
+        released = [a for step, a in self.atomics.get(writer, ()) if step > after]
+        acquired = [a for step, a in self.atomics.get(reader, ()) if step <= self.last_acquire[reader]]
+        return bool(released and acquired
+                    and np.intersect1d(np.concatenate(released), np.concatenate(acquired)).size)
 
     def acquired(self) -> None:
         """The running program decided something by the value an atomic returned to it."""
@@ -732,12 +745,18 @@ class Tracker:
         self.programs.append(pid)
 
     def _race(self, name: str, reader: int, writer: int, what: str = "loaded") -> None:
+        both = (reader in self.last_acquire and what != "atomically updated"
+                and self.last_atomic.get(writer, -1) > self.last_store.get(writer, -1))
         self.problems.setdefault(f"race:{name}", (
             f"program {self.programs[reader]} of `{self.kernel}` {what} bytes of `{name}` that program "
             f"{self.programs[writer]} of the same launch had stored with a plain tl.store: the interpreter runs "
             "programs one after another, a GPU runs them at the same time in no set order, so the store lands "
-            "before or after, by chance. Combine the programs' partial results with tl.atomic_add, or in a "
-            "second kernel launched after this one"))
+            "before or after, by chance. "
+            + ("Both programs used atomics, but on different addresses: a lock or a ticket orders the stores "
+               "of the programs that use the same one (the lock of the row they both update, not a lock per "
+               "program)" if both else
+               "Combine the programs' partial results with tl.atomic_add, or in a second kernel launched "
+               "after this one")))
 
     def add(self, t: torch.Tensor, name: str) -> None:
         import ctypes
@@ -837,7 +856,7 @@ class Tracker:
                     continue
                 if what != "tl.load":
                     self._race(name, reader, int(writer), "atomically updated")
-                elif not (reader in self.last_acquire and self._released(int(writer))):
+                elif not self._synchronized(reader, int(writer)):
                     self._race(name, reader, int(writer))
                 break
 
@@ -846,6 +865,7 @@ class Tracker:
         self.step += 1
         if atomic:
             self.last_atomic[program] = self.step
+            self.atomics.setdefault(program, []).append((self.step, np.unique(addrs)))
         else:
             self.last_store[program] = self.step
         for (start, end, real, shadow, name, _), offs in self._bytes(addrs, itemsize):
@@ -856,8 +876,7 @@ class Tracker:
                 # the other program's atomic after its stores and this one's before: the read rule's ticket)
                 changed = real[offs] != shadow[offs]
                 for writer in np.unique(stored_by[offs][changed]):
-                    if writer >= 0 and writer != program and not (program in self.last_acquire
-                                                                  and self._released(int(writer))):
+                    if writer >= 0 and writer != program and not self._synchronized(program, int(writer)):
                         self._race(name, program, int(writer), "stored other values over")
                         break
             shadow[offs] = real[offs]
