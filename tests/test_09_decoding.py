@@ -538,6 +538,24 @@ def test_v_addressed_with_ks_strides_fails(exercise, name, edit):
     assert "stored (B, S, H, D)" in message and "own strides" in message, message
 
 
+@pytest.mark.parametrize("exercise, name, edit, words", [
+    ("09.decode_attention", "decode_attention",
+     ("heads[:, None] * stride_qh + offs_d[None, :] * stride_qd", "heads[:, None] * stride_qh + offs_d[None, :]"),
+     "q a transposed view"),
+    ("09.kv_append", "kv_append", ("h * stride_vh + offs_d * stride_vd", "h * stride_vh + offs_d"),
+     "v_new a transposed view"),
+    ("09.w4a16_gemv", "w4a16_gemv", ("x_rows + (8 * kw + j) * stride_xk", "x_rows + (8 * kw + j)"),
+     "x a (K, M) tensor's transpose"),
+])
+def test_a_last_dim_taken_as_contiguous_fails(exercise, name, edit, words):
+    """The commonest stride assumption: the last dim's stride left out of the address. Every other case
+    gives q, v_new and x a unit stride there."""
+    from helpers import mutant
+
+    message = failure(exercise, mutant("l09_decoding", name, edit))
+    assert words in message, message
+
+
 @interpreter_only_because("the case of large scores is the interpreter's only")
 @pytest.mark.parametrize("merge_max", [
     "m_all = tl.max(m, axis=0) * 0.0",  # exp(m_i) alone: no common max

@@ -113,11 +113,14 @@ def _kv_explain(outs, case) -> str:
 def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None, strided_new=False,
              layout_v=None, k_dtype=None):
     """strided_new: k_new and v_new slices of a fused QKV output (True), or v_new only ("v"), or ("per_head")
-    k_new transposed and v_new a slice of a per-head fused one; layout_v: cache_v's layout when not cache_k's;
+    k_new transposed and v_new a slice of a per-head fused one, or ("v_transposed") the other way round; layout_v: cache_v's layout when not cache_k's;
     k_dtype: k_new's dtype when not the caches' (the cache holds it rounded to its own dtype)."""
     if strided_new == "per_head":
         k_new = randn((B, D, H), dtype, gen).permute(0, 2, 1)  # strides (D H, 1, H): d is the far axis
         v_new = randn((B, H, 3 * D), dtype, gen)[:, :, 2 * D:]  # GPT-NeoX's (B, H, 3 D): strides (3 H D, 3 D, 1)
+    elif strided_new == "v_transposed":
+        k_new = randn((B, H, 3 * D), dtype, gen)[:, :, D:2 * D]  # strides (3 H D, 3 D, 1)
+        v_new = randn((B, D, H), dtype, gen).permute(0, 2, 1)  # strides (D H, 1, H)
     elif strided_new:  # slices of one fused (B, 3 H D) projection output: strides (3 H D, D, 1)
         fused = randn((B, 3 * H * D), dtype, gen)
         k_new, v_new = fused[:, H * D:2 * H * D].view(B, H, D), fused[:, 2 * H * D:].view(B, H, D)
@@ -170,6 +173,10 @@ def _kv_cases(gen):
                    half, gen, k_dtype=torch.float32)
     yield _kv_case("D = 256, the toy Llama's head dim: size the block of D from D (a block fixed at 128 leaves "
                    "half of each row)", 2, 2, 7, 256, half, gen)
+    # Every v_new above has D stride 1 (k_new's alone was transposed): a kernel that took v_new's last dim as
+    # contiguous passed them all.
+    yield _kv_case("v_new a transposed view, strides (D H, 1, H), and k_new a slice of a per-head fused QKV: "
+                   "each of the two with its own three strides", 2, 3, 9, 16, half, gen, strided_new="v_transposed")
 
 
 # --- 09.decode_attention ----------------------------------------------------------------------
@@ -248,12 +255,14 @@ def _attention_explain(atol, rtol):
 
 def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout="contiguous", ramp=False,
                     layout_v=None, q_scale=1.0, q_offset=0.0, k_offset=0.0, q_dtype=None, stale_nan=False,
-                    v_offset=0.0, q_fused=False):
+                    v_offset=0.0, q_layout="contiguous"):
     """q_dtype: q's when it is not the caches' (out has the caches'); stale_nan: NaN past each length;
-    q_fused: q the first H_q heads of a fused (B, (H_q + 2 H_kv) D) QKV projection, strides ((H_q + 2 H_kv) D,
-    D, 1)."""
-    if q_fused:
+    q_layout: "fused", q the first H_q heads of a fused (B, (H_q + 2 H_kv) D) QKV projection, strides
+    ((H_q + 2 H_kv) D, D, 1); "transposed", a (B, D, H_q) tensor's view, strides (D H_q, 1, H_q)."""
+    if q_layout == "fused":
         q = randn((B, (H_q + 2 * H_kv) * D), q_dtype or dtype, gen, q_scale, q_offset)[:, :H_q * D].view(B, H_q, D)
+    elif q_layout == "transposed":
+        q = randn((B, D, H_q), q_dtype or dtype, gen, q_scale, q_offset).transpose(1, 2)
     else:
         q = randn((B, H_q, D), q_dtype or dtype, gen, q_scale, q_offset)
     k = _cache(B, H_kv, S, D, dtype, gen, layout)
@@ -357,7 +366,10 @@ def _attention_cases(gen):
     # engine's q is a view of its fused QKV projection's output, as kv_append's k_new and v_new are.
     yield _attention_case("q a view of a fused QKV projection's output, (B, (H_q + 2 H_kv) D) sliced to its first "
                           "H_q D columns: q has its own strides", 3, 8, 2, 40, 16, half, gen, lengths=[40, 9, 26],
-                          q_fused=True)
+                          q_layout="fused")
+    # Every q above has D stride 1: a kernel that took q's last dim as contiguous passed them all.
+    yield _attention_case("q a transposed view of a (B, D, H_q) tensor, strides (D H_q, 1, H_q): q.stride(2) is "
+                          "H_q, not 1", 2, 8, 2, 40, 16, half, gen, lengths=[40, 11], q_layout="transposed")
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
@@ -412,15 +424,17 @@ def _w4_explain(atol, rtol, W_q):
     return explain
 
 
-def _w4_case(label, M, N, K, group_size, dtype, gen, scale_dtype=None, cancelling=False, x_row_stride=None):
-    """x_row_stride: x the first K columns of an (M, x_row_stride) tensor (a slice of a wider activation)."""
+def _w4_case(label, M, N, K, group_size, dtype, gen, scale_dtype=None, cancelling=False, x_row_stride=None,
+             x_transposed=False):
+    """x_row_stride: x the first K columns of an (M, x_row_stride) tensor (a slice of a wider activation);
+    x_transposed: x a (K, M) tensor's transpose, strides (1, M)."""
     if cancelling:  # _w4_cancelling_case
         x = uniform((M, K), 0.9, 1.1, dtype, gen)
         W_q = torch.randint(9, 16, (N, K), generator=gen, dtype=torch.uint8)  # w > 0: nibbles 9..15
         W_q[:, K // 2:] = 16 - W_q[:, K // 2:]  # w < 0 over the second half of K: nibbles 1..7
         scales = uniform((N, K // group_size), 0.04, 0.05, scale_dtype or dtype, gen)
     else:
-        x = randn((M, x_row_stride or K), dtype, gen)[:, :K]
+        x = randn((K, M), dtype, gen).t() if x_transposed else randn((M, x_row_stride or K), dtype, gen)[:, :K]
         W_q = torch.randint(0, 16, (N, K), generator=gen, dtype=torch.uint8)  # the nibbles, 0..15
         scales = uniform((N, K // group_size), 0.005, 0.05, scale_dtype or dtype, gen)
     w_packed = (W_q[:, 0::2] | (W_q[:, 1::2] << 4)).to(current().device)  # 07.pack_int4's order
@@ -476,6 +490,9 @@ def _w4_cases(gen):
     # Every x above is contiguous: a kernel that addressed x's rows K elements apart passed them all.
     yield _w4_case("M = 3, x the first 256 columns of a (3, 264) activation: x's rows are 264 elements apart, "
                    "use x.stride()", 3, 24, 256, 64, half, gen, x_row_stride=264)
+    # Every x above has column stride 1: a kernel that took x's last dim as contiguous passed them all.
+    yield _w4_case("M = 4, x a (K, M) tensor's transpose, strides (1, 4): x.stride(1) is 4, not 1", 4, 24, 256, 64,
+                   half, gen, x_transposed=True)
 
 
 def _dequantized_weights(case: Case) -> tuple[int, str]:
