@@ -51,7 +51,7 @@ def test_dw_is_deterministic():
 SHARED_PARTS: tl.constexpr = 256  # the partial rows of dw in Triton's layer-norm tutorial, at hidden <= 1024
 
 @triton.jit
-def _rmsnorm_bwd_bug_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, n_cols, stride_dy, stride_x,
+def _rmsnorm_bwd_bug_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, n_cols, stride_dy, stride_x, stride_dx,
                             BUG: tl.constexpr, BLOCK_N: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -69,7 +69,7 @@ def _rmsnorm_bwd_bug_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr, n_co
         dx = dy * w - xhat * tl.sum(dy * w * xhat, axis=0) / n_cols
     else:
         dx = rstd * (dy * w - xhat * tl.sum(dy * w * xhat, axis=0) / n_cols)
-    tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+    tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
     if BUG == "dw stored, not added":  # every row overwrites dw: one row's contribution survives
         tl.store(dw_ptr + cols, dy * xhat, mask=ok)
     elif BUG == "partial rows shared, no lock":  # dw_ptr: (SHARED_PARTS, n_cols) partial rows, summed after
@@ -89,7 +89,7 @@ def _buggy_rmsnorm_backward(bug: str):
         shared = bug == "partial rows shared, no lock"
         target = torch.zeros((SHARED_PARTS, n_cols), device=x.device) if shared else dw.zero_()
         _rmsnorm_bwd_bug_kernel[(n_rows,)](dy, x, weight, rstd, dx, target, n_cols, dy.stride(0), x.stride(0),
-                                           BUG=bug, BLOCK_N=triton.next_power_of_2(n_cols))
+                                           dx.stride(0), BUG=bug, BLOCK_N=triton.next_power_of_2(n_cols))
         if shared:
             l08.sum_rows(target, dw)
     return rmsnorm_backward
@@ -485,6 +485,13 @@ def test_cross_entropy_writing_dlogits_rows_as_contiguous_fails_in_place_on_a_sl
             *(("address it with dlogits.stride(0)",) if current().interpret else ()))
 
 
+def test_rmsnorm_backward_writing_dx_rows_as_contiguous_fails_on_padded_rows():
+    """dx at row * n_cols: right for every contiguous dx; wrong where dx's rows are padded."""
+    wrong = mutant("l08_backward_passes", "rmsnorm_backward",
+                   ("dx_ptr + rows[:, None] * stride_dxm", "dx_ptr + rows[:, None] * n_cols"))
+    failure("08.rmsnorm_backward", wrong, "dx's rows padded")
+
+
 def test_cross_entropy_ignoring_class_zero_is_named():
     """Only -100 is ignored: a kernel (and count) that skips targets <= 0 fails on the case that holds
     class 0, and the message says what it did."""
@@ -824,7 +831,7 @@ def test_rmsnorm_backward_adding_into_dw_without_zeroing_it_is_told_to_zero_it()
     def rmsnorm_backward(dy, x, weight, rstd, dx, dw):
         n_rows, n_cols = x.shape
         _rmsnorm_bwd_bug_kernel[(n_rows,)](dy, x, weight, rstd, dx, dw, n_cols, dy.stride(0), x.stride(0),
-                                           BUG="none", BLOCK_N=triton.next_power_of_2(n_cols))
+                                           dx.stride(0), BUG="none", BLOCK_N=triton.next_power_of_2(n_cols))
 
     failure("08.rmsnorm_backward", rmsnorm_backward, "`dw`", "tl.atomic_add", "dw.zero_()")
 

@@ -21,7 +21,7 @@ import torch
 
 from ..grading import Case, Exercise, Out, register
 from ..grading.guard import watching
-from ..grading.harness import backward_problems, compare
+from ..grading.harness import PAD, backward_problems, compare
 from ..grading.remote import ctx_tensors, kept_alive, storage_rests
 from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
 from ..mode import current, size
@@ -151,12 +151,14 @@ def _dx_tol(dtype: torch.dtype, dx: torch.Tensor, dy, weight, rstd) -> tuple[flo
     return _tol(dtype, dx, floor=float(terms.max()) if terms.numel() else 0.0)
 
 
-def _rmsnorm_backward_case(label: str, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> Case:
-    """A case of rmsnorm_backward on x (rows, hidden): dx in x's dtype, dw fp32, the forward's rstd fp32."""
+def _rmsnorm_backward_case(label: str, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                           dx_layout: str = "contiguous") -> Case:
+    """A case of rmsnorm_backward on x (rows, hidden): dx in x's dtype (laid out dx_layout), dw fp32, the
+    forward's rstd fp32."""
     (m, n), dtype = x.shape, x.dtype
     _, dx, dw, rstd = _rmsnorm_grads(x, weight, eps, dy)
     tols = {"dx": _dx_tol(dtype, dx, dy, weight, rstd), "dw": _dw_tol(dy, x, rstd)}
-    args = (dy, x, weight, rstd.to(torch.float32).to(current().device), Out("dx", (m, n), dtype),
+    args = (dy, x, weight, rstd.to(torch.float32).to(current().device), Out("dx", (m, n), dtype, layout=dx_layout),
             Out("dw", (n,), torch.float32))
     return _case(label, args, {"dx": dx, "dw": dw}, tols,
                  _rmsnorm_mistakes(dy, x, weight, rstd, tols["dx"], tols["dw"]))
@@ -171,8 +173,8 @@ def _rmsnorm_backward_cases(gen):
             (f"{rows} rows x hidden {hidden}: no size is a multiple of a block", (rows, hidden), 1e-6),
             (f"{many[0]} rows x hidden {many[1]}: dw sums rows handled by many programs", many, 1e-6),
             ("inputs ~0.03 with eps = 1e-3 (rstd saved by the forward already holds eps)", (rows, hidden), 1e-3),
-            (f"x and dy slices of wider tensors (row strides {hidden + 7} and {hidden + 13}): use each one's "
-             "own stride", (rows, hidden), 1e-6),
+            (f"x and dy slices of wider tensors (row strides {hidden + 7} and {hidden + 13}), dx's rows padded "
+             f"(row stride {hidden + PAD}): use each one's own stride", (rows, hidden), 1e-6),
         ]
         if current().gpu:
             shapes.append(("2048 rows x hidden 4096, Llama-7B's width", (2048, 4096), 1e-6))
@@ -185,7 +187,8 @@ def _rmsnorm_backward_cases(gen):
             else:
                 x, dy = randn((m, n), dtype, gen, scale), randn((m, n), dtype, gen)
             weight = uniform((n,), 0.5, 1.5, dtype, gen)
-            yield _rmsnorm_backward_case(f"{label}, {_name(dtype)}", dy, x, weight, eps)
+            yield _rmsnorm_backward_case(f"{label}, {_name(dtype)}", dy, x, weight, eps,
+                                         dx_layout="padded" if "slices" in label else "contiguous")
     # Last (the cases above draw what they drew before it came): the gradient of sum(y^2) / 2 with w = 1, the
     # first backward a test writes, is dy = y, and dx = rstd * (y - xhat * mean(y * xhat)) cancels to ~eps
     x = randn((4, 80), torch.float32, gen)

@@ -51,7 +51,8 @@ from course_utils.lessons.l05_online_softmax import max_shared_memory  # noqa: E
 # its share of the rows and keeps a partial `dw` (hidden,) in fp32 registers, stores it as row `p` of a
 # `(P, hidden)` fp32 scratch tensor, and a second kernel (`sum_rows_kernel`, given) adds the `P` rows.
 # Deterministic, and the scratch is small (`P` ~ the number of SMs). `dw` is fp32 (hidden,).
-# Rows may have any row stride (`x.stride(0)`); columns are contiguous.
+# Rows of `dy`, `x` and `dx` may have any row stride, each its own (`x.stride(0)`, `dx.stride(0)`, ...);
+# columns are contiguous.
 
 # %%
 @triton.jit
