@@ -321,8 +321,8 @@ def test_w4a16_split_over_k_with_partial_sums_passes():
 
 
 @triton.jit
-def _w4a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, GROUP, stride_xm, stride_wn, stride_sn,
-                      stride_om, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def _w4a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, GROUP, stride_xm, stride_xk, stride_wn,
+                      stride_sn, stride_om, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       ACC: tl.constexpr):
     """W4A16 the GEMM way: each (BLOCK_K, BLOCK_N) tile of W dequantized to x's dtype for a 16-bit tl.dot,
     whose sums go to an accumulator of dtype ACC (tl.float16: rounded to fp16 after every K step)."""
@@ -335,7 +335,8 @@ def _w4a16_dot_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, GROUP, stride_xm, s
         byte = tl.load(w_ptr + offs_n[None, :] * stride_wn + (k // 2)[:, None], mask=n_ok, other=0)
         nibble = tl.where(k[:, None] % 2 == 0, byte & 0xF, byte >> 4)  # (BLOCK_K, BLOCK_N): W.T
         scale = tl.load(s_ptr + offs_n[None, :] * stride_sn + (k // GROUP)[:, None], mask=n_ok, other=0.0)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=offs_m[:, None] < M, other=0.0)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk, mask=offs_m[:, None] < M,
+                    other=0.0)
         w = ((nibble.to(tl.float32) - 8.0) * scale.to(tl.float32)).to(x.dtype)  # rounded once to x's dtype
         acc = tl.dot(x, w, acc.to(tl.float32)).to(ACC)
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
@@ -349,7 +350,7 @@ def _w4a16_via_dot(acc):
         N = w_packed.shape[0]
         if K % group_size:
             raise ValueError(f"K = {K} is no multiple of group_size = {group_size}")
-        _w4a16_dot_kernel[(triton.cdiv(N, 32),)](x, w_packed, scales, out, M, N, K, group_size, x.stride(0),
+        _w4a16_dot_kernel[(triton.cdiv(N, 32),)](x, w_packed, scales, out, M, N, K, group_size, *x.stride(),
                                                   w_packed.stride(0), scales.stride(0), out.stride(0),
                                                   BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, ACC=acc)
     return w4a16_gemv

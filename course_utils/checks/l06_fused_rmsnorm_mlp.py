@@ -224,10 +224,17 @@ CANCELLING = ("fp16 rows of positive x and gate weights of +1/4 over the first h
               "dtype=tl.float32)); an fp16 accumulator rounds them by up to 2^-5")
 
 
+def _gate_up_case(label: str, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> Case:
+    """out = silu(x @ w_gate.T) * (x @ w_up.T), (M, N) in x's dtype, within one rounding of the exact value."""
+    dtype = x.dtype
+    return Case(f"{label}, {_name(dtype)}", (x, w_gate, w_up, Out("out", (x.shape[0], w_gate.shape[0]), dtype)),
+                {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(dtype), explain=_gate_up_explain,
+                verify=_gate_up_rounded_once)
+
+
 def _gate_up_cases(gen):
     rows, hidden, inter = size((1823, 781, 1000), (37, 40, 136))
     for dtype in _dtypes():
-        tol = _dot_tolerance(dtype)
         merged = _weights(2 * 136, 48, dtype, gen)
         inputs = [
             ("16 rows, hidden 48, intermediate 136: silu on the gate, "
@@ -254,33 +261,22 @@ def _gate_up_cases(gen):
             x, gate = _cancelling(16, 512, 64, dtype, gen)
             inputs.append((CANCELLING, x, gate.to(dtype), _weights(64, 512, dtype, gen)))
         for label, x, w_gate, w_up in inputs:
-            out = Out("out", (x.shape[0], w_gate.shape[0]), dtype)
-            yield Case(f"{label}, {_name(dtype)}", (x, w_gate, w_up, out),
-                       {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *tol, explain=_gate_up_explain,
-                       verify=_gate_up_rounded_once)
+            yield _gate_up_case(label, x, w_gate, w_up)
     # After the loop, so that the cases above draw the inputs they drew before it came
-    x, w_gate, w_up = (randn(TALL[:2], torch.float16, gen), _weights(TALL[2], TALL[1], torch.float16, gen),
-                       _weights(TALL[2], TALL[1], torch.float16, gen))
-    yield Case(f"{TALL_LABEL}, float16", (x, w_gate, w_up, Out("out", (TALL[0], TALL[2]), torch.float16)),
-               {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
-               explain=_gate_up_explain, verify=_gate_up_rounded_once)
-    # w_up stored K-major (an nn.Linear weight kept transposed, strides (1, hidden)) beside a row-major w_gate:
+    yield _gate_up_case(TALL_LABEL, randn(TALL[:2], torch.float16, gen),
+                        _weights(TALL[2], TALL[1], torch.float16, gen), _weights(TALL[2], TALL[1], torch.float16, gen))
+    # w_up stored K-major (an nn.Linear weight kept transposed, strides (1, hidden)) beside a row-major
+    # w_gate:
     # each weight has its own strides (every case above gives both the same ones)
-    x, w_gate, w_up = (randn((16, 48), torch.float16, gen), _weights(136, 48, torch.float16, gen),
-                       _weights(48, 136, torch.float16, gen).t())
-    yield Case("w_up K-major (strides (1, 136)) beside a row-major w_gate: address each weight with its own "
-               "strides, float16", (x, w_gate, w_up, Out("out", (16, 136), torch.float16)),
-               {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
-               explain=_gate_up_explain, verify=_gate_up_rounded_once)
+    yield _gate_up_case("w_up K-major (strides (1, 136)) beside a row-major w_gate: address each weight with its "
+                        "own strides", randn((16, 48), torch.float16, gen), _weights(136, 48, torch.float16, gen),
+                        _weights(48, 136, torch.float16, gen).t())
     # As many rows as hidden (a 4096-token prefill of a 4096-wide model): a weight repacked to (hidden,
     # intermediate) has as many elements as g and one row per row of x; it stays the answer's own
     rows = hidden = 48
-    x, w_gate, w_up = (randn((rows, hidden), torch.float16, gen), _weights(136, hidden, torch.float16, gen),
-                       _weights(136, hidden, torch.float16, gen))
-    yield Case(f"{rows} rows, hidden {hidden}: as many rows as a weight repacked to (hidden, intermediate), "
-               "float16", (x, w_gate, w_up, Out("out", (rows, 136), torch.float16)),
-               {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(torch.float16),
-               explain=_gate_up_explain, verify=_gate_up_rounded_once)
+    yield _gate_up_case(f"{rows} rows, hidden {hidden}: as many rows as a weight repacked to (hidden, "
+                        "intermediate)", randn((rows, hidden), torch.float16, gen),
+                        _weights(136, hidden, torch.float16, gen), _weights(136, hidden, torch.float16, gen))
 
 
 def _gate_up_rounded_once(outs: dict, case: Case) -> list[str]:

@@ -324,8 +324,8 @@ class _RecordOps(TorchDispatchMode):
                 self.watch.subclasses.append(seen)
         tracker = _trackers[-1] if _trackers else None
         touched = ()
+        name = _op_name(func)
         if tracker is not None:
-            name = _op_name(func)
             # Writes the shadows follow: watched host ops that write in place (the host rules judge
             # them), and fills anywhere (Triton's reset_to_zero runs inside the launch): what they
             # overwrite must be what the shadow says, then the shadow takes what they wrote.
@@ -337,7 +337,6 @@ class _RecordOps(TorchDispatchMode):
         for t in touched:
             tracker.resync(t)
         if not self.paused:
-            name = _op_name(func)
             if name == _SCALAR_READ:
                 self.watch.host_reads.append("item")
             if name == "lift_fresh" and isinstance(result, torch.Tensor) and result.numel() == 1:

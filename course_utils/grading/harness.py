@@ -930,8 +930,9 @@ def _partial_results(fusion: Fusion, launched) -> set[int]:
     x = fusion.activations[0]
     first: dict[int, bool] = {}  # storage -> still a partial result
     for launch in launched:
-        with_x = x in _per_argument(launch.params, launch, "")
-        for storage, param in zip(launch.storages, _per_argument(launch.params, launch, "")):
+        params = _per_argument(launch.params, launch, "")
+        with_x = x in params
+        for storage, param in zip(launch.storages, params):
             if param:
                 continue  # the call's own arguments
             first[storage] = with_x if storage not in first else first[storage] and not with_x
