@@ -763,3 +763,10 @@ def test_linear_relu_copying_w_transposed_first_is_two_launches_at_every_shape()
     with course_solutions_allowed():
         err = failure("03.linear_relu", linear_relu, "launched 2 kernels", "no copy of w")
     assert "case 1/" in str(err)
+
+
+def test_linear_relu_taking_w_as_contiguous_fails():
+    """w addressed as w + n * K + k: right for every contiguous (N, K) w; wrong for a weight kept K-major."""
+    wrong = mutant("l03_matmul", "linear_relu",
+                   ("matmul(x, w.t(), out,", "matmul(x, w.as_strided(w.t().shape, (1, w.shape[1])), out,"))
+    failure("03.linear_relu", wrong, "w the transpose of a (K, N) tensor")

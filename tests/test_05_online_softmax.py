@@ -1326,3 +1326,13 @@ def test_attention_with_q_prescaled_in_fp16_is_named(product):
                    ("S, qk_scale, full_end, masked_end", "S, 1.0, full_end, masked_end"))
     # on a GPU the bf16 cases come first: the same rounding, named in bf16
     failure("05.attention", wrong, "q multiplied by the scale and rounded back", "scale the fp32 scores")
+
+
+@pytest.mark.parametrize("strides", [
+    "out.stride(0), out.stride(1), out.stride(2), q.stride(3),",  # out's head-dim stride taken from q
+    "H * S * D, out.stride(1), out.stride(2), out.stride(3),",  # out's batch taken as outermost
+])
+def test_attention_addressing_out_with_anothers_stride_fails(strides):
+    """Every other out keeps its batch outermost, and the one strided head dim of out matched q's."""
+    wrong = mutant("l05_online_softmax", "attention", ("*v.stride(), *out.stride(),", f"*v.stride(), {strides}"))
+    failure("05.attention", wrong, "out stored (S, D, B, H)")

@@ -1182,3 +1182,24 @@ def test_gate_up_silu_reading_w_up_with_w_gates_strides_fails():
     wrong = mutant("l06_fused_rmsnorm_mlp", "gate_up_silu",
                    ("w_up.stride(0), w_up.stride(1)", "w_gate.stride(0), w_gate.stride(1)"))
     failure("06.gate_up_silu", wrong, "w_up K-major (strides (1, 136))")
+
+
+@pytest.mark.parametrize("exercise, name, edit, words", [
+    ("06.gate_up_silu", "gate_up_silu", ("w_gate.stride(0), w_gate.stride(1),", "K, 1,"), "w_gate K-major"),
+    ("06.gate_up_silu", "gate_up_silu",
+     ("w_up.stride(0), w_up.stride(1), out.stride(0), out.stride(1),", "w_up.stride(0), w_up.stride(1), N, 1,"),
+     "out's rows padded"),
+    ("06.rmsnorm", "rmsnorm",
+     ("out.stride(0), out.stride(1), eps, BLOCK_M=BLOCK_M,", "n_cols, 1, eps, BLOCK_M=BLOCK_M,"), "out's rows padded"),
+    ("06.rmsnorm_mlp", "rmsnorm_mlp",
+     ("down_proj(h, packed.w_down_t, out,",
+      "down_proj(h, packed.w_down_t, out.as_strided(out.shape, (out.shape[1], 1)),"),
+     "out's rows padded"),
+    ("06.rmsnorm_mlp", "rmsnorm_mlp",
+     ("copy_2d(w_down.t(), w_down_t,", "copy_2d(w_down.as_strided(w_down.t().shape, (1, w_down.shape[1])), w_down_t,"),
+     "kept K-major"),
+])
+def test_an_output_or_weight_taken_as_contiguous_fails(exercise, name, edit, words):
+    """out and the weights may have any strides: a kernel (or packing) that ignores them fails where a case
+    pads out's rows or keeps a weight K-major."""
+    failure(exercise, mutant("l06_fused_rmsnorm_mlp", name, edit), words)

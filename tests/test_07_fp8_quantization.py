@@ -925,3 +925,10 @@ def test_quantize_whose_two_pass_path_takes_columns_as_contiguous_fails():
                    ("x = tl.load(x_row + (start + cols) * stride_xc, mask=mask, other=0.0).to(tl.float32)",
                     "x = tl.load(x_row + (start + cols), mask=mask, other=0.0).to(tl.float32)"))
     fails("07.quantize_rowwise", wrong, "stored column-major")
+
+
+def test_fp8_matmul_taking_out_as_contiguous_fails():
+    """out addressed as out + m * N + n: right for every contiguous out; wrong where out's rows are padded."""
+    wrong = mutant("l07_fp8_quantization", "fp8_matmul", ("b.stride(0), b.stride(1), out.stride(0), out.stride(1),",
+                                                           "b.stride(0), b.stride(1), N, 1,"))
+    failure("07.fp8_matmul", wrong, "out's rows padded")

@@ -540,6 +540,41 @@ def test_v_addressed_with_ks_strides_fails(exercise, name, edit):
 
 
 @pytest.mark.parametrize("exercise, name, edit, words", [
+    ("09.kv_append", "kv_append", ("*cache_k.stride(), *cache_v.stride(), BLOCK_D",
+                                   "*cache_k.stride(), cache_k.stride(0), *cache_v.stride()[1:], BLOCK_D"),
+     "cache_v a window"),
+    ("09.kv_append", "kv_append", ("*cache_k.stride(), *cache_v.stride(), BLOCK_D",
+                                   "*cache_k.stride(), *cache_v.stride()[:3], cache_k.stride(3), BLOCK_D"),
+     "cache_v a window"),
+    ("09.decode_attention", "decode_attention",
+     ("*cache_k.stride(), *cache_v.stride(), *out.stride(),",
+      "*cache_k.stride(), cache_k.stride(0), *cache_v.stride()[1:], *out.stride(),"), "cache_v a window"),
+    ("09.decode_attention", "decode_attention",
+     ("*cache_k.stride(), *cache_v.stride(), *out.stride(),",
+      "*cache_k.stride(), *cache_v.stride()[:3], cache_k.stride(3), *out.stride(),"), "cache_v a window"),
+    ("09.w4a16_gemv", "w4a16_gemv", ("*scales.stride(), *out.stride(), GROUP", "*scales.stride(), N, 1, GROUP"),
+     "out's rows padded"),
+])
+def test_a_stride_taken_from_another_tensor_or_as_contiguous_fails(exercise, name, edit, words):
+    """V's batch or head-dim stride taken from K (the caches' one case in two layouts shared those two), or
+    out taken as contiguous."""
+    from helpers import mutant
+
+    message = failure(exercise, mutant("l09_decoding", name, edit))
+    assert words in message, message
+
+
+def test_decode_attention_writing_out_as_contiguous_fails():
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "decode_attention",
+                   ("*cache_v.stride(), *out.stride(),", "*cache_v.stride(), H_q * D, D, 1,"),
+                   ("H_q, *out.stride(), D=D", "H_q, H_q * D, D, 1, D=D"))
+    message = failure("09.decode_attention", wrong)
+    assert "out a (B, D, H_q) tensor's view" in message, message
+
+
+@pytest.mark.parametrize("exercise, name, edit, words", [
     ("09.decode_attention", "decode_attention",
      ("heads[:, None] * stride_qh + offs_d[None, :] * stride_qd", "heads[:, None] * stride_qh + offs_d[None, :]"),
      "q a transposed view"),

@@ -405,6 +405,12 @@ def _linear_relu_cases(gen):
                        "the last group partial: first_pid_m = group_id * GROUP_M, group_size_m = "
                        f"min(num_pid_m - first_pid_m, GROUP_M), N, K = {N}, {K}",
                        *inputs(M, N, K, torch.float16))
+    # Last, so that the cases above draw what they drew before it came. Every w above is a contiguous (N, K):
+    # a kernel that addressed w as w + n * K + k passed them all.
+    x, w, bias = randn((37, 70), torch.float16, gen), randn((70, 45), torch.float16, gen).t(), \
+        randn((45,), torch.float16, gen, scale=math.sqrt(70))
+    yield _linear_case("w the transpose of a (K, N) tensor, strides (1, 45), as a weight kept K-major: address w "
+                       "with its own strides, M, N, K = 37, 45, 70", x, w, bias)
 
 
 def _linear_temporary(case: Case) -> tuple[int, str] | None:

@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.harness import Fusion, Speed, _as_int, _poison_value
+from ..grading.harness import Fusion, Speed, strided_out
 from ..grading.inputs import EPS, f64, randn
 from ..mode import current, size
 from ..roofline import Cost, softmax_cost
@@ -843,16 +843,6 @@ def _half_explain(outs: dict, case: Case) -> str:
     return ""
 
 
-def _strided_out(name: str, dtype: torch.dtype, stored: tuple[int, ...], order: tuple[int, ...]) -> Out:
-    """An output stored as a tensor of shape `stored`, viewed with its dims permuted by `order` (stored (B, S,
-    H, D), order (0, 2, 1, 3): a (B, H, S, D) view with strides (SHD, D, HD, 1)). Poisoned like any output:
-    the buffer starts as a copy of `init`, with init's strides."""
-    init = torch.empty(stored, dtype=dtype, device=current().device)
-    _as_int(init).fill_(_poison_value(dtype))
-    init = init.permute(order)
-    return Out(name, tuple(init.shape), dtype, init=init)
-
-
 def _attention_tolerance(dtype, scale: float = 1.0) -> tuple[float, float]:
     """scale: the inputs' standard deviation. A score's rounding error grows with its size (scale^2) and
     an output's with |v| (scale), whatever the precision of the dots: on a GPU fp32 dots run in TF32
@@ -908,7 +898,7 @@ def _attention_cases(gen):
     yield Case("q is a slice of a packed (B, S, 3, H, D) qkv, k a (B, H, D, S) tensor, v an (S, B, H, D) one "
                "and out a (B, S, H, D) one, all viewed as (B, H, S, D): address each with its own four "
                "strides",
-               (q, k, v, _strided_out("out", torch.float32, (B, S, H, D), (0, 2, 1, 3)), True),
+               (q, k, v, strided_out("out", torch.float32, (B, S, H, D), (0, 2, 1, 3)), True),
                {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32),
                explain=_attention_explain)
     if not current().gpu:
@@ -961,13 +951,15 @@ def _attention_cases(gen):
                (q, k, v, Out("out", shape, torch.float16), True), {"out": _attention_expected(q, k, v, True)},
                *_attention_tolerance(torch.float16), explain=_half_explain)
     # In the four-layouts case only k's head dim is not contiguous: a kernel that takes stride(3) of q, v
-    # and out as 1 (three strides of each, four of k) passed. Here no tensor's stride(3) is 1, no two alike.
+    # and out as 1 (three strides of each, four of k) passed. Here no tensor's stride(3) is 1, no two alike;
+    # and out's batch is its innermost dim but one (every other out keeps the batch outermost).
     q = randn((B, D, H, S), gen=gen).permute(0, 2, 3, 1)  # strides (DHS, S, 1, HS)
     k = randn((D, B, H, S), gen=gen).permute(1, 2, 3, 0)  # strides (HS, S, 1, BHS)
     v = randn((B, H, D, S), gen=gen).transpose(2, 3)  # strides (HDS, DS, 1, S)
-    yield Case("q, k, v and out with the head dim strided (stride(3) != 1 in each, no two alike): address d "
-               "with each tensor's own stride(3) too, not only k's",
-               (q, k, v, _strided_out("out", torch.float32, (B, D, S, H), (0, 3, 2, 1)), False),
+    yield Case("q, k, v and out with the head dim strided (stride(3) != 1 in each, no two alike), out stored "
+               "(S, D, B, H), strides (H, 1, DBH, BH): address d with each tensor's own stride(3) too, not "
+               "only k's, and out's batch with out.stride(0)",
+               (q, k, v, strided_out("out", torch.float32, (S, D, B, H), (2, 3, 0, 1)), False),
                {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32),
                explain=_attention_explain)
     if not current().gpu:

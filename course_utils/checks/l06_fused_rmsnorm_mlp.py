@@ -92,7 +92,13 @@ def _wide_edges(dtype, gen, hidden: int = 4100) -> torch.Tensor:
 
 def _wider_label(hidden: int) -> str:
     return (f"x every other column of a wider tensor (strides ({2 * hidden + 7}, 2), not ({hidden}, 1)): "
-            "address x with both its strides, x.stride(0) and x.stride(1)")
+            "address x with both its strides, x.stride(0) and x.stride(1); out's rows padded: address out with "
+            "its own strides too")
+
+
+def _out_layout(x: torch.Tensor) -> str:
+    """out's rows padded where x is a strided view (the cases of _wider_label): out has its own strides too."""
+    return "padded" if x.stride(1) != 1 else "contiguous"
 
 
 # --- 06.rmsnorm -------------------------------------------------------------------------------
@@ -175,8 +181,9 @@ def _rmsnorm_cases(gen):
                        "and 0 (gives 0, not NaN)", _wide_edges(dtype, gen), 1e-3))
         for label, x, eps in inputs:
             weight = uniform((x.shape[1],), 0.5, 1.5, dtype, gen)
-            yield Case(f"{label}, {_name(dtype)}", (x, weight, eps, Out("out", tuple(x.shape), dtype)),
-                       {"out": _rmsnorm64(x, weight, eps)}, *tol, explain=_rmsnorm_explain)
+            out = Out("out", tuple(x.shape), dtype, layout=_out_layout(x))
+            yield Case(f"{label}, {_name(dtype)}", (x, weight, eps, out), {"out": _rmsnorm64(x, weight, eps)}, *tol,
+                       explain=_rmsnorm_explain)
 
 
 register(Exercise(
@@ -227,7 +234,8 @@ CANCELLING = ("fp16 rows of positive x and gate weights of +1/4 over the first h
 def _gate_up_case(label: str, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> Case:
     """out = silu(x @ w_gate.T) * (x @ w_up.T), (M, N) in x's dtype, within one rounding of the exact value."""
     dtype = x.dtype
-    return Case(f"{label}, {_name(dtype)}", (x, w_gate, w_up, Out("out", (x.shape[0], w_gate.shape[0]), dtype)),
+    out = Out("out", (x.shape[0], w_gate.shape[0]), dtype, layout=_out_layout(x))
+    return Case(f"{label}, {_name(dtype)}", (x, w_gate, w_up, out),
                 {"out": _gate_up_silu64(f64(x), w_gate, w_up)}, *_dot_tolerance(dtype), explain=_gate_up_explain,
                 verify=_gate_up_rounded_once)
 
@@ -277,6 +285,11 @@ def _gate_up_cases(gen):
     yield _gate_up_case(f"{rows} rows, hidden {hidden}: as many rows as a weight repacked to (hidden, "
                         "intermediate)", randn((rows, hidden), torch.float16, gen),
                         _weights(136, hidden, torch.float16, gen), _weights(136, hidden, torch.float16, gen))
+    # The K-major case above strides w_up only: a kernel that took w_gate as contiguous passed every case
+    yield _gate_up_case("w_gate K-major (strides (1, 136)) beside a row-major w_up: address each weight with its "
+                        "own strides", randn((16, 48), torch.float16, gen),
+                        randn((48, 136), torch.float16, gen, scale=48 ** -0.5).t(),
+                        _weights(136, 48, torch.float16, gen))
 
 
 def _gate_up_rounded_once(outs: dict, case: Case) -> list[str]:
@@ -410,7 +423,8 @@ def _mlp_cases(gen):
             w_down = _weights(k, n_inter, dtype, gen)
             expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, eps), w_gate, w_up) @ f64(w_down).T
             yield Case(f"{label}, {_name(dtype)}",
-                       (x, norm_weight, w_gate, w_up, w_down, eps, Out("out", tuple(x.shape), dtype)),
+                       (x, norm_weight, w_gate, w_up, w_down, eps, Out("out", tuple(x.shape), dtype,
+                                                                       layout=_out_layout(x))),
                        {"out": expected}, *tol)
     # After the loop, as in _gate_up_cases
     yield _half_mlp_case(f"{TALL_LABEL}, float16", randn(TALL[:2], torch.float16, gen), TALL[2], gen)
@@ -443,17 +457,26 @@ def _mlp_cases(gen):
     # ... and past 1024 columns, a pre-pass's usual block (row_rstd's): its loop must cover every column
     yield _half_mlp_case("100 rows, hidden 1100: a pre-pass over many rows sums the squares of every block of "
                          "the row, not of the first, float16", randn((100, 1100), torch.float16, gen), 16, gen)
+    # Every weight above is a contiguous nn.Linear weight: packing that took one as contiguous passed them all
+    yield _half_mlp_case("w_gate, w_up and w_down kept K-major (each the transpose of a row-major tensor, strides "
+                         "(1, rows)): read each weight with its own strides, float16",
+                         randn((16, 48), torch.float16, gen), 136, gen, k_major=True)
 
 
-def _half_mlp_case(label: str, x: torch.Tensor, inter: int, gen, eps: float = 1e-6) -> Case:
-    """A float16 case of the block on x (rows, hidden): norm_weight and the weights drawn after x."""
+def _half_mlp_case(label: str, x: torch.Tensor, inter: int, gen, eps: float = 1e-6,
+                   k_major: bool = False) -> Case:
+    """A float16 case of the block on x (rows, hidden): norm_weight and the weights drawn after x; k_major:
+    each weight the transpose of a row-major tensor (strides (1, rows of the weight))."""
     hidden, half = x.shape[1], torch.float16
     norm_weight = uniform((hidden,), 0.5, 1.5, half, gen)
-    w_gate, w_up, w_down = _weights(inter, hidden, half, gen), _weights(inter, hidden, half, gen), \
-        _weights(hidden, inter, half, gen)
+
+    def weight(n, k):
+        return randn((k, n), half, gen, scale=k ** -0.5).t() if k_major else _weights(n, k, half, gen)
+
+    w_gate, w_up, w_down = weight(inter, hidden), weight(inter, hidden), weight(hidden, inter)
     expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, eps), w_gate, w_up) @ f64(w_down).T
-    return Case(label, (x, norm_weight, w_gate, w_up, w_down, eps, Out("out", tuple(x.shape), half)),
-                {"out": expected}, *_dot_tolerance(half))
+    out = Out("out", tuple(x.shape), half, layout=_out_layout(x))
+    return Case(label, (x, norm_weight, w_gate, w_up, w_down, eps, out), {"out": expected}, *_dot_tolerance(half))
 
 
 def _mlp_temporary(case: Case) -> tuple[int, str] | None:

@@ -235,7 +235,7 @@ def _matmul_explain(outs: dict, case: Case) -> str:
     return ""
 
 
-def _matmul_case(label, M, N, K, out_dtype, gen, b_transposed=False, a_transposed=False):
+def _matmul_case(label, M, N, K, out_dtype, gen, b_transposed=False, a_transposed=False, out_layout="contiguous"):
     a = _fp8_matrix((K, M), gen).t() if a_transposed else _fp8_matrix((M, K), gen)
     b = _fp8_matrix((K, N), gen).t() if b_transposed else _fp8_matrix((N, K), gen)  # (N, K)
     a_scale = uniform((M,), 1e-3, 1e-2, gen=gen)
@@ -248,7 +248,7 @@ def _matmul_case(label, M, N, K, out_dtype, gen, b_transposed=False, a_transpose
     magnitude = (a64.abs() @ b64.abs().T).max().item()
     atol = magnitude * (2.0**-9 if current().gpu else 2.0**-16)
     rtol = 2 * EPS[out_dtype]
-    args = (a, a_scale, b, b_scale, Out("out", (M, N), out_dtype))
+    args = (a, a_scale, b, b_scale, Out("out", (M, N), out_dtype, layout=out_layout))
     return Case(f"{label}, out {str(out_dtype)[6:]}", args, {"out": expected}, atol, rtol, explain=_matmul_explain)
 
 
@@ -267,9 +267,10 @@ def _matmul_cases(gen):
     yield _matmul_case("K = 600: several K blocks even of 256, the loop advances a's and b's pointers",
                        5, 7, 600, outs[0], gen)
     # Every a above is contiguous, strides (K, 1): a kernel that passed K and 1 for a's strides passed them
-    # all.
-    yield _matmul_case("a as the transposed view of a (K, M) tensor: strides (1, 37)", 37, 20, 48, outs[0],
-                       gen, a_transposed=True)
+    # all; and every out above too, for out's.
+    yield _matmul_case("a as the transposed view of a (K, M) tensor: strides (1, 37); out's rows padded (row "
+                       "stride 25): address a and out with their own strides", 37, 20, 48, outs[0], gen,
+                       a_transposed=True, out_layout="padded")
     # The CPU's M above is at most 67: a single group of tile rows for any GROUP_M >= 2 (the GPU's 1823 rows
     # are two groups of 8 tile rows of 128), and a grouped order right for one group only passed.
     if not current().gpu:

@@ -13,7 +13,7 @@ import math
 import torch
 
 from ..grading import Case, Exercise, Out, register
-from ..grading.harness import Fusion
+from ..grading.harness import Fusion, strided_out
 from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
 from ..mode import current, size
 
@@ -177,6 +177,11 @@ def _kv_cases(gen):
     # contiguous passed them all.
     yield _kv_case("v_new a transposed view, strides (D H, 1, H), and k_new a slice of a per-head fused QKV: "
                    "each of the two with its own three strides", 2, 3, 9, 16, half, gen, strided_new="v_transposed")
+    # The one case of the caches in two layouts gives them the same batch and D strides: a kernel that took
+    # cache_v's batch stride or D stride from cache_k passed every case.
+    yield _kv_case("cache_k contiguous, cache_v a window of a longer cache with every other element of a wider D "
+                   "(strides (2 H (S + 5) D, 2 (S + 5) D, 2 D, 2)): all four of cache_v's strides are its own", 2,
+                   3, 9, 16, half, gen, layout_v="sliced")
 
 
 # --- 09.decode_attention ----------------------------------------------------------------------
@@ -255,10 +260,11 @@ def _attention_explain(atol, rtol):
 
 def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout="contiguous", ramp=False,
                     layout_v=None, q_scale=1.0, q_offset=0.0, k_offset=0.0, q_dtype=None, stale_nan=False,
-                    v_offset=0.0, q_layout="contiguous"):
+                    v_offset=0.0, q_layout="contiguous", out_transposed=False):
     """q_dtype: q's when it is not the caches' (out has the caches'); stale_nan: NaN past each length;
     q_layout: "fused", q the first H_q heads of a fused (B, (H_q + 2 H_kv) D) QKV projection, strides
-    ((H_q + 2 H_kv) D, D, 1); "transposed", a (B, D, H_q) tensor's view, strides (D H_q, 1, H_q)."""
+    ((H_q + 2 H_kv) D, D, 1); "transposed", a (B, D, H_q) tensor's view, strides (D H_q, 1, H_q);
+    out_transposed: out the same view of a (B, D, H_q) tensor."""
     if q_layout == "fused":
         q = randn((B, (H_q + 2 * H_kv) * D), q_dtype or dtype, gen, q_scale, q_offset)[:, :H_q * D].view(B, H_q, D)
     elif q_layout == "transposed":
@@ -289,7 +295,8 @@ def _attention_case(label, B, H_q, H_kv, S, D, dtype, gen, lengths=None, layout=
         for b in range(B):
             k[b, :, int(lengths[b]):] = float("nan")
             v[b, :, int(lengths[b]):] = float("nan")
-    args = (q, k, v, lengths.to(current().device), Out("out", (B, H_q, D), dtype))
+    out = strided_out("out", dtype, (B, D, H_q), (0, 2, 1)) if out_transposed else Out("out", (B, H_q, D), dtype)
+    args = (q, k, v, lengths.to(current().device), out)
     return Case(label, args, {"out": expected}, atol, rtol, explain=_attention_explain(atol, rtol))
 
 
@@ -370,6 +377,12 @@ def _attention_cases(gen):
     # Every q above has D stride 1: a kernel that took q's last dim as contiguous passed them all.
     yield _attention_case("q a transposed view of a (B, D, H_q) tensor, strides (D H_q, 1, H_q): q.stride(2) is "
                           "H_q, not 1", 2, 8, 2, 40, 16, half, gen, lengths=[40, 11], q_layout="transposed")
+    # The one case of K and V in two layouts gives them the same batch and D strides: a kernel that took
+    # V's batch stride or D stride from K passed every case.
+    yield _attention_case("cache_k contiguous, cache_v a window of a longer cache with every other element of a "
+                          "wider D: all four of V's strides are its own; out a (B, D, H_q) tensor's view, "
+                          "strides (D H_q, 1, H_q): address out with its own strides too", 2, 8, 4, 40, 16, half,
+                          gen, lengths=[40, 23], layout_v="sliced", out_transposed=True)
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
@@ -425,7 +438,7 @@ def _w4_explain(atol, rtol, W_q):
 
 
 def _w4_case(label, M, N, K, group_size, dtype, gen, scale_dtype=None, cancelling=False, x_row_stride=None,
-             x_transposed=False):
+             x_transposed=False, out_layout="contiguous"):
     """x_row_stride: x the first K columns of an (M, x_row_stride) tensor (a slice of a wider activation);
     x_transposed: x a (K, M) tensor's transpose, strides (1, M)."""
     if cancelling:  # _w4_cancelling_case
@@ -455,7 +468,8 @@ def _w4_case(label, M, N, K, group_size, dtype, gen, scale_dtype=None, cancellin
     eps = EPS[dtype]  # x's dtype, and out's
     atol = magnitude * 2.0**-18 + 2 * eps * float(expected.abs().max()) * 0.01 + 8 * eps * spread
     rtol = 4 * eps
-    return Case(label, (x, w_packed, scales, group_size, Out("out", (M, N), dtype)), {"out": expected}, atol, rtol,
+    out = Out("out", (M, N), dtype, layout=out_layout)
+    return Case(label, (x, w_packed, scales, group_size, out), {"out": expected}, atol, rtol,
                 explain=_w4_explain(atol, rtol, W_q))
 
 
@@ -489,7 +503,8 @@ def _w4_cases(gen):
                    "inside one tile of K", 2, 17, 64, 16, half, gen)
     # Every x above is contiguous: a kernel that addressed x's rows K elements apart passed them all.
     yield _w4_case("M = 3, x the first 256 columns of a (3, 264) activation: x's rows are 264 elements apart, "
-                   "use x.stride()", 3, 24, 256, 64, half, gen, x_row_stride=264)
+                   "use x.stride(); out's rows padded: use out.stride() too", 3, 24, 256, 64, half, gen,
+                   x_row_stride=264, out_layout="padded")
     # Every x above has column stride 1: a kernel that took x's last dim as contiguous passed them all.
     yield _w4_case("M = 4, x a (K, M) tensor's transpose, strides (1, 4): x.stride(1) is 4, not 1", 4, 24, 256, 64,
                    half, gen, x_transposed=True)

@@ -339,6 +339,16 @@ def _poison_value(dtype: torch.dtype) -> int:
     return bits - (1 << (8 * size)) if bits >= 1 << (8 * size - 1) else bits
 
 
+def strided_out(name: str, dtype: torch.dtype, stored: tuple[int, ...], order: tuple[int, ...]) -> Out:
+    """An output stored as a tensor of shape `stored`, viewed with its dims permuted by `order` (stored (B, S,
+    H, D), order (0, 2, 1, 3): a (B, H, S, D) view with strides (SHD, D, HD, 1)). Poisoned like any output:
+    the buffer starts as a copy of `init`, with init's strides."""
+    init = torch.empty(stored, dtype=dtype, device=current().device)
+    _as_int(init).fill_(_poison_value(dtype))
+    init = init.permute(order)
+    return Out(name, tuple(init.shape), dtype, init=init)
+
+
 def _allocate(out: Out, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """A poisoned buffer with guard regions, and the output's view into its middle (in out.layout)."""
     numel = 1

@@ -15,7 +15,9 @@
 # `n` is never written, on weights packed once into the layout its kernels read fastest). Weights come in `nn.Linear` layout:
 # `w_gate` and `w_up` are `(intermediate, hidden)`, `w_down` is `(hidden, intermediate)`. Activations
 # are 2-D `(rows, hidden)`: a `(batch, seq, hidden)` tensor is passed as `x.view(-1, hidden)`, which
-# is free. `x` may have any strides (the checks give you a slice of a wider tensor).
+# is free. `x`, `out` and the three weights may have any strides (the checks give you a slice of a wider
+# `x`, an `out` with padded rows, weights kept K-major): address each with its own; `norm_weight` is a
+# contiguous `(hidden,)`.
 #
 # Destination passing as in lesson 02: your host function receives its inputs and the output `out`,
 # which the checker poisoned; write every element of `out`, and nothing else. The lesson,

@@ -159,7 +159,7 @@ def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
 # - `b` (N, K) float8_e4m3fn, `b_scale` (N,) fp32: the weight in `nn.Linear` layout, one scale per
 #   output channel. **Any strides**, for `a` and `b` alike: pass `a.stride()` and `b.stride()` to the
 #   kernel (the check also hands you an `a` and a `b` that are transposed views);
-# - `out` (M, N): bf16 on a GPU, fp32 or fp16 on the CPU; any M, N, K >= 1.
+# - `out` (M, N), any strides: bf16 on a GPU, fp32 or fp16 on the CPU; any M, N, K >= 1.
 #
 # The tiled matmul of lesson 03 with three changes. The loop multiplies raw e4m3 tiles with `tl.dot`
 # into an fp32 accumulator (an fp8 x fp8 tensor-core instruction on sm_89+, an fp16 upcast in the

@@ -123,9 +123,9 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 #
 # One new query token per sequence attends to that sequence's cached keys:
 # `out[b, h] = softmax(q[b, h] . K[b, g(h), :L_b]^T / sqrt(D)) @ V[b, g(h), :L_b]` where
-# - `q`: (B, H_q, D), any strides (a view of a fused QKV projection's output); `out`: (B, H_q, D), written
-#   by you; `cache_k`, `cache_v`: (B, H_kv, S_max, D), **any strides**; `lengths`: (B,) int32 on the
-#   device, `1 <= lengths[b] <= S_max`: only the first `lengths[b]` keys of sequence b are valid; **the
+# - `q`: (B, H_q, D), any strides (a view of a fused QKV projection's output); `out`: (B, H_q, D), any
+#   strides, written by you; `cache_k`, `cache_v`: (B, H_kv, S_max, D), **any strides**; `lengths`: (B,)
+#   int32 on the device, `1 <= lengths[b] <= S_max`: only the first `lengths[b]` keys of sequence b are valid; **the
 #   rest of the cache holds garbage** (other requests' old tokens, or NaN in memory never written): mask
 #   its loads, not only its scores (p = 0 times NaN is NaN);
 # - grouped-query attention: `H_q` is a multiple of `H_kv`, and query head `h` reads K/V head
@@ -288,13 +288,13 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
 # Taught in the lesson's [int4 weights with group scales](../notebooks/09_decoding.ipynb#int4-weights-with-group-scales).
 #
 # `out (M, N) = x (M, K) @ W.T` where W (N, K) is stored in 4 bits:
-# - `w_packed`: (N, K // 2) uint8; weight `k` of row `n` is the **low** nibble of byte `k // 2` when `k`
-#   is even and the **high** nibble when `k` is odd (`07.pack_int4(lo=W[:, 0::2], hi=W[:, 1::2])`);
+# - `w_packed`: (N, K // 2) uint8, contiguous; weight `k` of row `n` is the **low** nibble of byte
+#   `k // 2` when `k` is even and the **high** nibble when `k` is odd (`07.pack_int4(lo=W[:, 0::2], hi=W[:, 1::2])`);
 # - each nibble `q` is unsigned, 0..15, with zero point 8: `W[n, k] = (q - 8) * scales[n, k // group_size]`;
-# - `scales`: (N, K // group_size), fp16/bf16 or fp32: one scale per row **and per group** of
+# - `scales`: (N, K // group_size), contiguous, fp16/bf16 or fp32: one scale per row **and per group** of
 #   `group_size` consecutive k;
 # - `x`: (M, K) fp16 or bf16 (bf16 on a GPU that computes with it, fp16 in the interpreter), `M` from 1 to
-#   16 (a decode batch), any strides (a slice of a wider activation); `out` (M, N), x's dtype;
+#   16 (a decode batch), any strides (a slice of a wider activation); `out` (M, N), x's dtype, any strides;
 # - `group_size` is a power of 2 >= 16. **If K is not a multiple of group_size, raise `ValueError`** with
 #   a message that says so, before launching anything: such a tensor cannot have been packed this way
 #   (the check passes such a K and expects the ValueError).
