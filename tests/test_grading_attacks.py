@@ -1247,36 +1247,22 @@ def test_a_sum_carried_between_the_programs_of_a_launch_is_a_race():
     check("08.rmsnorm_backward", lock["rmsnorm_backward"], seed=1, quiet=True)
 
 
-_GROUPED_LOCKS = """
-import torch, triton, triton.language as tl
+# Triton's layer-norm tutorial: the programs share two partial rows of dw (here in the buffer passed as dw_ptr),
+# each under the lock of its row, and a second kernel adds the two rows
+_GROUPED_LOCKS = _DW.replace(
+    "        tl.store(dw_ptr + cols, tl.load(dw_ptr + cols, mask=ok) + dy * xhat, mask=ok)\n",
+    "        lock = ticket_ptr + row % 2  # the lock of the partial row this program adds into\n"
+    "        while tl.atomic_cas(lock, 0, 1) == 1:\n            pass\n"
+    "        part = dw_ptr + (row % 2) * n_cols + cols\n"
+    "        tl.store(part, tl.load(part, mask=ok, other=0.0) + dy * xhat, mask=ok)\n"
+    "        tl.debug_barrier()\n        tl.atomic_xchg(lock, 0)\n") + """
 from course_utils.lessons.l08_backward_passes import sum_rows
-@triton.jit
-def _bwd_grouped(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, part_ptr, lock_ptr, n_rows, n_cols, sdy, sx, sdx,
-                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    ok = cols < n_cols
-    x = tl.load(x_ptr + row * sx + cols, mask=ok, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + row * sdy + cols, mask=ok, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-    r = tl.load(rstd_ptr + row)
-    xhat, wdy = x * r, dy * w
-    tl.store(dx_ptr + row * sdx + cols, ((wdy - xhat * tl.sum(wdy * xhat, axis=0) / n_cols) * r)
-             .to(dx_ptr.dtype.element_ty), mask=ok)
-    lock = lock_ptr + row % GROUP  # the lock of the partial row this program adds into
-    while tl.atomic_cas(lock, 0, 1) == 1:
-        pass
-    part = part_ptr + (row % GROUP) * n_cols + cols
-    tl.store(part, tl.load(part, mask=ok, other=0.0) + dy * xhat, mask=ok)
-    tl.debug_barrier()
-    tl.atomic_xchg(lock, 0)
-def rmsnorm_backward(dy, x, weight, rstd, dx, dw):
+def grouped(dy, x, weight, rstd, dx, dw):
     n_rows, n_cols = x.shape
     part = torch.zeros((2, n_cols), dtype=torch.float32, device=x.device)
-    locks = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
-    if n_rows:
-        _bwd_grouped[(n_rows,)](dy, x, weight, rstd, dx, part, locks, n_rows, n_cols, dy.stride(0), x.stride(0),
-                                dx.stride(0), GROUP=2, BLOCK_N=triton.next_power_of_2(n_cols))
+    locks = torch.zeros(max(n_rows, 2), dtype=torch.int32, device=x.device)
+    _bwd[(n_rows,)](dy, x, weight, rstd, dx, part, part, locks, n_rows, n_cols, dy.stride(0), x.stride(0),
+                    dx.stride(0), TICKET=False, BLOCK_N=triton.next_power_of_2(n_cols))
     sum_rows(part, dw)
 """
 
@@ -1291,12 +1277,11 @@ def test_a_lock_orders_only_the_programs_that_take_the_same_lock():
     from course_utils.grading.harness import CheckFailed
 
     setup(quiet=True)
-    check("08.rmsnorm_backward", _candidate(_GROUPED_LOCKS, "dw_grouped_locks")["rmsnorm_backward"], seed=1,
-          quiet=True)
-    own = _candidate(_GROUPED_LOCKS.replace("lock_ptr + row % GROUP", "lock_ptr + row"), "dw_lock_each")
-    with pytest.raises(CheckFailed, match=r"program \(2, 0, 0\) of `_bwd_grouped` loaded bytes(.|\n)*Both "
+    check("08.rmsnorm_backward", _candidate(_GROUPED_LOCKS, "dw_grouped_locks")["grouped"], seed=1, quiet=True)
+    own = _candidate(_GROUPED_LOCKS.replace("ticket_ptr + row % 2", "ticket_ptr + row"), "dw_lock_each")
+    with pytest.raises(CheckFailed, match=r"program \(2, 0, 0\) of `_bwd` loaded bytes(.|\n)*Both "
                                           r"programs used atomics, but on different addresses"):
-        check("08.rmsnorm_backward", own["rmsnorm_backward"], seed=1, quiet=True)
+        check("08.rmsnorm_backward", own["grouped"], seed=1, quiet=True)
 
 
 _SPILL = """
