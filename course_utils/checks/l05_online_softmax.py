@@ -975,6 +975,12 @@ def _attention_cases(gen):
                    (q, k, v, Out("out", (1, 2, 100, 16), torch.float32), True),
                    {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32, 3.0),
                    explain=_attention_explain)
+        # Every D of the interpreter's cases above is 16 or 32: a head-dim block fixed at 32 passed them all
+        q, k, v = qkv((1, 2, 37, 64), torch.float32)
+        yield Case("D = 64: the block of the head dim is D itself (HEAD_DIM=D), never a fixed size",
+                   (q, k, v, Out("out", (1, 2, 37, 64), torch.float32), False),
+                   {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32),
+                   explain=_attention_explain)
 
 
 register(Exercise(

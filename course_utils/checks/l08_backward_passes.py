@@ -668,6 +668,12 @@ def _train_cases(gen):
                  "each backward with what its own forward saved on ctx")
         yield Case(f"{label}, float32", (x, weight, 1e-6), None,
                    verify=_train_verify(x, weight, 1e-6, dy, pair, role))
+    # Every x above has weight's dtype: a y allocated in weight's dtype, or a dw returned in x's, passed them all
+    x = torch.nn.Parameter(randn((13, 781), torch.float16, gen))
+    weight = torch.nn.Parameter(uniform((781,), 0.5, 1.5, torch.float32, gen))
+    dy = randn((13, 781), torch.float16, gen)
+    yield Case("x float16 and weight float32 (a model kept in fp16 with its norms in fp32): y and dx in x's "
+               "dtype, dw in weight's", (x, weight, 1e-6), None, verify=_train_verify(x, weight, 1e-6, dy))
 
 
 register(Exercise(
@@ -745,6 +751,10 @@ def _attention_cases(gen):
         if causal:
             note += ", but the causal diagonal still needs its mask"
         yield _attention_case(1, 1, S, D, causal, torch.float16, gen, note)
+    # Every D of the interpreter's cases above is 16 or 32: a head-dim block fixed at 32 passed them all
+    if not current().gpu:
+        yield _attention_case(1, 1, 37, 64, False, torch.float32, gen,
+                              ": D = 64, the block of the head dim is D itself (HEAD_DIM=D), never a fixed size")
 
 
 register(Exercise(

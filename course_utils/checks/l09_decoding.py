@@ -111,10 +111,10 @@ def _kv_explain(outs, case) -> str:
 
 
 def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None, strided_new=False,
-             layout_v=None, k_dtype=None):
+             layout_v=None, k_dtype=None, v_dtype=None):
     """strided_new: k_new and v_new slices of a fused QKV output (True), or v_new only ("v"), or ("per_head")
     k_new transposed and v_new a slice of a per-head fused one, or ("v_transposed") the other way round; layout_v: cache_v's layout when not cache_k's;
-    k_dtype: k_new's dtype when not the caches' (the cache holds it rounded to its own dtype)."""
+    k_dtype, v_dtype: k_new's or v_new's dtype when not the caches' (the cache holds it rounded to its own)."""
     if strided_new == "per_head":
         k_new = randn((B, D, H), dtype, gen).permute(0, 2, 1)  # strides (D H, 1, H): d is the far axis
         v_new = randn((B, H, 3 * D), dtype, gen)[:, :, 2 * D:]  # GPT-NeoX's (B, H, 3 D): strides (3 H D, 3 D, 1)
@@ -127,7 +127,7 @@ def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None,
         if strided_new == "v":
             k_new = k_new.contiguous()  # strides (H D, D, 1): not v_new's
     else:
-        k_new, v_new = randn((B, H, D), k_dtype or dtype, gen), randn((B, H, D), dtype, gen)
+        k_new, v_new = randn((B, H, D), k_dtype or dtype, gen), randn((B, H, D), v_dtype or dtype, gen)
     if positions is None:
         positions = torch.randint(0, S, (B,), generator=gen)
     positions = torch.as_tensor(positions, dtype=torch.int32)
@@ -136,7 +136,7 @@ def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None,
     want_k, want_v = f64(cache_k), f64(cache_v)
     rows = torch.arange(B)
     want_k[rows, :, positions.long()] = f64(k_new.to(dtype))
-    want_v[rows, :, positions.long()] = f64(v_new)
+    want_v[rows, :, positions.long()] = f64(v_new.to(dtype))
     writable = torch.zeros(B, H, S, D, dtype=torch.bool)  # row positions[b] of every (b, h), nothing else
     writable[rows, :, positions.long()] = True
     what = "row positions[b] of each sequence's heads"
@@ -179,6 +179,9 @@ def _kv_cases(gen):
                    "each of the two with its own three strides", 2, 3, 9, 16, half, gen, strided_new="v_transposed")
     # The one case of the caches in two layouts gives them the same batch and D strides: a kernel that took
     # cache_v's batch stride or D stride from cache_k passed every case.
+    # Only k_new was ever wider than the caches: a v_new loaded as the cache's dtype passed every case
+    yield _kv_case(f"v_new fp32 on {_name(half)} caches (k_new the caches' dtype): v_new's values rounded to the "
+                   "cache's dtype when stored, loaded as v_new's own", 3, 2, 11, 32, half, gen, v_dtype=torch.float32)
     yield _kv_case("cache_k contiguous, cache_v a window of a longer cache with every other element of a wider D "
                    "(strides (2 H (S + 5) D, 2 (S + 5) D, 2 D, 2)): all four of cache_v's strides are its own", 2,
                    3, 9, 16, half, gen, layout_v="sliced")
@@ -383,6 +386,10 @@ def _attention_cases(gen):
                           "wider D: all four of V's strides are its own; out a (B, D, H_q) tensor's view, "
                           "strides (D H_q, 1, H_q): address out with its own strides too", 2, 8, 4, 40, 16, half,
                           gen, lengths=[40, 23], layout_v="sliced", out_transposed=True)
+    # The one case of mixed dtypes has q wider than the caches: a kernel that cast K and V to q's dtype passed it
+    yield _attention_case(f"q {_name(half)} on float32 caches and out: the dot in the caches' dtype (cast q's block "
+                          "to it), never the caches' blocks to q's", 2, 4, 2, 40, 16, torch.float32, gen,
+                          lengths=[40, 9], q_dtype=half)
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
@@ -505,6 +512,9 @@ def _w4_cases(gen):
     yield _w4_case("M = 3, x the first 256 columns of a (3, 264) activation: x's rows are 264 elements apart, "
                    "use x.stride(); out's rows padded: use out.stride() too", 3, 24, 256, 64, half, gen,
                    x_row_stride=264, out_layout="padded")
+    # Every group above is at most 128, a usual tile of K: a kernel whose group had to fit one K step passed
+    yield _w4_case("M = 2, K = 512 in 2 groups of 256: a group larger than a tile of K (one scale for several "
+                   "K steps)", 2, 24, 512, 256, half, gen)
     # Every x above has column stride 1: a kernel that took x's last dim as contiguous passed them all.
     yield _w4_case("M = 4, x a (K, M) tensor's transpose, strides (1, 4): x.stride(1) is 4, not 1", 4, 24, 256, 64,
                    half, gen, x_transposed=True)
