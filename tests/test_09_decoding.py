@@ -769,13 +769,16 @@ def test_w4a16_with_one_scale_per_tile_of_k_fails(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("exercise, name, edit, words", [
-    ("09.decode_attention", "decode_attention",
-     ("s = tl.dot(q, tl.trans(k)) * qk_scale",
-      "s = tl.dot(q.to(q_ptr.dtype.element_ty), tl.trans(k).to(q_ptr.dtype.element_ty)) * qk_scale"),
-     "on float32 caches and out"),
+    # on a GPU the fp32 dot runs in TF32, whose tolerance holds K rounded to bf16 too
+    pytest.param("09.decode_attention", "decode_attention",
+                 ("s = tl.dot(q, tl.trans(k)) * qk_scale",
+                  "s = tl.dot(q.to(q_ptr.dtype.element_ty), tl.trans(k).to(q_ptr.dtype.element_ty)) * qk_scale"),
+                 "on float32 caches and out", marks=interpreter_only_because("TF32 dots on a GPU")),
     ("09.kv_append", "kv_append", ("v = tl.load(v_ptr + b", "v = tl.load(v_ptr.to(cv_ptr.dtype) + b"),
      "v_new fp32 on"),
-    ("09.w4a16_gemv", "w4a16_gemv", ("GROUP=group_size,", "GROUP=min(group_size, 128),"), "2 groups of 256"),
+    # reads past the end of scales
+    pytest.param("09.w4a16_gemv", "w4a16_gemv", ("GROUP=group_size,", "GROUP=min(group_size, 128),"),
+                 "2 groups of 256", marks=interpreter_only),
 ])
 def test_a_dtype_or_size_the_text_allows_and_one_case_gives_fails(exercise, name, edit, words):
     """q narrower than the caches (the dot done in q's dtype), a v_new wider than the caches (read as the
