@@ -1,6 +1,9 @@
 """What the exercise tests share: asserting that a wrong answer fails with a message that helps."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import pytest
 import triton
 import triton.language as tl
@@ -19,9 +22,34 @@ def interpreter_only_because(reason: str):
 interpreter_only = interpreter_only_because("interpreter only: may break the CUDA context")
 
 
-def failure(exercise_id: str, candidate, *expected: str, seed: int = 1) -> CheckFailed:
-    """Check `candidate`, which must fail; every string in `expected` must be in the message."""
-    with pytest.raises(CheckFailed) as info:
+@contextlib.contextmanager
+def only_cases(exercise_id: str, at: str | None):
+    """While inside, the exercise judges only its cases whose label holds `at` (all of them when None). Every
+    case is still drawn, in order, so each keeps the inputs it has in the whole check: for a mistake that one
+    case catches, without running the cases before it in the interpreter."""
+    from course_utils.grading.harness import REGISTRY, _exercise
+
+    if at is None:
+        yield
+        return
+    ex = _exercise(exercise_id)
+
+    def cases(gen):
+        return [case for case in ex.cases(gen) if at in case.label]
+
+    del REGISTRY[exercise_id]
+    REGISTRY[exercise_id] = dataclasses.replace(ex, cases=cases)
+    try:
+        yield
+    finally:
+        del REGISTRY[exercise_id]
+        REGISTRY[exercise_id] = ex
+
+
+def failure(exercise_id: str, candidate, *expected: str, seed: int = 1, at: str | None = None) -> CheckFailed:
+    """Check `candidate`, which must fail; every string in `expected` must be in the message. at: judge only
+    the cases whose label holds it (only_cases)."""
+    with pytest.raises(CheckFailed) as info, only_cases(exercise_id, at):
         check(exercise_id, candidate, seed=seed, quiet=True)
     message = str(info.value)
     for text in expected:

@@ -769,4 +769,4 @@ def test_linear_relu_taking_w_as_contiguous_fails():
     """w addressed as w + n * K + k: right for every contiguous (N, K) w; wrong for a weight kept K-major."""
     wrong = mutant("l03_matmul", "linear_relu",
                    ("matmul(x, w.t(), out,", "matmul(x, w.as_strided(w.t().shape, (1, w.shape[1])), out,"))
-    failure("03.linear_relu", wrong, "w the transpose of a (K, N) tensor")
+    failure("03.linear_relu", wrong, "w the transpose of a (K, N) tensor", at="w the transpose of a (K, N) tensor")

@@ -1335,10 +1335,10 @@ def test_attention_with_q_prescaled_in_fp16_is_named(product):
 def test_attention_addressing_out_with_anothers_stride_fails(strides):
     """Every other out keeps its batch outermost, and the one strided head dim of out matched q's."""
     wrong = mutant("l05_online_softmax", "attention", ("*v.stride(), *out.stride(),", f"*v.stride(), {strides}"))
-    failure("05.attention", wrong, "out stored (S, D, B, H)")
+    failure("05.attention", wrong, "out stored (S, D, B, H)", at="out stored (S, D, B, H)")
 
 
 @interpreter_only_because("the GPU's cases have D = 64 and 128; the interpreter's one case of D = 64 is its own")
 def test_attention_with_a_head_dim_block_fixed_at_32_fails():
     wrong = mutant("l05_online_softmax", "attention", ("HEAD_DIM=D,", "HEAD_DIM=min(D, 32),"))
-    failure("05.attention", wrong, "D = 64: the block of the head dim is D itself")
+    failure("05.attention", wrong, "D = 64: the block of the head dim is D itself", at="D = 64: the block")

@@ -1202,4 +1202,4 @@ def test_gate_up_silu_reading_w_up_with_w_gates_strides_fails():
 def test_an_output_or_weight_taken_as_contiguous_fails(exercise, name, edit, words):
     """out and the weights may have any strides: a kernel (or packing) that ignores them fails where a case
     pads out's rows or keeps a weight K-major."""
-    failure(exercise, mutant("l06_fused_rmsnorm_mlp", name, edit), words)
+    failure(exercise, mutant("l06_fused_rmsnorm_mlp", name, edit), words, at=words)

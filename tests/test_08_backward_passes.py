@@ -1192,10 +1192,11 @@ def test_rmsnorm_train_saving_a_padded_rstd_and_an_fp32_weight_passes():
 ])
 def test_rmsnorm_train_mixing_up_x_and_weights_dtypes_fails(edit):
     """x and weight shared a dtype in every case but the one of an fp16 x and an fp32 weight."""
-    failure("08.rmsnorm_train", mutant("l08_backward_passes", "rmsnorm_train", edit), "x float16 and weight float32")
+    failure("08.rmsnorm_train", mutant("l08_backward_passes", "rmsnorm_train", edit), "x float16 and weight float32",
+            at="x float16 and weight float32")
 
 
 @interpreter_only_because("the GPU's cases have D = 64 and 128; the interpreter's one case of D = 64 is its own")
 def test_attention_backward_with_a_head_dim_block_fixed_at_32_fails():
     wrong = mutant("l08_backward_passes", "attention_backward", ("HEAD_DIM=D)", "HEAD_DIM=min(D, 32))"))
-    failure("08.attention_backward", wrong, "D = 64, the block of the head dim is D itself")
+    failure("08.attention_backward", wrong, "D = 64, the block of the head dim is D itself", at="D = 64, the block")
