@@ -738,7 +738,7 @@ def test_decode_attention_with_running_sums_rounded_to_the_cache_s_dtype_fails()
         def decode_attention(q, cache_k, cache_v, lengths, out, splits=splits):
             wrong(q, cache_k, cache_v, lengths, out, num_splits=splits, BLOCK_N=16)
 
-        assert "16384 tokens" in failure("09.decode_attention", decode_attention)
+        assert "16384 tokens" in failure("09.decode_attention", decode_attention, at="16384 tokens")
 
 
 # --- a round of wrong answers that passed: sizes no case had ----------------------------------------
@@ -769,7 +769,7 @@ def test_w4a16_with_one_scale_per_tile_of_k_fails(tmp_path, monkeypatch):
     def tiles_of_32(x, w_packed, scales, group_size, out):  # as wide as the smallest group of every other case
         l09.w4a16_gemv(x, w_packed, scales, group_size, out, BLOCK_K=32)
 
-    assert "4 groups of 16" in failure("09.w4a16_gemv", tiles_of_32)
+    assert "4 groups of 16" in failure("09.w4a16_gemv", tiles_of_32, at="4 groups of 16")
 
 
 @pytest.mark.parametrize("exercise, name, edit, words", [
