@@ -211,9 +211,11 @@ register(Exercise(
 
 # --- 06.gate_up_silu --------------------------------------------------------------------------
 
-def _weights(n: int, k: int, dtype, gen) -> torch.Tensor:
-    """An (n, k) nn.Linear weight scaled by 1/sqrt(k): the products of N(0, 1) inputs stay ~1."""
-    return randn((n, k), dtype, gen, scale=k ** -0.5)
+def _weights(n: int, k: int, dtype, gen, k_major: bool = False) -> torch.Tensor:
+    """An (n, k) nn.Linear weight scaled by 1/sqrt(k): the products of N(0, 1) inputs stay ~1. k_major: the
+    transpose of a (k, n) tensor, strides (1, n), as a weight kept K-major."""
+    scale = k ** -0.5
+    return randn((k, n), dtype, gen, scale=scale).t() if k_major else randn((n, k), dtype, gen, scale=scale)
 
 
 def _cancelling(rows: int, k: int, n: int, dtype, gen) -> tuple[torch.Tensor, torch.Tensor]:
@@ -288,8 +290,7 @@ def _gate_up_cases(gen):
     # The K-major case above strides w_up only: a kernel that took w_gate as contiguous passed every case
     yield _gate_up_case("w_gate K-major (strides (1, 136)) beside a row-major w_up: address each weight with its "
                         "own strides", randn((16, 48), torch.float16, gen),
-                        randn((48, 136), torch.float16, gen, scale=48 ** -0.5).t(),
-                        _weights(136, 48, torch.float16, gen))
+                        _weights(136, 48, torch.float16, gen, k_major=True), _weights(136, 48, torch.float16, gen))
 
 
 def _gate_up_rounded_once(outs: dict, case: Case) -> list[str]:
@@ -469,11 +470,9 @@ def _half_mlp_case(label: str, x: torch.Tensor, inter: int, gen, eps: float = 1e
     each weight the transpose of a row-major tensor (strides (1, rows of the weight))."""
     hidden, half = x.shape[1], torch.float16
     norm_weight = uniform((hidden,), 0.5, 1.5, half, gen)
-
-    def weight(n, k):
-        return randn((k, n), half, gen, scale=k ** -0.5).t() if k_major else _weights(n, k, half, gen)
-
-    w_gate, w_up, w_down = weight(inter, hidden), weight(inter, hidden), weight(hidden, inter)
+    w_gate = _weights(inter, hidden, half, gen, k_major)
+    w_up = _weights(inter, hidden, half, gen, k_major)
+    w_down = _weights(hidden, inter, half, gen, k_major)
     expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, eps), w_gate, w_up) @ f64(w_down).T
     out = Out("out", tuple(x.shape), half, layout=_out_layout(x))
     return Case(label, (x, norm_weight, w_gate, w_up, w_down, eps, out), {"out": expected}, *_dot_tolerance(half))

@@ -113,7 +113,8 @@ def _kv_explain(outs, case) -> str:
 def _kv_case(label, B, H, S, D, dtype, gen, layout="contiguous", positions=None, strided_new=False,
              layout_v=None, k_dtype=None, v_dtype=None):
     """strided_new: k_new and v_new slices of a fused QKV output (True), or v_new only ("v"), or ("per_head")
-    k_new transposed and v_new a slice of a per-head fused one, or ("v_transposed") the other way round; layout_v: cache_v's layout when not cache_k's;
+    k_new transposed and v_new a slice of a per-head fused one, or ("v_transposed") the other way round;
+    layout_v: cache_v's layout when not cache_k's;
     k_dtype, v_dtype: k_new's or v_new's dtype when not the caches' (the cache holds it rounded to its own)."""
     if strided_new == "per_head":
         k_new = randn((B, D, H), dtype, gen).permute(0, 2, 1)  # strides (D H, 1, H): d is the far axis
@@ -177,11 +178,11 @@ def _kv_cases(gen):
     # contiguous passed them all.
     yield _kv_case("v_new a transposed view, strides (D H, 1, H), and k_new a slice of a per-head fused QKV: "
                    "each of the two with its own three strides", 2, 3, 9, 16, half, gen, strided_new="v_transposed")
-    # The one case of the caches in two layouts gives them the same batch and D strides: a kernel that took
-    # cache_v's batch stride or D stride from cache_k passed every case.
     # Only k_new was ever wider than the caches: a v_new loaded as the cache's dtype passed every case
     yield _kv_case(f"v_new fp32 on {_name(half)} caches (k_new the caches' dtype): v_new's values rounded to the "
                    "cache's dtype when stored, loaded as v_new's own", 3, 2, 11, 32, half, gen, v_dtype=torch.float32)
+    # The one case of the caches in two layouts gives them the same batch and D strides: a kernel that took
+    # cache_v's batch stride or D stride from cache_k passed every case.
     yield _kv_case("cache_k contiguous, cache_v a window of a longer cache with every other element of a wider D "
                    "(strides (2 H (S + 5) D, 2 (S + 5) D, 2 D, 2)): all four of cache_v's strides are its own", 2,
                    3, 9, 16, half, gen, layout_v="sliced")
