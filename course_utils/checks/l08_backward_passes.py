@@ -390,7 +390,7 @@ def _ce_cases(gen):
              _targets(rows, v1, gen)),
             (f"13 rows, vocab {v2}, targets 0 and {v2 - 1} included", randn((13, v2), dtype, gen, 2.0),
              _targets(13, v2, gen, ends=True)),
-            ("logits near 100: exp(100) overflows fp16, subtract the running max",
+            ("logits near 100: exp(100) overflows fp32 (and fp16), subtract the running max",
              randn((rows, v1), dtype, gen, 3.0, 100.0), _targets(rows, v1, gen)),
             (f"{rows} rows, vocab {v1}, one logit of 120 in each row's last block: the max grows after the first "
              "block (a running max, the sum rescaled)", _late_outlier(rows, v1, dtype, gen), _targets(rows, v1, gen)),
@@ -766,7 +766,7 @@ register(Exercise(
                    "queries >= S (and j > i when causal)",
           "unwritten": "dk and dv: one program per key tile of every (b, h); dq: one per query tile; each "
                        "stores its whole tile (masked past S)",
-          "out_of_bounds": "mask keys >= S and queries >= S on every load (other=0) and store; address each "
-                           "tensor with its own four strides",
+          "out_of_bounds": "mask keys >= S and queries >= S on every load (other=0) and store; element (b, h, s, "
+                           "d) of each contiguous tensor is at ((b * H + h) * S + s) * D + d",
           "nan": "masked queries and keys must give p = 0: load them with other=0 (lse too), never "
                  "exp(-inf - (-inf))"}))

@@ -264,10 +264,11 @@ def gate_up_silu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, out:
 # (Summing `x**2` inside the K loop, the paper's way, works too, but it pulls every `x` tile out of
 # shared memory into registers beside the tensor cores' reads, work the plain loop does not have; the
 # bench does not time it, and one exploratory run found it slower than the pre-pass at many rows.)
-# Then `h` (rows, intermediate) is written once and the down projection is the next launch: three
-# launches in all where Hugging Face makes 13 (in fp16). The third is the pre-pass at many rows, and at
-# decode sizes the fill that zeroes `out`: there the down projection splits K (`down_split_k`, given)
-# and its chunks add into `out`, since 16 rows x 1024 columns are too few output tiles for a whole GPU.
+# Then `h` (rows, intermediate) is written once and the down projection is the next launch: two or
+# three launches where Hugging Face makes 13 (in fp16). The third is the pre-pass above 64 rows, or, on
+# a GPU at 16 rows or fewer, the fill that zeroes `out`: there the down projection splits K
+# (`down_split_k`, given) and its chunks add into `out`, since 16 rows x 1024 columns are too few output
+# tiles for a whole GPU.
 #
 # **One merged weight, one accumulator.** The weights are packed **once**, as an inference engine
 # does when it loads a model (vLLM merges `gate_proj` and `up_proj` the same way), into

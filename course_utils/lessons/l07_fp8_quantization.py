@@ -159,7 +159,8 @@ def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
 # - `b` (N, K) float8_e4m3fn, `b_scale` (N,) fp32: the weight in `nn.Linear` layout, one scale per
 #   output channel. **Any strides**, for `a` and `b` alike: pass `a.stride()` and `b.stride()` to the
 #   kernel (the check also hands you an `a` and a `b` that are transposed views);
-# - `out` (M, N), any strides: bf16 on a GPU, fp32 or fp16 on the CPU; any M, N, K >= 1.
+# - `out` (M, N), any strides: bf16 or fp32 on a GPU, fp32 or fp16 on the CPU (store in `out`'s dtype);
+#   any M, N, K >= 1.
 #
 # The tiled matmul of lesson 03 with three changes. The loop multiplies raw e4m3 tiles with `tl.dot`
 # into an fp32 accumulator (an fp8 x fp8 tensor-core instruction on sm_89+, an fp16 upcast in the
@@ -169,8 +170,8 @@ def quantize_rowwise(x: torch.Tensor, out: torch.Tensor, scale_out: torch.Tensor
 # to the dot as `tl.trans(b_tile)`: Hopper's fp8 tensor-core instruction reads B only "K-major".
 #
 # Mask the K tail (K need not be a multiple of BLOCK_K) and the output edges. `tl.dot` of e4m3 tiles
-# needs `BLOCK_K >= 32` (Triton's NVIDIA backend refuses a smaller K for 8-bit operands, 16 for other
-# ones; the course's interpreter mode applies the same bounds, so the CPU check says it too), and
+# needs `BLOCK_K >= 32` (Triton's NVIDIA backend refuses a smaller K for 8-bit operands, and one below 16
+# for 16-bit ones; the course's interpreter mode applies the same bounds, so the CPU check says it too), and
 # BLOCK_M, BLOCK_N >= 16 are safe on every Triton version. Work: 2MNK FLOPs for (M + N) K bytes of input.
 #
 # In the suggested signature `EVEN_K` says K is a multiple of BLOCK_K (no K mask needed: faster loads),
@@ -269,8 +270,8 @@ def fp8_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
 # Not needed for the check. At 8192^3 the kernel above is bound by how well loads and tensor-core work
 # overlap. Four Hopper techniques close the gap to cuBLAS (Triton's tutorial 09 shows them), those of
 # lesson 03's optional kernel:
-# - **TMA descriptors**: a copy engine fetches each tile, zero-filled past the edges, and the threads
-#   compute no addresses;
+# - **TMA descriptors**: the SM's Tensor Memory Accelerator fetches each tile, zero-filled past the
+#   edges, and the threads compute no addresses;
 # - **persistent**: one program per SM, looping over the output tiles `tile = pid, pid + NUM_SMS, ...`,
 #   and no launch of 2048 programs;
 # - **a flattened loop** (`tl.range(..., flatten=True)`): the compiler merges the loop over tiles and

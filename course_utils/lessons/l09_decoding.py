@@ -13,12 +13,13 @@
 # Kernel exercises use destination passing, as in every lesson: your host function receives its inputs
 # and the output buffers the checker allocated, and writes into them. The lesson is
 # [notebooks/09_decoding.ipynb](../notebooks/09_decoding.ipynb). At the end, code that is not an exercise:
-# a split-K skinny matmul and the toy Llama's decode loop built on your four kernels.
+# a split-K skinny matmul and the toy Llama's decode loop, which runs on your `kv_append` and
+# `decode_attention`; the last cell generates a few tokens with it.
 
 # %% [setup]
 
 # %%
-from course_utils import check, progress  # noqa: F401
+from course_utils import check, current, progress  # noqa: F401
 from course_utils.shapes import expect_contiguous, expect_shapes  # noqa: E402
 
 import torch  # noqa: E402
@@ -134,8 +135,9 @@ def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, cache_k: torch.Tensor, c
 # - `D` is a power of 2, at least 16 (so `tl.dot` works); the softmax scale is `1 / sqrt(D)`.
 #
 # Make it fast the flash-decoding way: one program per (sequence, K/V head, split) loads its share of
-# the keys **once** for all the query heads of the group (a `(group, D)` block of q, padded to a power of
-# 2 of at least 16 rows for `tl.dot`: MQA's groups hold 48 heads and more), runs lesson 05's online softmax
+# the keys **once** for all the query heads of the group (a `(group, D)` block of q, its rows padded to a
+# power of 2 for `tl.arange`; under MQA the group is every query head, 48 in StarCoder, 71 in Falcon-7B;
+# `tl.dot` pads fewer than 16 rows itself), runs lesson 05's online softmax
 # over its keys in tiles of at least 16 (a tile is the K of the `P @ V` dot, and Triton refuses a K below
 # 16 for 16-bit operands, on a GPU and in the course's interpreter mode) and writes a partial `(m, l, acc)` per
 # query head; a second kernel merges the partials of each head with lesson 05's rule (rescale each by
@@ -247,7 +249,7 @@ def decode_attention(q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tens
         return
     # BEGIN SOLUTION
     group = H_q // H_kv
-    block_g = max(16, triton.next_power_of_2(group))  # the group's query heads, padded to tl.dot's 16 rows
+    block_g = max(16, triton.next_power_of_2(group))  # the group's query heads, padded to 16 rows at least
     if BLOCK_N is None:
         BLOCK_N = 64 if q.is_cuda else 32
     if q.is_cuda:
@@ -580,9 +582,11 @@ def _hf_cache_layer(cache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
 class StaticCacheLlama:
     """Greedy decoding of a Hugging Face Llama on the course's kernels, with a static KV cache.
 
-    Every buffer is allocated once in __init__, and `step()` only launches kernels on them: no
-    allocation that depends on the step, no host read of device data. That is what lets
-    `capture()` record one step in a CUDA graph and `generate` replay it for every new token.
+    The weights, the caches and the step's inputs and outputs are allocated once in __init__. The
+    temporaries `step()` makes (the rotary products, decode_attention's partial results) have the same
+    sizes at every step, and nothing in it reads device data on the host. That is what lets `capture()`
+    record one step in a CUDA graph (which keeps those temporaries in its own memory pool) and
+    `generate` replay it for every new token.
     """
 
     def __init__(self, model, batch: int, max_len: int):
@@ -697,6 +701,22 @@ class StaticCacheLlama:
             self.graph.replay() if graph else self.step()
             new[:, t] = self.ids
         return torch.cat([input_ids, new], dim=1)
+
+
+# %% [markdown]
+# Your `kv_append` and `decode_attention` decoding the small toy Llama (runs once the checks above pass):
+# greedy tokens against Hugging Face `generate`'s, in fp32, where the two agree token for token.
+
+# %%
+if __name__ == "__main__":
+    from course_utils.llama import toy_llama
+
+    model = toy_llama(small=True, dtype=torch.float32, device=current().device)
+    prompt = torch.randint(model.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0))
+    prompt = prompt.to(current().device)
+    ours = StaticCacheLlama(model, batch=2, max_len=9).generate(prompt, 4, graph=False)
+    theirs = model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+    print(f"{(ours[:, 5:] == theirs[:, 5:]).float().mean().item():.0%} of the new tokens equal HF generate's")
 
 
 # %% [progress] 09

@@ -760,7 +760,7 @@ else:
 #   0.85 of the copy's rate; a GEMV that reads with these tiles cannot beat its own reads, so where
 #   the read alone stays below 0.85 the target is out of reach for this read pattern, arithmetic or not (a
 #   different read pattern would have to come first; fetching the same tiles into shared memory by
-#   TMA descriptors, Hopper's copy engine, read them more slowly on the H100:
+#   TMA descriptors (Hopper's Tensor Memory Accelerator) read them more slowly on the H100:
 #   `results/explore/w8a16_tma.h100.json`). The arithmetic costs the rest: our GEMV
 #   ran at {{ratio:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16|read only (no math)}} and {{ratio:W8A16 GEMV 1x14336 @ (4096x14336).T|triton (ours) W8A16|read only (no math)}} of the fastest read's speed on the H200,
 #   {{ratio@h100:W8A16 GEMV 1x4096 @ (14336x4096).T|triton (ours) W8A16|read only (no math)}} and {{ratio@h100:W8A16 GEMV 1x14336 @ (4096x14336).T|triton (ours) W8A16|read only (no math)}} on the H100. The two GPUs have the same SMs at about the same

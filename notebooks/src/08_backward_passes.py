@@ -555,7 +555,7 @@ print(f"softmax backward vs autograd: {(gx.double().cpu() - xs.grad).abs().max()
 # Writing in place saves memory when the model runs eagerly; under `torch.compile` it costs copies. The
 # compiler traces the backward as a graph whose inputs include the saved tensors, and it does not let a
 # kernel write into a graph input: it copies the tensor first (functionalization). A profile of the
-# compiled training step on an H100 ([`results/explore`](../results/explore/README.md), "Lesson 08")
+# compiled training step on an H100 ([`results/explore`](../results/explore/README.md), "Lesson 08: the training step under torch.compile (H100)")
 # found such copies of `g` and `u` before `silu_mul_backward` (8192 x 11008 bf16, 180 MB each) and of
 # the logits' gradient (524 MB), which the loss's backward then handed to `scale_unless_one` (when the
 # loss was still `CrossEntropyFunction`). So `SiluMulFunction` decides in its forward, which Dynamo

@@ -143,7 +143,8 @@ else:
 # its floor: some thirty short kernels, each paying its ramp-up. Hugging Face `generate` made
 # {{fact:tokens_per_s HF generate (dynamic cache) batch 1}} tokens/s (dynamic cache) and
 # {{fact:tokens_per_s HF generate static cache + torch.compile batch 1}} (static cache, its decode step compiled by `generate`
-# itself with CUDA graphs) at batch 1; ours ran {{ratio:toy Llama decode bf16 batch 1, 512 new tokens|triton (ours) static cache + CUDA graph|HF generate static cache + torch.compile}}
+# itself: transformers' `CompileConfig`, whose default mode, `"reduce-overhead"`, replays CUDA graphs) at
+# batch 1; ours ran {{ratio:toy Llama decode bf16 batch 1, 512 new tokens|triton (ours) static cache + CUDA graph|HF generate static cache + torch.compile}}
 # the speed of the compiled peer at batch 1 and {{ratio:toy Llama decode bf16 batch 16, 512 new tokens|triton (ours) static cache + CUDA graph|HF generate static cache + torch.compile}}
 # at batch 16.
 
@@ -213,13 +214,13 @@ for name, kv_heads in (("MHA", 32), ("GQA 32 on 8", 8), ("MQA", 1)):
 # Saving the bytes in memory is half the story; the kernel must also not read them more than once. A
 # kernel with one program per *query* head loads each K/V tile `H_q / H_kv` times (from L2 if lucky).
 # One program per *K/V head* loads the tile once and multiplies it by all the query heads of the group:
-# a `(group, D)` block of q against a `(BLOCK_N, D)` tile of K is a small matmul, `tl.dot` once the group is
-# padded to 16 rows. That is exercise
+# a `(group, D)` block of q against a `(BLOCK_N, D)` tile of K is a small matmul for `tl.dot` (Triton pads
+# a group of fewer rows than the tensor core's tile itself). That is exercise
 # [09.decode_attention](../exercises/09_decoding.ipynb#09.decode_attention:-flash-decoding-for-GQA).
 #
 # Its sibling in full: plain multi-head decode attention, one program per (sequence, head), lesson 05's
 # online softmax over the keys of the sequence, the dot products as a broadcast multiply and a sum
-# (one query row is too small for `tl.dot`), no splitting:
+# (a program holds one query row, a vector: the multiply and sum need no `tl.dot`), no splitting:
 
 # %%
 @triton.jit
@@ -377,8 +378,9 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # the weights of a memory-bound decode step.
 #
 # The solution's kernel has two paths. The first works in fp32, one weight at a time: it drops a nibble
-# into the mantissa of the float 1.0 with one AND-OR, subtracts, and multiplies by x, about three
-# instructions per weight. Under Nsight Compute on the H100 (`results/explore/README.md`,
+# into the mantissa of the float 1.0 with one AND-OR, subtracts, and multiplies by x: three arithmetic
+# instructions per weight, about five in all with the loads, the addresses and the sums (counted by
+# Nsight Compute). Under Nsight Compute on the H100 (`results/explore/README.md`,
 # `ncu_gemv.h100.csv`) that path used under half of the memory's peak bandwidth and issued an
 # instruction on under half of its cycles: its running sums take so many registers that only a few
 # programs fit on an SM, and each warp waits on its own
@@ -394,8 +396,9 @@ for name, bits in (("bf16", 16), ("int8 per row", 8 + 32 / 4096), ("int4 group 1
 # nibbles j and j + 4 of a word into the mantissas of two bf16 numbers whose exponent makes them
 # 128 + q (bf16 has 7 mantissa bits: a nibble fits exactly), one `LOP3` instruction; one packed FMA by
 # 1.0 and -136 leaves the two (q - 8), exactly; one more packed FMA multiplies them by two values of x and
-# adds them to a running pair of bf16 sums. Eighteen instructions for a word of 8 weights, where the fp32
-# path takes about 25; the pair's sums, rounded to bf16 after each of four products, are added in fp32
+# adds them to a running pair of bf16 sums. Eighteen arithmetic instructions for a word of 8 weights, where
+# the fp32 path has about 25 (all instructions counted by Nsight Compute: 31 per word, against about 40);
+# the pair's sums, rounded to bf16 after each of four products, are added in fp32
 # once per word (an error of the size that the check allows a kernel that rounds each weight to x's
 # dtype, as GPTQ's and AWQ's do). With fewer registers per weight the programs can be small: 4 rows of
 # W and 512 weights a step, one warp, 3584 programs at N = 14336 where the fp32 path has 224; loads of
@@ -443,13 +446,13 @@ print(f"int4 group 128: {w_packed.numel()} bytes instead of {w.numel() * 2} in b
 #
 # A step is about 30 small kernel launches: at a few microseconds of CPU time each, launching alone
 # would cost more than the GPU's work at batch 1. Because nothing in `step()` depends on the host (the
-# positions and token ids live on the device, no buffer is reallocated), it can be recorded once in a
-# **CUDA graph** and replayed as one launch per token (lesson 04).
+# positions and token ids live on the device, and every temporary it makes has the same size at every
+# step), it can be recorded once in a **CUDA graph** and replayed as one launch per token (lesson 04).
 
 # %%
 # The kernels the step runs: lesson 06's RMSNorm, lesson 04's silu_mul, and this lesson's exercises
 # (the course's solutions, imported; their code is in solutions/09_decoding.ipynb, and in your exercise
-# notebook the same decode loop runs on your kernels).
+# notebook the same decode loop runs on your `kv_append` and `decode_attention`).
 from course_utils.lessons.l04_fusion import silu_mul  # noqa: E402, F401
 from course_utils.lessons.l06_fused_rmsnorm_mlp import rmsnorm  # noqa: E402, F401
 from course_utils.lessons.l09_decoding import decode_attention, kv_append  # noqa: E402, F401
