@@ -215,19 +215,20 @@ layout("sliding_windows(signal[::2], 2, 2)", sliding_windows(signal[::2], 2, 2),
 # %% [markdown]
 # ## 3. The memory hierarchy
 #
-# Approximate figures for an H100 SXM. Sizes and bandwidths are NVIDIA's (H100 datasheet and Hopper
-# whitepaper); latencies, in clock cycles, come from microbenchmark studies of Hopper such as Luo et al.,
-# *Benchmarking and Dissecting the Nvidia Hopper GPU Architecture* (2024); none of them is measured
-# by this course. The last column says which.
+# Approximate figures for an H100 SXM. Sizes are NVIDIA's (H100 datasheet and Hopper whitepaper), and
+# so is HBM's bandwidth; the other bandwidths are orders of magnitude, and latencies, in clock cycles,
+# come from microbenchmark studies of Hopper such as Luo et al., *Benchmarking and Dissecting the Nvidia
+# Hopper GPU Architecture* (2024, measured on an H800, a Hopper GPU with the same SM). Only the launch
+# is measured by this course. The last column says where each figure comes from.
 #
 # | level | size | bandwidth | latency | source |
 # |---|---|---|---|---|
 # | registers | 256 KB per SM (132 SMs) | feeds the ALUs every cycle | ~1 cycle | whitepaper |
-# | shared memory / L1 | 256 KB per SM, up to 228 KB shared | tens of TB/s, all SMs | ~30 cycles | whitepaper; latency: Luo et al. (paper) |
+# | shared memory / L1 | 256 KB per SM, up to 228 KB shared | tens of TB/s, all SMs | ~30 cycles | size: whitepaper; bandwidth: 128 bytes a clock per SM x 132 SMs; latency: Luo et al. (paper) |
 # | L2 cache | 50 MB | several TB/s, a few times HBM's | ~200-300 cycles | size: whitepaper; latency and bandwidth: microbenchmark studies, approximate |
 # | HBM3 (global memory) | 80 GB (an H200 has 141 GB of HBM3e) | 3.35 TB/s in the datasheet (an H200 4.8) | ~500-700 cycles | datasheet; latency: Luo et al. (paper) |
 # | host memory over PCIe 5 x16 | the CPU's RAM | ~64 GB/s each way | microseconds | PCIe 5 spec |
-# | launching a kernel | | | a few µs from Python | typical figure, assumed here; lesson 04 measures it |
+# | launching a kernel | | | one Triton call from Python, back to back: {{04_fusion/us:sin^4 fp32 4096 (launch-bound)|triton (ours) 1 launch}} | measured in lesson 04 |
 #
 # Two lessons hide in this table. First, every level down is larger and slower: a kernel wants to load
 # each byte from HBM once and reuse it from registers and shared memory (lesson 03's tiled matmul is
@@ -438,15 +439,15 @@ print(roofline.format_points(points, ceilings))
 # CUDA-core roof).
 # - **ReLU, vector add and softmax** sit far to the left, at intensities below 1 FLOP/byte, on the
 #   slanted roof: memory-bound. Their TFLOP/s look tiny next to the matmuls, yet ReLU and the vector
-#   add run at about the copy's rate, the best possible, and `torch.softmax` at half of its roof or
+#   add run at about the copy's rate (lesson 02 shows why the add can even pass it a little), and `torch.softmax` at half of its roof or
 #   more, depending on the shape and the GPU. Nothing but *less traffic* makes them faster: fewer bytes
 #   per element (int8 ReLU does four times the FLOPs per byte of fp32 ReLU, at no more than about a
 #   quarter fewer GB/s, so it finishes several times sooner), or *fusion*, doing several operations per
 #   trip to memory (lesson 04).
 # - **Matmul** moves right as it grows (intensity `2N/(3 * bytes)`). Small matmuls fall well below both
 #   roofs: too little work to fill the GPU's SMs, and a few microseconds that any kernel takes however
-#   little it does (replayed from a CUDA graph, with no launch from Python, the 64^3 one took
-#   {{us:matmul bf16 64^3|torch.matmul [graph]}}; launched plainly {{us:matmul bf16 64^3|torch.matmul}}).
+#   little it does (the 64^3 one took {{us:matmul bf16 64^3|torch.matmul}}, timed on the GPU, its launch
+#   from Python hidden behind the cache flush that precedes it).
 #   The large ones (4096^3, 8192^3) reach the flat roof: compute-bound, where lesson 03's tiled kernels
 #   have to compete with cuBLAS.
 # - **Skinny matmuls** (a matrix-vector product, a decode step of a few tokens) stay left of the ridge

@@ -216,9 +216,9 @@ else:
 # writes, {{gbps:vector add fp32 2^28|write only (out.fill_)}} (H100:
 # {{gbps@h100:vector add fp32 2^28|read only (x -> one sum per block)}} and
 # {{gbps@h100:vector add fp32 2^28|write only (out.fill_)}}). Either stream alone beats the copy, which
-# mixes them half and half; the add, two thirds reads, sits between. That is what DRAM's timing rules
-# lead one to expect: its bus takes a pause each time it turns from reading to writing or back, and a
-# mix with fewer turns per byte loses less time to them. The copy is the yardstick of one traffic mix,
+# mixes them half and half; the add, two thirds reads, sits between. That fits DRAM's timing rules
+# (JEDEC's HBM standards set minimum delays when the bus turns from writing to reading, tWTR, and back):
+# a mix with fewer turns per byte loses less time to them. The benchmark shows the order, not the cause. The copy is the yardstick of one traffic mix,
 # not a hard ceiling. PyTorch lands on
 # the same bar
 # (`torch.add` {{gbps:vector add fp32 2^28|torch x + y}}; against the fastest PyTorch version,

@@ -556,14 +556,14 @@ for M_, N_, K_ in [(64, 256, 128), (128, 256, 256), (1024, 1024, 1024), (4096, 4
 # What it is worth in time differs. At 4096^3 the kernel is compute-bound: the separate ReLU pass
 # costs a small fraction of the arithmetic's floor, so fusing saves a little. At the GEM shapes the
 # bytes are nothing; what fusion saves there is the second kernel: its launch, and the GPU's wait
-# between the two kernels. How much of that a timing shows depends on how it is taken. Timed plainly,
-# one call after another from Python, a side may also pay its launches on the CPU, a cost that
-# depends on the CPU. In the
+# between the two kernels. The benchmark's timer (`do_bench`) queues each call behind a 256 MiB read
+# that empties the L2, so the launches from Python are hidden and a plain time holds the GPU's work:
+# the kernels, and for eager the GPU's gap between its two. In the
 # committed runs, at (64, 256, 128) ours took {{us:linear_relu fp16 (64,256,128)|triton (ours)}} per call against eager's
 # {{us:linear_relu fp16 (64,256,128)|torch eager relu(addmm)}} on the H200 ({{ratio:linear_relu fp16 (64,256,128)|triton (ours)|fastest}} the speed of
 # the faster peer), and {{us@h100:linear_relu fp16 (64,256,128)|triton (ours)}} against {{us@h100:linear_relu fp16 (64,256,128)|torch eager relu(addmm)}}
-# on the H100 ({{ratio@h100:linear_relu fp16 (64,256,128)|triton (ours)|fastest}}): eager's time moved more between the two
-# machines than ours did. So where a plain time is launch-bound, the
+# on the H100 ({{ratio@h100:linear_relu fp16 (64,256,128)|triton (ours)|fastest}}). A serving stack runs steps this small
+# from a CUDA graph, so where a plain time is launch-bound the
 # benchmark also times that side replayed from a CUDA graph (the `[graph]` rows: the launches recorded
 # once and replayed, as a serving stack replays a decode step), which leaves the GPU's work, and it
 # judges the target on those rows; the plain ratio is reported beside it. Replayed from a graph, ours
@@ -624,8 +624,8 @@ if rows:
 #   {{ratio@h100:matmul fp16 8192^3|triton (ours)|torch.matmul (cuBLAS)}}, {{ratio@h100:matmul bf16 4096^3|triton (ours)|torch.matmul (cuBLAS)}} and
 #   {{ratio@h100:matmul bf16 8192^3|triton (ours)|torch.matmul (cuBLAS)}}: {{verdict@h100:matmul fp16 4096^3|triton (ours)|torch.matmul (cuBLAS)}}, {{verdict@h100:matmul fp16 8192^3|triton (ours)|torch.matmul (cuBLAS)}},
 #   {{verdict@h100:matmul bf16 4096^3|triton (ours)|torch.matmul (cuBLAS)}} and {{verdict@h100:matmul bf16 8192^3|triton (ours)|torch.matmul (cuBLAS)}}.
-# - **TF32 is the hard case**: by the operand-layout rule below, a row-major fp32 `b` is the one case
-#   where `matmul` does extra work, a transposing copy of `b` on every call. The target of 0.85 is
+# - **TF32 is the hard case**: by the operand-layout rule below, a row-major fp32 `b` in TF32 on Hopper
+#   is the one case where `matmul` does extra work, a transposing copy of `b` on every call. The target of 0.85 is
 #   judged on the row `triton (ours) b K-major (packed once)`: `b` transposed to K-major once, before timing, as
 #   a model stores a weight it multiplies by on every step (lesson 06 packs its weights the same way),
 #   so the kernel does no extra work. That row reached
@@ -660,7 +660,7 @@ if rows:
 #   fp32 inputs with a row-major `b`, `matmul` first transposes `b` with lesson 02's `copy_2d` (8KN
 #   bytes: the next cell computes its share of the time): without it the kernel Triton builds for a
 #   row-major `b` took about twice as long at 4096^3 on an H100, in a measurement outside the benchmark
-#   ([results/explore/tf32_rowmajor.h100.json](../results/explore/README.md); how Triton brings `b` into
+#   (`tf32_rowmajor.h100.json`, [results/explore](../results/explore/README.md); how Triton brings `b` into
 #   that form was not examined). In fp16 the layout is a question of speed only:
 #   `linear_relu` reads the K-major `w.t()`, the plain fp16 matmul a row-major `b` (compare their
 #   rows above; the autotuner keys on the strides, so each layout gets its own tile). On Hopper a

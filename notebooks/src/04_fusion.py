@@ -6,7 +6,7 @@
 # chain; why a fused chain of sines ends up limited by arithmetic, on the roofline; how to see the
 # launches and the gaps between kernels with a profiler (PyTorch's and Triton's own, `proton`); how
 # `torch.compile` fuses the same chain and how to read the Triton code it writes; how CUDA graphs
-# and `mode="reduce-overhead"` remove launch overhead; and the fused `silu(g) * u` at the heart of
+# remove launch overhead, and why `mode="reduce-overhead"` did not at a tiny size; and the fused `silu(g) * u` at the heart of
 # Llama's MLP, computed safely for large inputs.
 #
 # The exercises are in [exercises/04_fusion.ipynb](../exercises/04_fusion.ipynb): each section
@@ -104,8 +104,8 @@ for fused in (False, True):
 # [04.bytes_moved](../exercises/04_fusion.ipynb#04.bytes_moved:-bytes-of-a-chain); the cell below
 # uses the course's solution (in `solutions/04_fusion.ipynb`) to put numbers on this device.
 #
-# The floor of a memory-bound kernel is `bytes / bandwidth`, and the best bandwidth any kernel gets
-# is a plain copy's. On a GPU we measure it here; on a CPU we take the copy row of the committed GPU
+# The floor of a memory-bound kernel is `bytes / bandwidth`, and the bandwidth to use is a plain copy's
+# (lesson 02: a kernel with another mix of reads and writes can pass it by a few percent). On a GPU we measure it here; on a CPU we take the copy row of the committed GPU
 # run.
 
 # %%
@@ -241,7 +241,7 @@ for cost in (10, 20, 40):  # assumed FLOPs per accurate sinf, for comparison
 #
 # `torch.profiler` records what the CPU did (Python, aten ops, the kernel launch calls) and what the
 # GPU did (each kernel's start and end). We profile three calls of each version at 2^20 elements,
-# where one kernel takes a few microseconds, about as long as launching it. The trace files land in
+# where one kernel takes a few microseconds, less than its launch from Python costs. The trace files land in
 # `exports/` (ignored by git): open them at https://ui.perfetto.dev or `chrome://tracing`. In the
 # eager trace, look at the GPU stream row: four short kernels per call. The fused trace has one.
 
@@ -410,8 +410,8 @@ else:
 # %% [markdown]
 # ## Overhead of many tiny launches
 #
-# At 4096 elements (16 KB) a kernel's work is over in about a microsecond, while launching one from
-# Python costs several: the eager chain is paid for in CPU time, and the GPU idles. Two ways out:
+# At 4096 fp32 elements (16 KiB) a kernel's work is over in a few microseconds, while launching one
+# from Python costs more (measured below): the eager chain is paid for in CPU time, and the GPU idles. Two ways out:
 #
 # - **CUDA graphs**: record the launches once, replay the whole sequence with one call.
 #   `graph_replay` below does it by hand (`torch.cuda.graph`); a replay reuses the captured tensors, so
@@ -527,7 +527,8 @@ print(f"gelu_mul matches gelu_mul_ref on {tuple(g.shape)} fp16, |g| up to {g.abs
 # %% [markdown]
 # Now write `silu(g) * u`: exercise
 # [04.silu_mul](../exercises/04_fusion.ipynb#04.silu_mul:-the-gated-MLP-product). Its check feeds
-# values of g large enough to break the textbook formula and compares in fp32.
+# values of g large enough to break the textbook formula and compares with a float64 reference,
+# allowing one rounding of the output's dtype: compute in fp32 and round once, at the store.
 #
 # ## Benchmark against the peers
 #
