@@ -231,6 +231,14 @@ def test_softmax_whose_long_row_loop_runs_in_the_storage_dtype_fails():
     failure("05.softmax", wrong, "fp16 rows of")
 
 
+def test_softmax_whose_long_row_loop_starts_its_running_max_at_0_fails():
+    """max(0, the row) shifts as well as the row's max until the whole row lies ~88 below 0."""
+    wrong = mutant("l05_online_softmax", "softmax",
+                   ('m = tl.full((BLOCK_N,), float("-inf"), tl.float32)', 'm = tl.full((BLOCK_N,), 0.0, tl.float32)'))
+    failure("05.softmax", wrong, "near -120: the long-row loop's running max starts at -inf, not 0",
+            at="near -120")
+
+
 def _lane_stats(x, block):
     """Honest: a running (max, sum) per lane of the block, merged once at the end (a kernel's way)."""
     lane_m = torch.full((block,), NEG_INF, dtype=torch.float64, device=x.device)
@@ -1342,3 +1350,16 @@ def test_attention_addressing_out_with_anothers_stride_fails(strides):
 def test_attention_with_a_head_dim_block_fixed_at_32_fails():
     wrong = mutant("l05_online_softmax", "attention", ("HEAD_DIM=D,", "HEAD_DIM=min(D, 32),"))
     failure("05.attention", wrong, "D = 64: the block of the head dim is D itself", at="D = 64: the block")
+
+
+def test_attention_masking_p_after_exp_fails():
+    """A causal mask on p after exp leaves the running max over the masked scores: an exact shift while
+    they stay within ~88 of the visible ones, as in every other case."""
+    p_line = "p = tl.exp2(s * qk_scale - m_new[:, None])  # (BLOCK_M, BLOCK_N), one FMA and one exp2 per score"
+    wrong = mutant("l05_online_softmax", "attention",
+                   ('s = tl.where(keep, s, float("-inf"))', 's = tl.where(keys[None, :] < S, s, float("-inf"))'),
+                   (p_line, "p = tl.exp2(s * qk_scale - m_new[:, None])\n"
+                            "        if MASKED:\n"
+                            "            p = tl.where(keep, p, 0.0)"))
+    failure("05.attention", wrong, "mask the scores (-inf) before the running max", at="the last key scoring ~150")
+

@@ -1205,3 +1205,14 @@ def test_an_output_or_weight_taken_as_contiguous_fails(exercise, name, edit, wor
     """out and the weights may have any strides: a kernel (or packing) that ignores them fails where a case
     pads out's rows or keeps a weight K-major."""
     failure(exercise, mutant("l06_fused_rmsnorm_mlp", name, edit), words, at=words)
+
+
+@pytest.mark.parametrize("exercise, name, edit", [
+    ("06.gate_up_silu", "gate_up_silu",
+     ("h = acc_g * tl.sigmoid(acc_g) * acc_u", "h = acc_g * (tl.exp(acc_g) / (1.0 + tl.exp(acc_g))) * acc_u")),
+    ("06.rmsnorm_mlp", "rmsnorm_mlp", ("h = g * tl.sigmoid(g) * u", "h = g * (tl.exp(g) / (1.0 + tl.exp(g))) * u")),
+])
+def test_sigmoid_as_exp_over_one_plus_exp_fails(exercise, name, edit):
+    """exp(g) / (1 + exp(g)) is tl.sigmoid's value while exp(g) is finite: every g of the other cases is ~N(0, 1)."""
+    failure(exercise, mutant("l06_fused_rmsnorm_mlp", name, edit), "never exp(g) / (1 + exp(g))",
+            at="gate pre-activations past 88")

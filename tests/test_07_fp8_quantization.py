@@ -649,6 +649,12 @@ def test_quantize_rows_of_tiny_values_keep_their_scale():
         assert _quantize_verify({"out": out, "scale_out": scale}, _quantize_case("tiny rows", x)) == []
 
 
+def test_quantize_multiplying_by_448_first_fails_on_huge_values():
+    """x * 448 * (1 / amax) is the solution's x * (1 / amax) * 448 until x * 448 passes fp32's largest value."""
+    wrong = mutant("l07_fp8_quantization", "quantize_rowwise", ("x * inv * FP8_MAX", "x * FP8_MAX * inv"))
+    failure("07.quantize_rowwise", wrong, "x * 448 overflows fp32 to inf", at="values around 1e36")
+
+
 # --- 07.decode_e4m3: bit arithmetic on torch integers is fine, torch's own float8 is not -------------
 
 def test_decode_with_torch_integer_bit_arithmetic_passes():

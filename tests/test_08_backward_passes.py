@@ -1200,3 +1200,14 @@ def test_rmsnorm_train_mixing_up_x_and_weights_dtypes_fails(edit):
 def test_attention_backward_with_a_head_dim_block_fixed_at_32_fails():
     wrong = mutant("l08_backward_passes", "attention_backward", ("HEAD_DIM=D)", "HEAD_DIM=min(D, 32))"))
     failure("08.attention_backward", wrong, "D = 64, the block of the head dim is D itself", at="D = 64, the block")
+
+
+def test_attention_backward_masking_by_multiplying_p_fails():
+    """p * (j <= i) is tl.where's answer while exp() of every masked score is finite: every case's scores
+    but one are ~N(0, 1)."""
+    wrong = mutant("l08_backward_passes", "attention_backward",
+                   ("p_t = tl.where(offs_n[:, None] <= offs_m[None, :], p_t, 0.0)",
+                    "p_t = p_t * (offs_n[:, None] <= offs_m[None, :]).to(tl.float32)"),
+                   ("p = tl.where(offs_n[None, :] <= offs_m[:, None], p, 0.0)",
+                    "p = p * (offs_n[None, :] <= offs_m[:, None]).to(tl.float32)"))
+    failure("08.attention_backward", wrong, "mask with tl.where, not by multiplying", at="the last key scores ~97")

@@ -791,3 +791,49 @@ def test_a_dtype_or_size_the_text_allows_and_one_case_gives_fails(exercise, name
 
     message = failure(exercise, mutant("l09_decoding", name, edit), at=words)
     assert words in message, message
+
+
+@interpreter_only_because("the cases of scores near -160 are the interpreter's (TF32 moves such scores on a GPU)")
+def test_decode_merge_loading_the_padded_splits_max_as_0_fails():
+    """other=0.0 for the merge's lanes past the last split: max(m_i, 0) shifts as well as the largest m_i while
+    some score is above about -88, and the one case of scores far below had a power of 2 of splits."""
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "decode_attention", ('m = tl.load(parts + D, mask=s_mask, other=float("-inf"))',
+                                                         "m = tl.load(parts + D, mask=s_mask, other=0.0)"))
+    assert "never 0, or exp(m_i - 0) is 0" in failure("09.decode_attention", wrong, at="one sequence of 96 keys")
+
+
+@triton.jit
+def _w4_fp16_group_sums(x_ptr, w_ptr, s_ptr, o_ptr, N, n_groups, sxm, sxk, swn, ssn, ssg, som, son,
+                        GS: tl.constexpr, BN: tl.constexpr):
+    """A plain W4A16 GEMV, right but for its arithmetic: nibbles dequantized to x's dtype, and each group's
+    products summed in it, before the fp32 scale."""
+    m = tl.program_id(0)
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    j = tl.arange(0, GS // 2)
+    acc = tl.zeros((BN,), tl.float32)
+    for g in range(0, n_groups):
+        b = tl.load(w_ptr + n[:, None] * swn + (g * (GS // 2) + j)[None, :], mask=(n < N)[:, None], other=0)
+        lo = (b & 0xF).to(x_ptr.dtype.element_ty) - 8.0
+        hi = ((b >> 4) & 0xF).to(x_ptr.dtype.element_ty) - 8.0
+        x_even = tl.load(x_ptr + m * sxm + (g * GS + 2 * j) * sxk)
+        x_odd = tl.load(x_ptr + m * sxm + (g * GS + 2 * j + 1) * sxk)
+        part = tl.sum(lo * x_even[None, :] + hi * x_odd[None, :], axis=1)  # (BN,) in x's dtype
+        acc += part.to(tl.float32) * tl.load(s_ptr + n * ssn + g * ssg, mask=n < N, other=0.0).to(tl.float32)
+    tl.store(o_ptr + m * som + n * son, acc, mask=n < N)
+
+
+def _w4_summing_groups_in_16_bits(x, w_packed, scales, group_size, out):
+    if x.shape[1] % group_size:
+        raise ValueError(f"K = {x.shape[1]} is not a multiple of group_size = {group_size}")
+    M, N = out.shape
+    _w4_fp16_group_sums[(M, triton.cdiv(N, 32))](x, w_packed, scales, out, N, x.shape[1] // group_size,
+                                                  *x.stride(), w_packed.stride(0), *scales.stride(), *out.stride(),
+                                                  GS=group_size, BN=32)
+
+
+@interpreter_only_because("the case of x ~ 200 is the interpreter's, as the cancelling case it scales")
+def test_w4a16_summing_each_group_in_16_bits_fails():
+    """Its groups' sums stay far below fp16's 65504 while x is ~1: only x ~ 200 takes one past it."""
+    assert "multiply and sum in fp32" in failure("09.w4a16_gemv", _w4_summing_groups_in_16_bits, at="x ~ 200")

@@ -701,6 +701,11 @@ def _softmax_cases(gen):
                         "and sum in fp32 (x.to(tl.float32))", randn((3, long_cols), torch.float16, gen=gen, scale=3))
     yield _softmax_case(f"rows of {long_cols} into a transposed out: strides (1, rows), the long-row loop stores "
                         "with out's column stride", randn((3, long_cols), gen=gen, scale=2), out_layout="transposed")
+    # Every long row above has a maximum near 0 or above it, where a running max that starts at 0 instead
+    # of -inf shifts as well as the true one; the rows near -100 that would tell them apart are short.
+    yield _softmax_case(f"rows of {long_cols} near -120: the long-row loop's running max starts at -inf, not 0 "
+                        "(exp(-120 - 0) underflows to 0 in every block, and 0 / 0 is NaN)",
+                        randn((3, long_cols), gen=gen, scale=2, offset=-120.0))
     # Last, the longest to run (a wrong answer that fails earlier never gets here). Triton refuses blocks of
     # more than 2^20 elements (TRITON_MAX_TENSOR_NUMEL) in the interpreter too, which has no register limit:
     # this row is where a kernel with one block per row (no loop) fails there. One row of 4 MiB of fp32 in
@@ -981,6 +986,19 @@ def _attention_cases(gen):
                    (q, k, v, Out("out", (1, 2, 37, 64), torch.float32), False),
                    {"out": _attention_expected(q, k, v, False)}, *_attention_tolerance(torch.float32),
                    explain=_attention_explain)
+    # Every causal score above that the mask hides is within ~40 of the visible ones: a mask applied to p
+    # after exp (the running max taken over masked scores too) is an exact shift there. Here the last key
+    # would score ~150 for every earlier query (q[0] = 3, k[0] = 200, over sqrt(16)); the last query, the
+    # only one that sees it, has q[0] = 0, so every visible score is ~N(0, 1).
+    q, k, v = qkv((1, 1, 40, 16), torch.float32)
+    q[..., 0] = 3.0
+    q[..., -1, 0] = 0.0
+    k[..., -1, 0] = 200.0
+    yield Case("causal, the last key scoring ~150 for every earlier query, which the mask hides from them: "
+               "mask the scores (-inf) before the running max, not p after exp, or every visible p underflows",
+               (q, k, v, Out("out", (1, 1, 40, 16), torch.float32), True),
+               {"out": _attention_expected(q, k, v, True)}, *_attention_tolerance(torch.float32),
+               explain=_attention_explain)
 
 
 register(Exercise(

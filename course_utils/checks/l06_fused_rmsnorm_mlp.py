@@ -242,6 +242,10 @@ def _gate_up_case(label: str, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch
                 verify=_gate_up_rounded_once)
 
 
+GATE_OUTLIERS = ("gate pre-activations past 88 (w_gate scaled up): exp(g) is inf in fp32 there, so compute "
+                 "sigmoid as tl.sigmoid(g) (1 / (1 + exp(-g))), never exp(g) / (1 + exp(g)), which gives inf / inf")
+
+
 def _gate_up_cases(gen):
     rows, hidden, inter = size((1823, 781, 1000), (37, 40, 136))
     for dtype in _dtypes():
@@ -291,6 +295,11 @@ def _gate_up_cases(gen):
     yield _gate_up_case("w_gate K-major (strides (1, 136)) beside a row-major w_up: address each weight with its "
                         "own strides", randn((16, 48), torch.float16, gen),
                         _weights(136, 48, torch.float16, gen, k_major=True), _weights(136, 48, torch.float16, gen))
+    # Every g above is ~N(0, 1), where sigmoid written as exp(g) / (1 + exp(g)) is exact; past 88, exp(g) is
+    # inf in fp32 and inf / inf is NaN. w_gate of std 40 / sqrt(hidden): g of std ~40, about 1 in 70 past 88
+    # (30 of the 2176), out within fp16's range.
+    yield _gate_up_case(GATE_OUTLIERS, randn((16, 48), torch.float16, gen),
+                        _weights(136, 48, torch.float16, gen) * 40.0, _weights(136, 48, torch.float16, gen))
 
 
 def _gate_up_rounded_once(outs: dict, case: Case) -> list[str]:
@@ -462,17 +471,24 @@ def _mlp_cases(gen):
     yield _half_mlp_case("w_gate, w_up and w_down kept K-major (each the transpose of a row-major tensor, strides "
                          "(1, rows)): read each weight with its own strides, float16",
                          randn((16, 48), torch.float16, gen), 136, gen, k_major=True)
+    # As in _gate_up_cases: 4 intermediate channels whose normalized g has a std of ~80 (64 values, about 9
+    # past 88), and w_down's 4 columns for them scaled by 0.01, so that out stays ~1
+    yield _half_mlp_case(f"4 channels of {GATE_OUTLIERS}, float16", randn((16, 48), torch.float16, gen), 136, gen,
+                         gate_outliers=4)
 
 
 def _half_mlp_case(label: str, x: torch.Tensor, inter: int, gen, eps: float = 1e-6,
-                   k_major: bool = False) -> Case:
+                   k_major: bool = False, gate_outliers: int = 0) -> Case:
     """A float16 case of the block on x (rows, hidden): norm_weight and the weights drawn after x; k_major:
-    each weight the transpose of a row-major tensor (strides (1, rows of the weight))."""
+    each weight the transpose of a row-major tensor (strides (1, rows of the weight)); gate_outliers: that
+    many rows of w_gate scaled by 80 (g of std ~80), and w_down's columns for them by 0.01."""
     hidden, half = x.shape[1], torch.float16
     norm_weight = uniform((hidden,), 0.5, 1.5, half, gen)
     w_gate = _weights(inter, hidden, half, gen, k_major)
     w_up = _weights(inter, hidden, half, gen, k_major)
     w_down = _weights(hidden, inter, half, gen, k_major)
+    w_gate[:gate_outliers] *= 80.0
+    w_down[:, :gate_outliers] *= 0.01
     expected = _gate_up_silu64(_rmsnorm64(x, norm_weight, eps), w_gate, w_up) @ f64(w_down).T
     out = Out("out", tuple(x.shape), half, layout=_out_layout(x))
     return Case(label, (x, norm_weight, w_gate, w_up, w_down, eps, out), {"out": expected}, *_dot_tolerance(half))

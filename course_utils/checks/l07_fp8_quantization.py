@@ -202,6 +202,10 @@ def _quantize_cases(gen):
                          "each loop over every block of the row; row 1 all zeros, rows 2 and 3 of values "
                          "near 1e-37 and 1e-40, and stored column-major (strides (1, 4)): the two-pass "
                          "path needs the one-pass path's guards and x's strides", x.t().contiguous().t())
+    # The mirror of the 1e-37 case: values past 3.4e38 / 448 = 7.6e35, where x * 448 overflows fp32 to inf
+    # (clamped to 448: every large element of the row the same) unless x is divided by amax first
+    yield _quantize_case("5 x 300, values around 1e36 (fp32 holds up to 3.4e38): x * 448 overflows fp32 to inf; "
+                         "x / amax first, then times 448", randn((5, 300), gen=gen, scale=1e36))
 
 
 # --- 07.fp8_matmul ----------------------------------------------------------------------------

@@ -699,9 +699,15 @@ def _attention64(q, k, v, do, causal: bool):
     return o.detach(), lse.detach(), q64.grad, k64.grad, v64.grad
 
 
-def _attention_case(B, H, S, D, causal, dtype, gen, note=""):
+def _attention_case(B, H, S, D, causal, dtype, gen, note="", future_outlier=None):
+    """future_outlier: the last key scores that much (over sqrt(D)) for every earlier query, which the causal
+    mask hides from them; the last query, the only one that sees it, scores it near 0."""
     eps = TF32_EPS if (dtype == torch.float32 and current().gpu) else EPS[dtype]
     q, k, v, do = (randn((B, H, S, D), dtype, gen) for _ in range(4))
+    if future_outlier is not None:
+        q[..., 0] = 3.0
+        q[..., S - 1, 0] = 0.0
+        k[..., S - 1, 0] = future_outlier * math.sqrt(D) / 3.0
     o, lse, dq, dk, dv = _attention64(q, k, v, do, causal)
     slack = 64 if dtype == torch.float32 else 16
     tols = {n: _tol(dtype, t, slack, eps, floor=1.0) for n, t in (("dq", dq), ("dk", dk), ("dv", dv))}
@@ -755,6 +761,12 @@ def _attention_cases(gen):
     if not current().gpu:
         yield _attention_case(1, 1, 37, 64, False, torch.float32, gen,
                               ": D = 64, the block of the head dim is D itself (HEAD_DIM=D), never a fixed size")
+    # Every score above is ~N(0, 1): a mask multiplied into p (p * (j <= i)) is exact while exp() of a masked
+    # score stays finite. Here masked scores lie ~97 above the lse of the queries that may not see them.
+    yield _attention_case(1, 1, 40, 16, True, torch.float32, gen,
+                          ": the last key scores ~97 for every earlier query, hidden from them by the mask; "
+                          "exp() of it is inf, and inf * 0 is NaN: mask with tl.where, not by multiplying",
+                          future_outlier=97.5)
 
 
 register(Exercise(

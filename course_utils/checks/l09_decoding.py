@@ -391,6 +391,14 @@ def _attention_cases(gen):
     yield _attention_case(f"q {_name(half)} on float32 caches and out: the dot in the caches' dtype (cast q's block "
                           "to it), never the caches' blocks to q's", 2, 4, 2, 40, 16, torch.float32, gen,
                           lengths=[40, 9], q_dtype=half)
+    # The case of scores near -160 has 2 splits: a merge whose splits fill its block exactly. With a split
+    # count that is no power of 2 the merge's block has lanes past the last split, whose m must load as -inf:
+    # loaded as 0, the common max is max(m_i, 0), and every exp(m_i - 0) is 0. The interpreter only, as that case.
+    if not current().gpu:
+        yield _attention_case("every score near -160, one sequence of 96 keys (in 3 splits of 32, say: a split count "
+                              "that is no power of 2): the merge loads m = -inf (other=-inf) for its lanes past the "
+                              "last split, never 0, or exp(m_i - 0) is 0 for every split", 1, 4, 2, 96, 16, half,
+                              gen, lengths=[96], q_offset=-10.0, k_offset=4.0)
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
@@ -446,11 +454,11 @@ def _w4_explain(atol, rtol, W_q):
 
 
 def _w4_case(label, M, N, K, group_size, dtype, gen, scale_dtype=None, cancelling=False, x_row_stride=None,
-             x_transposed=False, out_layout="contiguous"):
+             x_transposed=False, out_layout="contiguous", x_scale=1.0):
     """x_row_stride: x the first K columns of an (M, x_row_stride) tensor (a slice of a wider activation);
-    x_transposed: x a (K, M) tensor's transpose, strides (1, M)."""
+    x_transposed: x a (K, M) tensor's transpose, strides (1, M); x_scale: the cancelling case's x times it."""
     if cancelling:  # _w4_cancelling_case
-        x = uniform((M, K), 0.9, 1.1, dtype, gen)
+        x = uniform((M, K), 0.9, 1.1, dtype, gen) * x_scale
         W_q = torch.randint(9, 16, (N, K), generator=gen, dtype=torch.uint8)  # w > 0: nibbles 9..15
         W_q[:, K // 2:] = 16 - W_q[:, K // 2:]  # w < 0 over the second half of K: nibbles 1..7
         scales = uniform((N, K // group_size), 0.04, 0.05, scale_dtype or dtype, gen)
@@ -520,6 +528,14 @@ def _w4_cases(gen):
     # Every x above has column stride 1: a kernel that took x's last dim as contiguous passed them all.
     yield _w4_case("M = 4, x a (K, M) tensor's transpose, strides (1, 4): x.stride(1) is 4, not 1", 4, 24, 256, 64,
                    half, gen, x_transposed=True)
+    # Every x above is ~N(0, 1) or ~1: a group's sum of x (q - 8) stayed far below 65504, fp16's largest, and
+    # a kernel that summed each group in 16 bits (tl.sum of fp16 products) before its fp32 scale passed. The
+    # interpreter only, as the cancelling case above.
+    if not current().gpu:
+        yield _w4_case("x ~ 200 (activations of a few hundred, as large models' outlier channels have), groups of "
+                       "128 of the cancelling weights above: a group's sum of x (q - 8) reaches ~1e5, past fp16's "
+                       "largest value 65504: multiply and sum in fp32", 2, 32, 512, 128, half, gen, cancelling=True,
+                       x_scale=200.0)
 
 
 def _dequantized_weights(case: Case) -> tuple[int, str]:
