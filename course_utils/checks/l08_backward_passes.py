@@ -168,19 +168,20 @@ def _rmsnorm_backward_cases(gen):
     rows, hidden = size((1823, 781), (37, 781))
     many = size((4096, 1024), (150, 80))
     for dtype in _dtypes():
-        shapes = [
-            ("one row of 48", (1, 48), 1e-6),
-            (f"{rows} rows x hidden {hidden}: no size is a multiple of a block", (rows, hidden), 1e-6),
-            (f"{many[0]} rows x hidden {many[1]}: dw sums rows handled by many programs", many, 1e-6),
-            ("inputs ~0.03 with eps = 1e-3 (rstd saved by the forward already holds eps)", (rows, hidden), 1e-3),
+        shapes = [  # (label, (rows, hidden), eps, strided: x and dy slices of wider tensors, dx's rows padded)
+            ("one row of 48", (1, 48), 1e-6, False),
+            (f"{rows} rows x hidden {hidden}: no size is a multiple of a block", (rows, hidden), 1e-6, False),
+            (f"{many[0]} rows x hidden {many[1]}: dw sums rows handled by many programs", many, 1e-6, False),
+            ("inputs ~0.03 with eps = 1e-3 (rstd saved by the forward already holds eps)", (rows, hidden), 1e-3,
+             False),
             (f"x and dy slices of wider tensors (row strides {hidden + 7} and {hidden + 13}), dx's rows padded "
-             f"(row stride {hidden + PAD}): use each one's own stride", (rows, hidden), 1e-6),
+             f"(row stride {hidden + PAD}): use each one's own stride", (rows, hidden), 1e-6, True),
         ]
         if current().gpu:
-            shapes.append(("2048 rows x hidden 4096, Llama-7B's width", (2048, 4096), 1e-6))
-        for label, (m, n), eps in shapes:
+            shapes.append(("2048 rows x hidden 4096, Llama-7B's width", (2048, 4096), 1e-6, False))
+        for label, (m, n), eps, strided in shapes:
             scale = 0.03 if eps == 1e-3 else 1.0
-            if "slices" in label:
+            if strided:
                 x = randn((m, n + 7), dtype, gen, scale)[:, 3:3 + n]
                 # dy's row stride is not x's: a kernel reading dy with x.stride(0) must fail here
                 dy = randn((m, n + 13), dtype, gen)[:, 2:2 + n]
@@ -188,7 +189,7 @@ def _rmsnorm_backward_cases(gen):
                 x, dy = randn((m, n), dtype, gen, scale), randn((m, n), dtype, gen)
             weight = uniform((n,), 0.5, 1.5, dtype, gen)
             yield _rmsnorm_backward_case(f"{label}, {_name(dtype)}", dy, x, weight, eps,
-                                         dx_layout="padded" if "slices" in label else "contiguous")
+                                         dx_layout="padded" if strided else "contiguous")
     # Last (the cases above draw what they drew before it came): the gradient of sum(y^2) / 2 with w = 1, the
     # first backward a test writes, is dy = y, and dx = rstd * (y - xhat * mean(y * xhat)) cancels to ~eps
     x = randn((4, 80), torch.float32, gen)
