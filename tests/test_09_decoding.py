@@ -373,7 +373,7 @@ def test_w4a16_with_an_fp16_running_sum_fails_on_the_cancelling_sums():
     """The same kernel with its running sum rounded to fp16 after every K step: within the tolerance of the
     random-sign cases, off by up to 0.25 a step on sums that climb to 550 and cancel."""
     message = failure("09.w4a16_gemv", _w4a16_via_dot(tl.float16))
-    assert "climbs to about 550" in message and "accumulate in fp32" in message, message
+    assert "climbs to about 370" in message and "accumulate in fp32" in message, message
 
 
 @interpreter_only_because("the case of cancelling sums is the interpreter's only")
@@ -384,7 +384,7 @@ def test_w4a16_with_an_fp16_running_sum_for_batches_only_fails():
     def w4a16_gemv(x, w_packed, scales, group_size, out):
         (one if x.shape[0] == 1 else batch)(x, w_packed, scales, group_size, out)
 
-    assert "climbs to about 550" in str(failure("09.w4a16_gemv", w4a16_gemv))
+    assert "climbs to about 370" in str(failure("09.w4a16_gemv", w4a16_gemv))
 
 
 def test_w4a16_errors_of_rounding_size_are_told_from_wrong_weights():
