@@ -1363,3 +1363,9 @@ def test_attention_masking_p_after_exp_fails():
                             "            p = tl.where(keep, p, 0.0)"))
     failure("05.attention", wrong, "mask the scores (-inf) before the running max", at="the last key scoring ~150")
 
+
+def test_softmax_whose_long_row_loop_rounds_1_over_d_to_16_bits_fails():
+    wrong = mutant("l05_online_softmax", "softmax",
+                   ("inv_d = 1.0 / d_row", "inv_d = (1.0 / d_row).to(out_ptr.dtype.element_ty)"))
+    failure("05.softmax", wrong, "1 / sum in fp32", at="fp16 rows of")
+

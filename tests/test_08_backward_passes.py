@@ -1211,3 +1211,27 @@ def test_attention_backward_masking_by_multiplying_p_fails():
                    ("p = tl.where(offs_n[None, :] <= offs_m[:, None], p, 0.0)",
                     "p = p * (offs_n[None, :] <= offs_m[:, None]).to(tl.float32)"))
     failure("08.attention_backward", wrong, "mask with tl.where, not by multiplying", at="the last key scores ~97")
+
+
+def test_cross_entropy_rounding_p_to_16_bits_before_p_minus_1_fails():
+    """p rounded to dlogits' dtype, then p - 1: one rounding of the result wherever p is far from 1, as in
+    every row but a confident one's target."""
+    wrong = mutant("l08_backward_passes", "cross_entropy",
+                   ("p = tl.exp(x - lse)", "p = tl.exp(x - lse).to(dlogits_ptr.dtype.element_ty)"))
+    failure("08.cross_entropy", wrong, "keep p in fp32 until it", at="a confident model")
+
+
+@pytest.mark.parametrize("edits", [
+    (("p_t = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])",
+      "p_t = tl.exp2(tl.dot(k, tl.trans(q)).to(q.dtype) * qk_scale - lse2[None, :])"),
+     ("p = tl.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])",
+      "p = tl.exp2(tl.dot(q, tl.trans(k)).to(q.dtype) * qk_scale - lse2[:, None])")),  # 16-bit scores
+    (('lse2 = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=float("inf")) * 1.4426950408889634',
+      'lse2 = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=float("inf")).to(q.dtype) * 1.4426950408889634'),
+     ("lse2 = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=0.0) * 1.4426950408889634",
+      "lse2 = tl.load(lse_ptr + bh * S + offs_m, mask=q_ok, other=0.0).to(q.dtype) * 1.4426950408889634")),  # lse
+])
+def test_attention_backward_recomputing_p_from_16_bits_fails(edits):
+    """Scores and lse of std 1, rounded to 16 bits, move p by ~0.1 %: within the tolerance of every other case."""
+    wrong = mutant("l08_backward_passes", "attention_backward", *edits)
+    failure("08.attention_backward", wrong, "never from 16-bit scores or a 16-bit lse", at="q and k of std 4")

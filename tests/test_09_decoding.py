@@ -837,3 +837,13 @@ def _w4_summing_groups_in_16_bits(x, w_packed, scales, group_size, out):
 def test_w4a16_summing_each_group_in_16_bits_fails():
     """Its groups' sums stay far below fp16's 65504 while x is ~1: only x ~ 200 takes one past it."""
     assert "multiply and sum in fp32" in failure("09.w4a16_gemv", _w4_summing_groups_in_16_bits, at="x ~ 200")
+
+
+def test_decode_partials_kept_in_outs_dtype_fail():
+    """A split's (acc, m, l) stored in out's dtype: m rounded to 16 bits is harmless while scores are near 0."""
+    from helpers import mutant
+
+    wrong = mutant("l09_decoding", "decode_attention",
+                   ("(D + 2), device=q.device,\n                                                   dtype=torch.float32)",
+                    "(D + 2), device=q.device,\n                                                   dtype=out.dtype)"))
+    assert "keep each split's m, l and acc in fp32" in failure("09.decode_attention", wrong, at="scores near 160")

@@ -697,8 +697,11 @@ def _softmax_cases(gen):
     yield _whole_blocks_case(2, 16, gen)  # the long-row loop's last block: after the cases that name its maths
     # Every long row above is fp32, and the only long rows with a strided out have out's columns adjacent: a
     # long-row loop in the storage dtype, or one that stored without out's column stride, passed them all.
-    yield _softmax_case(f"fp16 rows of {long_cols}: the long-row loop loads in fp16 and keeps its running max "
-                        "and sum in fp32 (x.to(tl.float32))", randn((3, long_cols), torch.float16, gen=gen, scale=3))
+    # 16 rows: with 3, a 1 / d rounded to fp16 before the last pass (two roundings of each output) stayed
+    # inside the tolerance of one on some seeds; on 16 it is past it on hundreds of elements
+    yield _softmax_case(f"fp16 rows of {long_cols}: the long-row loop loads in fp16 and keeps its running max, "
+                        "its sum and 1 / sum in fp32 (x.to(tl.float32)), rounding each output once, at the store",
+                        randn((16, long_cols), torch.float16, gen=gen, scale=3))
     yield _softmax_case(f"rows of {long_cols} into a transposed out: strides (1, rows), the long-row loop stores "
                         "with out's column stride", randn((3, long_cols), gen=gen, scale=2), out_layout="transposed")
     # Every long row above has a maximum near 0 or above it, where a running max that starts at 0 instead

@@ -440,6 +440,15 @@ def _ce_cases(gen):
                    f"dlogits with its own row stride, {rows} rows, vocab {v2}, {_name(dtype)}",
                    randn((rows, v2 + 5), dtype, gen, 2.0)[:, 2:2 + v2], _targets(rows, v2, gen, ignored=1),
                    in_place=True)
+    # No row above is confident: p of the target is far from 1, so p - 1 is no small difference of two
+    # numbers near 1, and a p rounded to 16 bits before it stayed inside the tolerance. A trained model's rows
+    # are confident: p of the target 0.6 to 0.9999 here, where that rounding is ~10 times the tolerance.
+    x = randn((16, 1000), torch.float32, gen)
+    t = _targets(16, 1000, gen)
+    x[torch.arange(16, device=x.device), t] += torch.linspace(6.0, 14.0, 16, device=x.device)
+    yield _ce_case("16 rows, vocab 1000, the target logit 6 to 14 above the rest (a confident model, p of the "
+                   "target 0.6 to 0.9999): the target's gradient (p - 1) / n is a small difference, so keep p in "
+                   "fp32 until it, and round once, at the store, float16", x.to(torch.float16), t)
 
 
 def _ce_case(label: str, logits: torch.Tensor, targets: torch.Tensor, in_place: bool = False) -> Case:
@@ -700,11 +709,11 @@ def _attention64(q, k, v, do, causal: bool):
     return o.detach(), lse.detach(), q64.grad, k64.grad, v64.grad
 
 
-def _attention_case(B, H, S, D, causal, dtype, gen, note="", future_outlier=None):
+def _attention_case(B, H, S, D, causal, dtype, gen, note="", future_outlier=None, qk_std=1.0):
     """future_outlier: the last key scores that much (over sqrt(D)) for every earlier query, which the causal
-    mask hides from them; the last query, the only one that sees it, scores it near 0."""
+    mask hides from them; the last query, the only one that sees it, scores it near 0. qk_std: q's and k's."""
     eps = TF32_EPS if (dtype == torch.float32 and current().gpu) else EPS[dtype]
-    q, k, v, do = (randn((B, H, S, D), dtype, gen) for _ in range(4))
+    q, k, v, do = (randn((B, H, S, D), dtype, gen, qk_std if i < 2 else 1.0) for i in range(4))
     if future_outlier is not None:
         q[..., 0] = 3.0
         q[..., S - 1, 0] = 0.0
@@ -768,6 +777,12 @@ def _attention_cases(gen):
                           ": the last key scores ~97 for every earlier query, hidden from them by the mask; "
                           "exp() of it is inf, and inf * 0 is NaN: mask with tl.where, not by multiplying",
                           future_outlier=97.5)
+    # Scores of std 1 above: rounded to 16 bits (the recomputed s, or the saved lse loaded as q's dtype) they
+    # move p by ~0.1 %, inside the tolerance. q and k of std 4 give scores of std 4 and an lse near 10-20,
+    # where fp16 rounds by up to 2^-7: p off by ~1 %.
+    yield _attention_case(1, 1, 150, 16, True, torch.float16, gen,
+                          ": q and k of std 4 (scores of std 4): recompute s and p = exp2(s * scale - lse) in fp32, "
+                          "from the fp32 lse, never from 16-bit scores or a 16-bit lse", qk_std=4.0)
 
 
 register(Exercise(

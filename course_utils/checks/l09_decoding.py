@@ -399,6 +399,13 @@ def _attention_cases(gen):
                               "that is no power of 2): the merge loads m = -inf (other=-inf) for its lanes past the "
                               "last split, never 0, or exp(m_i - 0) is 0 for every split", 1, 4, 2, 96, 16, half,
                               gen, lengths=[96], q_offset=-10.0, k_offset=4.0)
+    # Every score above that runs on a GPU is within a few units of 0, where a split's max rounded to 16 bits
+    # (partials kept in out's dtype) is off by a few thousandths. Softmax ignores a common level of the scores;
+    # a rounded max does not: near 160 fp16 rounds it by up to 0.0625 and bf16 by up to 0.5.
+    yield _attention_case(f"scores near 160 (q ~ 2.5, keys ~ 8 in each component, D 64), one sequence of 512 keys in "
+                          f"several splits, {_name(half)}: keep each split's m, l and acc in fp32 (the partials' "
+                          "buffer too); a max rounded to 16 bits weighs its split by exp(the rounding)", 1, 4, 1, 512,
+                          64, half, gen, lengths=[512], q_scale=0.3, q_offset=2.5, k_offset=8.0)
 
 
 # --- 09.w4a16_gemv ----------------------------------------------------------------------------
