@@ -1234,4 +1234,4 @@ def test_cross_entropy_rounding_p_to_16_bits_before_p_minus_1_fails():
 def test_attention_backward_recomputing_p_from_16_bits_fails(edits):
     """Scores and lse of std 1, rounded to 16 bits, move p by ~0.1 %: within the tolerance of every other case."""
     wrong = mutant("l08_backward_passes", "attention_backward", *edits)
-    failure("08.attention_backward", wrong, "never from 16-bit scores or a 16-bit lse", at="q and k of std 4")
+    failure("08.attention_backward", wrong, "never from 16-bit scores or a 16-bit lse", at="q and k of std 6")
