@@ -705,7 +705,8 @@ class StaticCacheLlama:
 
 # %% [markdown]
 # Your `kv_append` and `decode_attention` decoding the small toy Llama (runs once the checks above pass):
-# greedy tokens against Hugging Face `generate`'s, in fp32, where the two agree token for token.
+# greedy tokens against Hugging Face `generate`'s, in fp32 (on the CPU the two agree token for token; a GPU's
+# TF32 matmuls may part them at a near-tie).
 
 # %%
 if __name__ == "__main__":
