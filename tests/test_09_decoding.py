@@ -279,20 +279,23 @@ def _dequantize_kernel_beside_x(x_ptr, w_ptr, s_ptr, out_ptr, K, GROUP, BLOCK: t
 @triton.jit
 def _w4a16_split_kernel(x_ptr, w_ptr, s_ptr, part_ptr, M, N, K, n_groups, stride_xm, stride_xk, stride_wn,
                         stride_wk, stride_sn, stride_sg, GROUP: tl.constexpr, SPLITS: tl.constexpr,
-                        BLOCK_N: tl.constexpr):
-    """Split s of row m: groups s, s + SPLITS, ... of K, each summed in fp32 and scaled once, into part[s, m]."""
+                        BLOCK_N: tl.constexpr, SUM_IN_X_DTYPE: tl.constexpr = False):
+    """Split s of row m: groups s, s + SPLITS, ... of K, each summed in fp32 (SUM_IN_X_DTYPE: in x's dtype, the
+    mistake) and scaled once, into part[s, m]."""
     m, split = tl.program_id(0), tl.program_id(2)
     n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     j = tl.arange(0, GROUP // 2)  # the bytes of a group
+    dtype = x_ptr.dtype.element_ty if SUM_IN_X_DTYPE else tl.float32
     acc = tl.zeros((BLOCK_N,), tl.float32)
     for g in range(split, n_groups, SPLITS):
         byte = tl.load(w_ptr + n[:, None] * stride_wn + (g * (GROUP // 2) + j[None, :]) * stride_wk,
                        mask=n[:, None] < N, other=0)  # (BLOCK_N, GROUP // 2)
-        x_even = tl.load(x_ptr + m * stride_xm + (g * GROUP + 2 * j) * stride_xk).to(tl.float32)
-        x_odd = tl.load(x_ptr + m * stride_xm + (g * GROUP + 2 * j + 1) * stride_xk).to(tl.float32)
-        q_sum = tl.sum(((byte & 0xF).to(tl.float32) - 8.0) * x_even[None, :]
-                       + ((byte >> 4).to(tl.float32) - 8.0) * x_odd[None, :], axis=1)
-        acc += q_sum * tl.load(s_ptr + n * stride_sn + g * stride_sg, mask=n < N, other=0.0).to(tl.float32)
+        x_even = tl.load(x_ptr + m * stride_xm + (g * GROUP + 2 * j) * stride_xk).to(dtype)
+        x_odd = tl.load(x_ptr + m * stride_xm + (g * GROUP + 2 * j + 1) * stride_xk).to(dtype)
+        q_sum = tl.sum(((byte & 0xF).to(dtype) - 8.0) * x_even[None, :]
+                       + ((byte >> 4).to(dtype) - 8.0) * x_odd[None, :], axis=1)
+        acc += q_sum.to(tl.float32) * tl.load(s_ptr + n * stride_sn + g * stride_sg, mask=n < N,
+                                              other=0.0).to(tl.float32)
     tl.store(part_ptr + (split * M + m) * N + n, acc, mask=n < N)
 
 
@@ -306,22 +309,27 @@ def _w4a16_sum_kernel(part_ptr, out_ptr, M, N, stride_om, stride_on, SPLITS: tl.
     tl.store(out_ptr + m * stride_om + n * stride_on, acc, mask=n < N)
 
 
+def _w4a16_split_k(splits: int, sum_in_x_dtype: bool = False):
+    """w4a16_gemv on _w4a16_split_kernel's `splits` partial sums, then _w4a16_sum_kernel."""
+    def w4a16_gemv(x, w_packed, scales, group_size, out):
+        (M, K), N = x.shape, w_packed.shape[0]
+        if K % group_size:
+            raise ValueError(f"K = {K} is no multiple of group_size = {group_size}")
+        part = torch.empty((splits, M, N), device=x.device, dtype=torch.float32)  # (splits, M, N)
+        _w4a16_split_kernel[(M, triton.cdiv(N, 128), splits)](x, w_packed, scales, part, M, N, K, K // group_size,
+                                                             *x.stride(), *w_packed.stride(), *scales.stride(),
+                                                             GROUP=group_size, SPLITS=splits, BLOCK_N=128,
+                                                             SUM_IN_X_DTYPE=sum_in_x_dtype)
+        _w4a16_sum_kernel[(M, triton.cdiv(N, 128))](part, out, M, N, *out.stride(), SPLITS=splits, BLOCK_N=128)
+    return w4a16_gemv
+
+
 def test_w4a16_split_over_k_with_partial_sums_passes():
     """Split-K, flash-decoding's way: 16 splits of the groups write fp32 partial sums to a (16, M, N)
     scratch and a second kernel adds them into out. At one group of 16 (the first case) the scratch has
     as many elements as W, and at M = 16, K = 256 fp32 partials of 8 splits as many bytes as W in 16 bits:
     both were taken for the dequantized W, and the second for a buffer kept from before the call."""
-    def w4a16_gemv(x, w_packed, scales, group_size, out):
-        (M, K), N = x.shape, w_packed.shape[0]
-        if K % group_size:
-            raise ValueError(f"K = {K} is no multiple of group_size = {group_size}")
-        part = torch.empty((16, M, N), device=x.device, dtype=torch.float32)  # (splits, M, N)
-        _w4a16_split_kernel[(M, triton.cdiv(N, 128), 16)](x, w_packed, scales, part, M, N, K, K // group_size,
-                                                         *x.stride(), *w_packed.stride(), *scales.stride(),
-                                                         GROUP=group_size, SPLITS=16, BLOCK_N=128)
-        _w4a16_sum_kernel[(M, triton.cdiv(N, 128))](part, out, M, N, *out.stride(), SPLITS=16, BLOCK_N=128)
-
-    check("09.w4a16_gemv", w4a16_gemv, seed=1, quiet=True)
+    check("09.w4a16_gemv", _w4a16_split_k(16), seed=1, quiet=True)
 
 
 @triton.jit
@@ -804,39 +812,12 @@ def test_decode_merge_loading_the_padded_splits_max_as_0_fails():
     assert "never 0, or exp(m_i - 0) is 0" in failure("09.decode_attention", wrong, at="one sequence of 96 keys")
 
 
-@triton.jit
-def _w4_fp16_group_sums(x_ptr, w_ptr, s_ptr, o_ptr, N, n_groups, sxm, sxk, swn, ssn, ssg, som, son,
-                        GS: tl.constexpr, BN: tl.constexpr):
-    """A plain W4A16 GEMV, right but for its arithmetic: nibbles dequantized to x's dtype, and each group's
-    products summed in it, before the fp32 scale."""
-    m = tl.program_id(0)
-    n = tl.program_id(1) * BN + tl.arange(0, BN)
-    j = tl.arange(0, GS // 2)
-    acc = tl.zeros((BN,), tl.float32)
-    for g in range(0, n_groups):
-        b = tl.load(w_ptr + n[:, None] * swn + (g * (GS // 2) + j)[None, :], mask=(n < N)[:, None], other=0)
-        lo = (b & 0xF).to(x_ptr.dtype.element_ty) - 8.0
-        hi = ((b >> 4) & 0xF).to(x_ptr.dtype.element_ty) - 8.0
-        x_even = tl.load(x_ptr + m * sxm + (g * GS + 2 * j) * sxk)
-        x_odd = tl.load(x_ptr + m * sxm + (g * GS + 2 * j + 1) * sxk)
-        part = tl.sum(lo * x_even[None, :] + hi * x_odd[None, :], axis=1)  # (BN,) in x's dtype
-        acc += part.to(tl.float32) * tl.load(s_ptr + n * ssn + g * ssg, mask=n < N, other=0.0).to(tl.float32)
-    tl.store(o_ptr + m * som + n * son, acc, mask=n < N)
-
-
-def _w4_summing_groups_in_16_bits(x, w_packed, scales, group_size, out):
-    if x.shape[1] % group_size:
-        raise ValueError(f"K = {x.shape[1]} is not a multiple of group_size = {group_size}")
-    M, N = out.shape
-    _w4_fp16_group_sums[(M, triton.cdiv(N, 32))](x, w_packed, scales, out, N, x.shape[1] // group_size,
-                                                  *x.stride(), w_packed.stride(0), *scales.stride(), *out.stride(),
-                                                  GS=group_size, BN=32)
-
-
 @interpreter_only_because("the case of x ~ 200 is the interpreter's, as the cancelling case it scales")
 def test_w4a16_summing_each_group_in_16_bits_fails():
-    """Its groups' sums stay far below fp16's 65504 while x is ~1: only x ~ 200 takes one past it."""
-    assert "multiply and sum in fp32" in failure("09.w4a16_gemv", _w4_summing_groups_in_16_bits, at="x ~ 200")
+    """Each group's products multiplied and summed in x's dtype (fp16), then scaled in fp32: the groups' sums
+    stay far below fp16's 65504 while x is ~1; only x ~ 200 takes one past it."""
+    wrong = _w4a16_split_k(1, sum_in_x_dtype=True)
+    assert "multiply and sum in fp32" in failure("09.w4a16_gemv", wrong, at="x ~ 200")
 
 
 def test_decode_partials_kept_in_outs_dtype_fail():

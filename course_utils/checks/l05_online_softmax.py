@@ -19,7 +19,7 @@ from torch.utils._pytree import tree_leaves
 
 from ..grading import Case, Exercise, Out, register
 from ..grading.harness import Fusion, Speed, strided_out
-from ..grading.inputs import EPS, f64, randn
+from ..grading.inputs import EPS, f64, hide_a_key_from_earlier_queries, randn
 from ..mode import current, size
 from ..roofline import Cost, softmax_cost
 from .l02_first_kernels import CAPPED_GRID_PROGRAMS
@@ -991,12 +991,9 @@ def _attention_cases(gen):
                    explain=_attention_explain)
     # Every causal score above that the mask hides is within ~40 of the visible ones: a mask applied to p
     # after exp (the running max taken over masked scores too) is an exact shift there. Here the last key
-    # would score ~150 for every earlier query (q[0] = 3, k[0] = 200, over sqrt(16)); the last query, the
-    # only one that sees it, has q[0] = 0, so every visible score is ~N(0, 1).
+    # would score ~150 for every earlier query, every visible score ~N(0, 1).
     q, k, v = qkv((1, 1, 40, 16), torch.float32)
-    q[..., 0] = 3.0
-    q[..., -1, 0] = 0.0
-    k[..., -1, 0] = 200.0
+    hide_a_key_from_earlier_queries(q, k, 150.0)
     yield Case("causal, the last key scoring ~150 for every earlier query, which the mask hides from them: "
                "mask the scores (-inf) before the running max, not p after exp, or every visible p underflows",
                (q, k, v, Out("out", (1, 1, 40, 16), torch.float32), True),

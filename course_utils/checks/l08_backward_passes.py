@@ -23,7 +23,7 @@ from ..grading import Case, Exercise, Out, register
 from ..grading.guard import watching
 from ..grading.harness import PAD, backward_problems, compare
 from ..grading.remote import ctx_tensors, kept_alive, storage_rests
-from ..grading.inputs import EPS, TF32_EPS, f64, randn, uniform
+from ..grading.inputs import EPS, TF32_EPS, f64, hide_a_key_from_earlier_queries, randn, uniform
 from ..mode import current, size
 
 IGNORE = -100
@@ -710,14 +710,12 @@ def _attention64(q, k, v, do, causal: bool):
 
 
 def _attention_case(B, H, S, D, causal, dtype, gen, note="", future_outlier=None, qk_std=1.0):
-    """future_outlier: the last key scores that much (over sqrt(D)) for every earlier query, which the causal
-    mask hides from them; the last query, the only one that sees it, scores it near 0. qk_std: q's and k's."""
+    """future_outlier: the score of a key hidden from every earlier query (hide_a_key_from_earlier_queries);
+    qk_std: q's and k's."""
     eps = TF32_EPS if (dtype == torch.float32 and current().gpu) else EPS[dtype]
     q, k, v, do = (randn((B, H, S, D), dtype, gen, qk_std if i < 2 else 1.0) for i in range(4))
     if future_outlier is not None:
-        q[..., 0] = 3.0
-        q[..., S - 1, 0] = 0.0
-        k[..., S - 1, 0] = future_outlier * math.sqrt(D) / 3.0
+        hide_a_key_from_earlier_queries(q, k, future_outlier)
     o, lse, dq, dk, dv = _attention64(q, k, v, do, causal)
     slack = 64 if dtype == torch.float32 else 16
     tols = {n: _tol(dtype, t, slack, eps, floor=1.0) for n, t in (("dq", dq), ("dk", dk), ("dv", dv))}

@@ -36,6 +36,15 @@ def sliced(shape, dtype=torch.float32, gen=None, scale: float = 1.0, step: int =
     return randn((rows, cols * step + 1), dtype, gen, scale)[:, 1::step]
 
 
+def hide_a_key_from_earlier_queries(q: torch.Tensor, k: torch.Tensor, score: float) -> None:
+    """Causal attention's (..., S, D) q and k, in place: the last key scores `score` (q k / sqrt(D)) for every
+    query but the last, which the causal mask hides it from; the last query, the only one that sees it,
+    scores it near 0 (q[0] = 0), and every score a query sees stays ~N(0, 1)."""
+    q[..., 0] = 3.0
+    q[..., -1, 0] = 0.0
+    k[..., -1, 0] = score * math.sqrt(q.shape[-1]) / 3.0
+
+
 def f64(t: torch.Tensor) -> torch.Tensor:
     """The exact values of a tensor in float64 on the CPU: what references compute with."""
     return t.detach().to("cpu").to(torch.float64)

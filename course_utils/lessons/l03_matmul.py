@@ -346,8 +346,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bias: torch.Tens
 # Accelerator (TMA), fetches a whole tile from a **descriptor**: `tl.make_tensor_descriptor(ptr, shape,
 # strides, block_shape)` describes a 2-D tensor once, and `desc.load([row, col])` brings the
 # `block_shape` tile at that corner into shared memory, filling zeros past the edges (no masks, no
-# `% M`), without the threads computing a single address. Its rules: the last stride is 1, every other stride and the base
-# are multiples of 16 bytes. So `matmul` takes this path only for large problems on Hopper with a
+# `% M`), without the threads computing a single address. Its rules: the last stride is 1, every other
+# stride and the base are multiples of 16 bytes. So `matmul` takes this path only for large problems on Hopper with a
 # row-major `a` and a K-major `b` (an `nn.Linear` weight `w.t()`, or the tf32 copy above), both aligned:
 # `b` is described as the `(N, K)` matrix it is in memory, and the dot reads its tile as `b_tile.T`.
 # The kernel is also **persistent**: one program per SM walks the output tiles `pid, pid + NUM_SMS, ...`

@@ -242,9 +242,9 @@ def softmax(x: torch.Tensor, out: torch.Tensor, config: SoftmaxConfig | None = N
 # Keys `>= S` in the last tile must get a score of `-inf`; with `causal=True` query `i` sees keys
 # `j <= i` only. Tiles with no masked element (every key `< S`, every key before the query tile) need
 # no mask at all: split the loop into an unmasked part and a masked part.
-# `tl.dot` of 16-bit tiles needs its K `>= 16` (it pads a smaller M or N itself): `D` is a power of 2 `>= 16`. `OFFSETS_64` is lesson 03's:
-# the host passes `needs_int64(q, k, v, out, dims=(2, 3))`, and the kernel then makes a query row (and
-# `lo`) int64 before it multiplies them by a stride.
+# `tl.dot` of 16-bit tiles needs its K `>= 16` (it pads a smaller M or N itself): `D` is a power of 2
+# `>= 16`. `OFFSETS_64` is lesson 03's: the host passes `needs_int64(q, k, v, out, dims=(2, 3))`, and the
+# kernel then makes a query row (and `lo`) int64 before it multiplies them by a stride.
 
 # %%
 @triton.jit
